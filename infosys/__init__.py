@@ -1,0 +1,1 @@
+"""vgrid infosys package."""

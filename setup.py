@@ -1,0 +1,36 @@
+"""vgrid: a gLite-WMS-style meta-scheduler with virtual worker nodes and VM leases."""
+from setuptools import find_packages, setup
+
+setup(
+    name="vgrid",
+    version="0.1.0",
+    description="Grid meta-scheduler (gLite JDL, GLUE/BDII, SFETE) with CPU-capped virtual worker nodes and VM leases",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*"]),
+    include_package_data=True,
+    package_data={"broker": ["data/*", "data/**/*"]},
+    install_requires=[
+        "click>=8.1",
+        "cryptography>=41",
+        "flask>=3.0",
+        "lark>=1.1.9",
+        "ldap3>=2.9",
+        "lxml>=5",
+        "matplotlib>=3.8",
+        "requests>=2.31",
+        "rich>=13",
+        "sqlalchemy>=2.0",
+        "waitress>=3.0",
+    ],
+    extras_require={
+        "test": [
+            "hypothesis>=6.100",
+            "psycopg2-binary>=2.9",
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+        ],
+    },
+    entry_points={"console_scripts": ["vgrid=broker.cli:main"]},
+)

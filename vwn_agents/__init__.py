@@ -1,0 +1,1 @@
+"""vgrid vwn_agents package."""

@@ -1,0 +1,46 @@
+"""Serving a Flask app with a production WSGI server (waitress) on a loopback port.
+
+Used by ``vgrid serve broker|ce|node`` and therefore by ``vgrid demo``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from waitress.server import create_server
+
+
+def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
+          threads: int = 8, on_stop=None) -> None:
+    """Serve ``app`` until SIGTERM/SIGINT.
+
+    ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
+    atomically with ``{"url": "http://host:port", "pid": pid}`` so a parent process can find the
+    service. ``on_stop`` (callable, no arguments) runs before the process exits.
+    """
+    server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
+    url = f"http://{host}:{server.effective_port}"
+    app.config["VGRID_URL"] = url
+    on_bound = app.config.get("VGRID_ON_BOUND")
+    if on_bound:
+        on_bound(url)
+    if ready_file:
+        tmp = Path(ready_file).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        os.replace(tmp, ready_file)
+
+    def _stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        try:
+            if on_stop:
+                on_stop()
+        finally:
+            server.close()
+            sys.exit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(f"serving on {url}", flush=True)
+    server.run()
