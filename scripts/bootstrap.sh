@@ -2,7 +2,7 @@
 # Creates .venv and installs vgrid into it (editable, with the test extra).
 # Works as root on a fresh Debian 12 machine: installs python3 + venv with apt when missing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 apt_updated=0
