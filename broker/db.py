@@ -1,0 +1,214 @@
+"""The job bookkeeping database (SQLAlchemy; SQLite file by default, PostgreSQL by URL).
+
+One row per job in ``jobs`` with its JDL text, gLite state and where it runs; one row per state
+change in ``job_history``. Every state change goes through :meth:`JobStore.transition`, which
+checks the transition table (:mod:`broker.states`) and applies the change with a conditional
+``UPDATE ... WHERE state = <old>`` so that two workers can never both win the same job.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from sqlalchemy import (Boolean, Float, ForeignKey, Integer, String, Text, create_engine, event,
+                        select, update)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from .states import ENDED, JobState, check_transition
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    jdl: Mapped[str] = mapped_column(Text)
+    filename: Mapped[str] = mapped_column(String(1024), default="<string>")
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    ce_id: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    ce_url: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    node: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    vwn: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    cpu_caps: Mapped[str] = mapped_column(Text, default="[]")  # JSON [[t, fraction], ...]
+    cpu_capped: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    cap_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stdout_head: Mapped[str | None] = mapped_column(Text, nullable=True)
+    dispatch_attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class HistoryRow(Base):
+    __tablename__ = "job_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.key"), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    time: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+@dataclass
+class Job:
+    """A job as the broker's logic sees it (a detached copy of its row and history)."""
+
+    key: str
+    jdl: str
+    filename: str
+    state: JobState
+    submitted_at: float
+    updated_at: float
+    ce_id: str | None = None
+    ce_url: str | None = None
+    node: str | None = None
+    vwn: str | None = None
+    cpu_caps: list[list[float]] = field(default_factory=list)
+    cpu_capped: bool | None = None
+    cap_reason: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    stdout_head: str | None = None
+    dispatch_attempts: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+
+class StaleState(RuntimeError):
+    """The job changed state under us (another worker won the conditional UPDATE)."""
+
+
+class UnknownJob(KeyError):
+    """No job with that key."""
+
+
+def new_key() -> str:
+    """A 22-character URL-safe job key (as the unique part of a gLite job id)."""
+    return secrets.token_urlsafe(16)[:22]
+
+
+_COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "exit_code", "reason",
+            "stdout_head", "dispatch_attempts")
+
+
+class JobStore:
+    """Repository of jobs over a SQLAlchemy engine. Thread-safe (one session per call).
+
+    ``url`` is any SQLAlchemy URL, e.g. ``sqlite:////tmp/jobs.db`` or
+    ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
+    """
+
+    def __init__(self, url: str) -> None:
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        self.engine = create_engine(url, future=True, **kwargs)
+        if url.startswith("sqlite"):
+            @event.listens_for(self.engine, "connect")
+            def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - driver detail
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.close()
+        Base.metadata.create_all(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- reading -------------------------------------------------------------------------------
+    def _to_job(self, row: JobRow, history: Iterable[HistoryRow]) -> Job:
+        return Job(key=row.key, jdl=row.jdl, filename=row.filename, state=JobState(row.state),
+                   submitted_at=row.submitted_at, updated_at=row.updated_at,
+                   cpu_caps=json.loads(row.cpu_caps or "[]"),
+                   history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
+                   **{c: getattr(row, c) for c in _COLUMNS})
+
+    def get(self, key: str) -> Job:
+        """The job with ``key``; :class:`UnknownJob` if there is none."""
+        with self._session() as s:
+            row = s.get(JobRow, key)
+            if row is None:
+                raise UnknownJob(key)
+            hist = s.scalars(select(HistoryRow).where(HistoryRow.key == key).order_by(HistoryRow.id))
+            return self._to_job(row, hist)
+
+    def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None) -> list[Job]:
+        """Jobs in submission order, optionally only those in ``states`` or with ``keys``."""
+        with self._session() as s:
+            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
+            if states is not None:
+                q = q.where(JobRow.state.in_([st.value for st in states]))
+            if keys is not None:
+                q = q.where(JobRow.key.in_(list(keys)))
+            rows = list(s.scalars(q))
+            hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
+            if rows:
+                for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
+                                   .order_by(HistoryRow.id)):
+                    hist[h.key].append(h)
+            return [self._to_job(r, hist[r.key]) for r in rows]
+
+    # -- writing -------------------------------------------------------------------------------
+    def create(self, jdl: str, filename: str, now: float, key: str | None = None) -> Job:
+        """Store a new job in state Submitted and return it."""
+        key = key or new_key()
+        with self._session.begin() as s:
+            s.add(JobRow(key=key, jdl=jdl, filename=filename, state=JobState.SUBMITTED.value,
+                         submitted_at=now, updated_at=now, cpu_caps="[]", dispatch_attempts=0))
+            s.flush()  # the job row must exist before its history (foreign key)
+            s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
+        return self.get(key)
+
+    def transition(self, key: str, new: JobState, now: float, reason: str | None = None,
+                   expect: JobState | None = None, **fields: Any) -> Job:
+        """Move job ``key`` to ``new`` (checked against the transition table) and set ``fields``.
+
+        ``expect`` pins the state the caller believes the job is in; if the row is not in that
+        state any more, :class:`StaleState` is raised and nothing changes (atomic claim). Raises
+        :class:`broker.states.IllegalTransition` for a change the table forbids, UnknownJob.
+        """
+        old = expect or self.get(key).state
+        check_transition(key, old, new)
+        values = self._values(fields)
+        values.update(state=new.value, updated_at=now)
+        if reason is not None:
+            values["reason"] = reason
+        with self._session.begin() as s:
+            res = s.execute(update(JobRow).where(JobRow.key == key, JobRow.state == old.value)
+                            .values(**values))
+            if res.rowcount != 1:
+                raise StaleState(f"job {key} is no longer {old.value}")
+            s.add(HistoryRow(key=key, state=new.value, time=now, reason=reason))
+        return self.get(key)
+
+    def update_fields(self, key: str, now: float, **fields: Any) -> Job:
+        """Set non-state fields (node, vwn, cpu_caps, ...) of job ``key``."""
+        values = self._values(fields)
+        values["updated_at"] = now
+        with self._session.begin() as s:
+            res = s.execute(update(JobRow).where(JobRow.key == key).values(**values))
+            if res.rowcount != 1:
+                raise UnknownJob(key)
+        return self.get(key)
+
+    @staticmethod
+    def _values(fields: dict[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, value in fields.items():
+            if name == "cpu_caps":
+                values["cpu_caps"] = json.dumps(value)
+            elif name in _COLUMNS:
+                values[name] = value
+            else:
+                raise TypeError(f"unknown job field {name!r}")
+        return values
