@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from waitress.server import create_server
@@ -19,8 +20,11 @@ def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = 
 
     ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
     atomically with ``{"url": "http://host:port", "pid": pid}`` so a parent process can find the
-    service. ``on_stop`` (callable, no arguments) runs before the process exits.
+    service. ``on_stop`` (callable, no arguments) runs before the process exits; when not given,
+    ``app.config["VGRID_ON_STOP"]`` is used (the node and CE agents set it to their shutdown).
     """
+    if on_stop is None:
+        on_stop = app.config.get("VGRID_ON_STOP")
     server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
     url = f"http://{host}:{server.effective_port}"
     app.config["VGRID_URL"] = url
@@ -44,3 +48,38 @@ def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = 
     signal.signal(signal.SIGINT, _stop)
     print(f"serving on {url}", flush=True)
     server.run()
+
+
+class BackgroundServer:
+    """``app`` served by waitress in a daemon thread (tests, embedded use); ``.url``, ``.close()``.
+
+    Sets ``app.config["VGRID_URL"]`` (and calls ``VGRID_ON_BOUND``) like ``serve`` does.
+    ``close()`` stops the server and then calls ``app.config["VGRID_ON_STOP"]`` if set.
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8) -> None:
+        self.app = app
+        self.server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
+        self.url = f"http://{host}:{self.server.effective_port}"
+        app.config["VGRID_URL"] = self.url
+        if app.config.get("VGRID_ON_BOUND"):
+            app.config["VGRID_ON_BOUND"](self.url)
+        self.thread = threading.Thread(target=self.server.run, name=f"waitress {self.url}",
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self, stop_app: bool = True) -> None:
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+        for channel in list(self.server._map.values()):
+            if channel is not self.server:
+                channel.close()
+        self.server.close()
+        self.thread.join(timeout=5)
+        if stop_app and self.app.config.get("VGRID_ON_STOP"):
+            self.app.config["VGRID_ON_STOP"]()
+
+    def __enter__(self) -> "BackgroundServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

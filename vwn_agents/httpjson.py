@@ -1,0 +1,59 @@
+"""JSON-over-HTTP plumbing shared by the node agent and the CE agent (Flask adapters only).
+
+Every error answer is ``{"error": {"message": ..., ...}}`` with a 4xx/5xx status; no traceback
+ever reaches a client (an unexpected exception becomes a 500 with its one-line description and is
+logged with its traceback on the server).
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from .config import ConfigError, load
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answer: HTTP ``status`` and ``{"error": {"message": message, **fields}}``."""
+
+    def __init__(self, status: int, message: str, **fields) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"message": message, **fields}
+
+
+def install_error_handlers(app: Flask) -> None:
+    """Make every error of ``app`` a JSON ``{"error": {...}}`` answer."""
+
+    @app.errorhandler(ApiError)
+    def _api_error(exc: ApiError):
+        return jsonify({"error": exc.body}), exc.status
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        return jsonify({"error": {"message": exc.description or exc.name,
+                                  "status": exc.code}}), exc.code
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return jsonify({"error": {"message": f"internal error: {type(exc).__name__}: {exc}"}}), 500
+
+
+def json_body() -> dict:
+    """The request's JSON object; ApiError 400 when absent or not an object."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def parse_body(cls, what: str):
+    """The request's JSON body loaded into dataclass ``cls`` (unknown/ill-typed fields → 400)."""
+    try:
+        return load(cls, json_body(), what)
+    except ConfigError as exc:
+        raise ApiError(400, str(exc)) from None

@@ -1,0 +1,410 @@
+"""The node agent: one virtual worker node (VWN) per job on this worker-node host.
+
+A VWN is the job wrapper's process tree in its own cgroup, CPU-capped at C/(N+1) of the node's
+capacity C when it arrives (N = VWNs already running), the other VWNs readjusted to the same
+share; on a departure the remaining VWNs are readjusted to C/n (seed 004, Section 5.1; see
+``fairshare``). Every readjustment is recorded in each VWN's ``cpu_caps`` history ``[[t, fraction]]``
+(t from the clock passed in) and reported as a ``caps`` event; the job's own life is reported as
+``running``, ``done`` (exit code) or ``aborted`` (reason) events POSTed to the VWN's
+``callback_url`` through an ``Outbox`` (docs/architecture.md, "events").
+
+HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
+GET /status.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flask import Flask, jsonify
+
+from infosys.clock import Clock, WallClock
+
+from . import cgroups, fairshare, proctree
+from .config import load, load_toml
+from .httpjson import ApiError, install_error_handlers, parse_body
+from .outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# Joins every cgroup.procs file given before "--", then execs the rest: the wrapper starts inside
+# the VWN's cgroup(s), so the job and all its children inherit the CPU cap.
+JOIN_AND_EXEC = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; '
+                 'done; shift; exec "$@"')
+JOIN_FAILED = 97
+
+
+@dataclass
+class NodeAgentConfig:
+    """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
+
+    node: str = field(metadata={"help": "node name, used in VWN ids vwn-<node>-<n>"})
+    capacity: float = field(default=1.0, metadata={
+        "help": "C: CPU capacity shared by the node's VWNs, in fractions of one core"})
+    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
+    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
+    work_dir: str | None = field(default=None, metadata={
+        "help": "directory for VWN work directories (default: a new temporary directory)"})
+    keep_workdirs: bool = field(default=False, metadata={
+        "help": "keep each VWN's directory (spec, result, job work dir) after it ends"})
+    cgroup: str = field(default="auto", metadata={"help": "auto | v2 | v1 | none"})
+    cgroup_parent: str = field(default="vgrid", metadata={
+        "help": "parent cgroup; a VWN is <parent>/<node>-<agent pid>/<vwn>"})
+    python: str | None = field(default=None, metadata={
+        "help": "Python interpreter for the job wrapper (default: the agent's)"})
+    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
+    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+
+    def validate(self) -> str | None:
+        if not self.node or "/" in self.node:
+            return "field 'node': must be a non-empty name without '/'"
+        if not self.capacity > 0:
+            return f"field 'capacity': must be > 0 (CPU fraction), got {self.capacity}"
+        if self.cgroup not in ("auto", "v1", "v2", "none"):
+            return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "node agent config") -> NodeAgentConfig:
+        """Raises config.ConfigError naming the unknown, missing or ill-typed field."""
+        return load(cls, d, source)
+
+    @classmethod
+    def from_toml(cls, path) -> NodeAgentConfig:
+        return load_toml(cls, path)
+
+
+@dataclass
+class VWNRequest:
+    """Body of POST /vwns (docs/architecture.md, node agent)."""
+
+    job_id: str
+    key: str
+    executable: str
+    arguments: str = ""
+    environment: list[str] = field(default_factory=list)
+    std_input: str | None = None
+    std_output: str | None = None
+    std_error: str | None = None
+    input_sandbox: list[dict] = field(default_factory=list)
+    output_sandbox: list[str] = field(default_factory=list)
+    output_upload_url: str | None = None
+    callback_url: str | None = None
+
+    def validate(self) -> str | None:
+        if not self.key:
+            return "field 'key': must not be empty"
+        for i, item in enumerate(self.input_sandbox):
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("url"), str):
+                return f"field 'input_sandbox[{i}]': expected {{\"name\": str, \"url\": str}}"
+        return None
+
+
+@dataclass
+class VWN:
+    """One virtual worker node and its job."""
+
+    vwn: str
+    request: VWNRequest
+    state: str                       # starting | running | done | aborted | cancelled
+    created: float
+    capped: bool
+    cap_reason: str | None
+    cpu_caps: list[list[float]] = field(default_factory=list)
+    pid: int | None = None           # the job's pid (once running)
+    exit_code: int | None = None
+    reason: str | None = None
+    ended: float | None = None
+    cpu_time_s: float | None = None
+    proc: subprocess.Popen | None = None
+    monitor: threading.Thread | None = None
+    cancelled: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("starting", "running")
+
+    def record(self) -> dict:
+        r = self.request
+        return {"vwn": self.vwn, "job_id": r.job_id, "key": r.key, "state": self.state,
+                "pid": self.pid, "cpu_cap": self.cpu_caps[-1][1] if self.cpu_caps else None,
+                "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
+                "exit_code": self.exit_code, "reason": self.reason, "created": self.created,
+                "ended": self.ended, "cpu_time_s": self.cpu_time_s}
+
+
+class NodeAgent:
+    """The node agent's logic (no HTTP): VWN lifecycle, CPU caps, events."""
+
+    def __init__(self, config: NodeAgentConfig, clock: Clock | None = None,
+                 driver: cgroups.CpuCgroups | None = None) -> None:
+        self.config = config
+        self.clock = clock or WallClock()
+        self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup,
+                                                     config.cgroup_parent)
+        self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events")
+        self.vwns: dict[str, VWN] = {}
+        self.by_key: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self._counter = 0
+        self._stopping = False
+        if not self.cg.capped:
+            log.warning("node %s: VWNs will run UNCAPPED: %s", config.node, self.cg.reason)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def active(self) -> list[VWN]:
+        with self._lock:
+            return [v for v in self.vwns.values() if v.active]
+
+    def get(self, vwn: str) -> VWN:
+        with self._lock:
+            if vwn not in self.vwns:
+                raise ApiError(404, f"no VWN {vwn!r} on node {self.config.node}", vwn=vwn)
+            return self.vwns[vwn]
+
+    def status(self) -> dict:
+        return {"node": self.config.node, "capacity": self.config.capacity,
+                "vwns": len(self.active()), "cgroup": self.cg.describe()}
+
+    def read_cap(self, vwn: str) -> float | None:
+        """The cap of ``vwn`` as the kernel has it (read back from the cgroup files)."""
+        return self.cg.read_cap(vwn)
+
+    # -- arrival ------------------------------------------------------------------------------
+
+    def create_vwn(self, req: VWNRequest) -> tuple[VWN, bool]:
+        """Start a VWN for ``req`` (idempotent on ``req.key``); returns (vwn, created).
+
+        The new VWN gets C/(N+1); the others are readjusted to the same share (seed 004, 5.1).
+        """
+        with self._lock:
+            if self._stopping:
+                raise ApiError(503, f"node agent {self.config.node} is shutting down")
+            if req.key in self.by_key:
+                return self.vwns[self.by_key[req.key]], False
+            self._counter += 1
+            name = f"vwn-{self.config.node}-{self._counter}"
+            share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
+            v = VWN(name, req, "starting", self.clock.now(), self.cg.capped,
+                    None if self.cg.capped else self.cg.reason)
+            self.vwns[name] = v
+            self.by_key[req.key] = name
+            try:
+                self.cg.create(name)
+            except cgroups.CgroupError as exc:
+                v.capped, v.cap_reason = False, f"cgroup not created: {exc}"
+            self._readjust(share, arriving=v)
+            self._launch(v)
+            return v, True
+
+    def _readjust(self, share: float | None, arriving: VWN | None = None) -> None:
+        """Set every active VWN to ``share``; record it and emit ``caps`` for the others."""
+        now = self.clock.now()
+        for v in self.active():
+            if v.capped:
+                try:
+                    self.cg.set_cap(v.vwn, share)
+                except cgroups.CgroupError as exc:
+                    v.capped, v.cap_reason = False, f"cap not applied: {exc}"
+                    log.warning("%s: %s", v.vwn, v.cap_reason)
+            if v.cpu_caps and v.cpu_caps[-1][1] == share:
+                continue
+            v.cpu_caps.append([now, share])
+            if v is not arriving:
+                self._emit(v, "caps")
+
+    def _spec(self, v: VWN) -> Path:
+        r = v.request
+        vdir = self.work_dir / v.vwn
+        vdir.mkdir(parents=True, exist_ok=True)
+        spec = {"job_id": r.job_id, "workdir": str(vdir / "job"),
+                "result_file": str(vdir / "result.json"), "executable": r.executable,
+                "arguments": r.arguments, "environment": r.environment,
+                "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error,
+                "input_sandbox": r.input_sandbox, "output_sandbox": r.output_sandbox,
+                "output_upload_url": r.output_upload_url}
+        path = vdir / "spec.json"
+        path.write_text(json.dumps(spec, indent=1))
+        return path
+
+    def _launch(self, v: VWN) -> None:
+        spec = self._spec(v)
+        python = self.config.python or sys.executable
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        procs = self.cg.procs_files(v.vwn) if v.capped else []
+        argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join", *procs, "--",
+                python, "-m", "vwn_agents.wrapper", str(spec)]
+        log_file = open(spec.parent / "wrapper.log", "ab")
+        try:
+            v.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log_file,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      cwd=spec.parent, env=env)
+        except OSError as exc:
+            v.reason = f"cannot start the job wrapper: {exc}"
+        finally:
+            log_file.close()
+        v.monitor = threading.Thread(target=self._watch, args=(v,), name=v.vwn, daemon=True)
+        v.monitor.start()
+
+    # -- the VWN's life -----------------------------------------------------------------------
+
+    def _watch(self, v: VWN) -> None:
+        """Monitor thread: control lines from the wrapper, then its result."""
+        if v.proc is not None:
+            for line in v.proc.stdout:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("event") == "running":
+                    with self._lock:
+                        v.state, v.pid = "running", msg.get("pid")
+                        self._emit(v, "running")
+            code = v.proc.wait()
+            v.proc.stdout.close()
+            self._collect(v, code)
+        self._finish(v)
+
+    def _collect(self, v: VWN, code: int) -> None:
+        """Set exit_code / reason from the wrapper's result file (or its exit status)."""
+        result_file = self.work_dir / v.vwn / "result.json"
+        try:
+            result = json.loads(result_file.read_text())
+        except (OSError, ValueError):
+            result = None
+        if v.cancelled:
+            return
+        if self._stopping and (result is None or result.get("exit_code") is None):
+            v.reason = f"node agent {self.config.node} shut down"
+        elif result is None:
+            v.reason = ("cannot join the VWN's cgroup" if code == JOIN_FAILED else
+                        f"job wrapper ended without a result (exit status {code}); "
+                        f"see {self.work_dir / v.vwn / 'wrapper.log'}")
+        elif result.get("error"):
+            v.reason = result["error"]
+        else:
+            v.exit_code = result.get("exit_code")
+
+    def _finish(self, v: VWN) -> None:
+        """The VWN has ended: remove its cgroup, readjust the others, report."""
+        with self._lock:
+            v.cpu_time_s = self.cg.cpu_usage_s(v.vwn) if v.capped else None
+            try:
+                self.cg.remove(v.vwn)
+            except cgroups.CgroupError as exc:
+                log.warning("%s: %s", v.vwn, exc)
+            if v.cancelled:
+                v.state = "cancelled"
+            elif self._stopping and v.exit_code is None and v.reason is None:
+                v.state, v.reason = "aborted", f"node agent {self.config.node} shut down"
+            else:
+                v.state = "done" if v.reason is None else "aborted"
+            v.ended = self.clock.now()
+            if v.state != "cancelled":
+                self._emit(v, v.state)
+            self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
+        if not self.config.keep_workdirs:
+            shutil.rmtree(self.work_dir / v.vwn, ignore_errors=True)
+
+    def _emit(self, v: VWN, kind: str) -> None:
+        r = v.request
+        if not r.callback_url:
+            return
+        event = {"job_id": r.job_id, "key": r.key, "vwn": v.vwn, "node": self.config.node,
+                 "event": kind, "exit_code": v.exit_code, "reason": v.reason,
+                 "cpu_caps": [list(c) for c in v.cpu_caps], "capped": v.capped,
+                 "time": self.clock.now()}
+        self.outbox.post(r.callback_url, event, order_key=r.key)
+
+    # -- departure on request -----------------------------------------------------------------
+
+    def delete_vwn(self, vwn: str, reason: str = "cancelled") -> VWN:
+        """Kill the VWN's whole process tree, remove its cgroup, readjust the others.
+
+        No ``done``/``aborted`` event is sent for a cancelled VWN (the canceller knows).
+        """
+        v = self.get(vwn)
+        with self._lock:
+            if not v.active:
+                return v
+            v.cancelled, v.reason = True, reason
+        self._kill(v)
+        if v.monitor is not None:
+            v.monitor.join(timeout=10)
+        return v
+
+    def _kill(self, v: VWN) -> None:
+        if v.proc is not None:
+            proctree.kill_tree(v.proc.pid)
+        self.cg.kill(v.vwn)
+
+    def shutdown(self, flush_s: float = 3.0) -> None:
+        """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events."""
+        with self._lock:
+            self._stopping = True
+            running = self.active()
+        for v in running:
+            self._kill(v)
+        for v in running:
+            if v.monitor is not None:
+                v.monitor.join(timeout=10)
+        self.outbox.flush(flush_s)
+        self.outbox.close()
+        try:
+            self.cg.close()
+        except cgroups.CgroupError as exc:
+            log.warning("node %s: %s", self.config.node, exc)
+
+
+def create_app(config: NodeAgentConfig, clock: Clock | None = None,
+               driver: cgroups.CpuCgroups | None = None) -> Flask:
+    """The node agent's Flask app (HTTP contract: docs/architecture.md, "node agent").
+
+    ``app.config["VGRID_AGENT"]`` is the ``NodeAgent``; ``app.config["VGRID_ON_STOP"]`` its
+    ``shutdown`` (``wsgi.serve`` calls it on SIGTERM/SIGINT).
+    """
+    agent = NodeAgent(config, clock or WallClock(), driver)
+    app = Flask(f"vgrid-node-{config.node}")
+    app.config["VGRID_AGENT"] = agent
+    app.config["VGRID_ON_STOP"] = agent.shutdown
+    install_error_handlers(app)
+
+    @app.post("/vwns")
+    def post_vwn():
+        v, created = agent.create_vwn(parse_body(VWNRequest, "POST /vwns"))
+        body = {"vwn": v.vwn, "cpu_cap": v.cpu_caps[-1][1] if v.cpu_caps else None,
+                "capped": v.capped, "cap_reason": v.cap_reason, "state": v.state}
+        return jsonify(body), 201 if created else 200
+
+    @app.get("/vwns")
+    def list_vwns():
+        with agent._lock:
+            return jsonify([v.record() for v in agent.vwns.values()])
+
+    @app.get("/vwns/<vwn>")
+    def get_vwn(vwn):
+        return jsonify(agent.get(vwn).record())
+
+    @app.delete("/vwns/<vwn>")
+    def delete_vwn(vwn):
+        return jsonify(agent.delete_vwn(vwn).record())
+
+    @app.get("/status")
+    def status():
+        return jsonify(agent.status())
+
+    return app
+
