@@ -1,0 +1,12 @@
+"""vgrid's grid simulator: seed 004 Section 6 in simulated time, with the live broker's code.
+
+Layers (one concern per module):
+
+- :mod:`.model`: CE and job descriptions, CE spec files (seed 004 Table II, TOML, SWF sites);
+- :mod:`.workloads`: Poisson workloads (seed 004 Section 6.2.1) and SWF trace replay;
+- :mod:`.ce_models`: simulated enactment, FCFS LRMS and fair-share virtual worker nodes;
+- :mod:`.engine`: the event loop: ISM refreshes, matchmaking with :mod:`broker.selection`,
+  feedback counters, dispatch;
+- :mod:`.metrics`: delay, makespan, queue time, job share per CE;
+- :mod:`.report`: the sweeps and figures 8a, 8b, 9, 10 and 11 of seed 004.
+"""
