@@ -1,0 +1,161 @@
+"""The broker's HTTP API (WMProxy-like), a thin Flask adapter over :class:`broker.service.Broker`.
+
+Contract: docs/architecture.md, "broker". Errors are JSON ``{"error": {"message", ...}}``; a JDL
+syntax error answers 400 with ``file``, ``line`` and ``column``; nothing is stored.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, jsonify, request, send_file
+from werkzeug.exceptions import HTTPException
+
+import jdl as jdlmod
+
+from .db import Job, UnknownJob
+from .service import Broker, BrokerError
+from .states import IllegalTransition
+
+log = logging.getLogger("vgrid.broker.api")
+
+
+def job_json(broker: Broker, job: Job) -> dict[str, Any]:
+    """The public record of a job (shape in docs/architecture.md)."""
+    return {"id": broker.job_id(job.key), "key": job.key, "state": job.state.value,
+            "ce": job.ce_id, "node": job.node, "vwn": job.vwn,
+            "cpu_caps": [c[1] for c in job.cpu_caps], "cpu_caps_t": [c[0] for c in job.cpu_caps],
+            "cpu_capped": job.cpu_capped, "cap_reason": job.cap_reason,
+            "exit_code": job.exit_code, "reason": job.reason, "stdout_head": job.stdout_head,
+            "submitted_at": job.submitted_at, "filename": job.filename,
+            "history": job.history}
+
+
+def jdl_error_json(exc: jdlmod.JDLError) -> dict[str, Any]:
+    problems = getattr(exc, "problems", None)
+    if problems:
+        first = problems[0]
+        return {"message": str(exc), "file": getattr(first, "filename", None),
+                "line": getattr(first, "line", None), "column": getattr(first, "column", None),
+                "problems": [{"file": getattr(p, "filename", None), "line": getattr(p, "line", None),
+                              "column": getattr(p, "column", None),
+                              "message": getattr(p, "message", str(p))} for p in problems]}
+    return {"message": str(exc), "file": getattr(exc, "filename", None),
+            "line": getattr(exc, "line", None), "column": getattr(exc, "column", None)}
+
+
+def create_app(broker: Broker) -> Flask:
+    app = Flask("vgrid.broker")
+    app.config["VGRID_BROKER"] = broker
+
+    def error(message: str, status: int, **details: Any):
+        return jsonify({"error": {"message": message, **details}}), status
+
+    @app.errorhandler(jdlmod.JDLError)
+    def _jdl_error(exc):
+        return jsonify({"error": jdl_error_json(exc)}), 400
+
+    @app.errorhandler(BrokerError)
+    def _broker_error(exc: BrokerError):
+        return error(str(exc), exc.status, **exc.details)
+
+    @app.errorhandler(UnknownJob)
+    def _unknown(exc):
+        return error(f"unknown job {exc.args[0]}", 404)
+
+    @app.errorhandler(IllegalTransition)
+    def _illegal(exc):
+        return error(str(exc), 409)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException):
+        return error(exc.description or exc.name, exc.code or 500)
+
+    @app.errorhandler(Exception)
+    def _internal(exc):
+        log.exception("internal error")
+        return error(f"internal error: {exc.__class__.__name__}", 500)
+
+    @app.post("/jobs")
+    def submit():
+        text = request.form.get("jdl")
+        if text is None:
+            body = request.get_json(silent=True) or {}
+            text = body.get("jdl")
+            filename = body.get("filename") or "<submitted>"
+        else:
+            filename = request.form.get("filename") or "<submitted>"
+        if not isinstance(text, str):
+            return error("the request has no 'jdl' field", 400, field="jdl")
+        files = {f.filename: f.read() for f in request.files.getlist("isb") if f.filename}
+        job = broker.submit(text, filename, files)
+        return jsonify({"id": broker.job_id(job.key), "key": job.key, "state": job.state.value}), 201
+
+    @app.get("/jobs")
+    def list_jobs():
+        keys = request.args.get("ids")
+        keys_list = [broker.key_of(k) for k in keys.split(",") if k] if keys else None
+        return jsonify({"jobs": [job_json(broker, j) for j in broker.list_jobs(keys_list)]})
+
+    @app.get("/jobs/<key>")
+    def get_job(key: str):
+        return jsonify(job_json(broker, broker.get(key)))
+
+    @app.post("/jobs/<key>/cancel")
+    def cancel(key: str):
+        return jsonify(job_json(broker, broker.cancel(key)))
+
+    @app.post("/jobs/<key>/events")
+    def events(key: str):
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return error("event body must be a JSON object", 400)
+        return jsonify(job_json(broker, broker.handle_event(key, body)))
+
+    @app.get("/jobs/<key>/output")
+    def output_list(key: str):
+        return jsonify({"files": broker.output_files(key)})
+
+    @app.get("/jobs/<key>/output/<name>")
+    def output_get(key: str, name: str):
+        files = broker.output_files(key)
+        if name not in files:
+            return error(f"no output file {name!r} for job {key}", 404)
+        return send_file(broker.output_dir(key) / name, as_attachment=True, download_name=name)
+
+    @app.put("/jobs/<key>/output/<name>")
+    def output_put(key: str, name: str):
+        broker.store_output(key, name, request.get_data())
+        return jsonify({"stored": name}), 201
+
+    @app.post("/jobs/<key>/clear")
+    def clear(key: str):
+        return jsonify(job_json(broker, broker.clear(key)))
+
+    @app.get("/jobs/<key>/input/<name>")
+    def input_get(key: str, name: str):
+        return send_file(broker.input_path(key, name), as_attachment=True, download_name=name)
+
+    @app.post("/list-match")
+    def list_match():
+        body = request.get_json(silent=True) or {}
+        text = body.get("jdl")
+        if not isinstance(text, str):
+            return error("the request has no 'jdl' field", 400, field="jdl")
+        result = broker.list_match(text, body.get("filename") or "<list-match>")
+        return jsonify({"policy": result.policy.name, "ces": [
+            {"id": c.ce_id, "rank": c.rank, "sfete": (c.n_jobs + 1) / c.capacity if c.capacity > 0 else None,
+             "n_j": c.n_jobs, "capacity": c.capacity} for c in result.ranked()]})
+
+    @app.get("/ism")
+    def ism():
+        snap = broker.ism.snapshot()
+        now = broker.clock.now()
+        return jsonify({"taken_at": snap.taken_at, "age_s": snap.age(now) if snap.taken_at else None,
+                        "stale": bool(snap.stale), "ads": snap.ads})
+
+    @app.get("/health")
+    def health():
+        return jsonify({"ok": True})
+
+    return app

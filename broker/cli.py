@@ -1,0 +1,220 @@
+"""The ``vgrid`` command line (click). Thin adapters: the logic lives in the packages.
+
+Exit codes: 0 ok; 1 the thing checked is wrong or a service failed; 2 usage or input error.
+No Python traceback reaches the user: known errors are printed as one clear message.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import jdl as jdlmod
+
+from .client import BrokerClient, ClientError, split_job_id
+from .config import BrokerConfig, ConfigError
+
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int) -> None:
+    err_console.print(f"[bold red]vgrid:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise SystemExit(code)
+
+
+def handle_errors(fn):
+    """Turn the errors people cause into a message and an exit code (never a traceback)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except jdlmod.JDLError as exc:
+            err_console.print(str(exc), highlight=False, markup=False)
+            raise SystemExit(2)
+        except ConfigError as exc:
+            fail(str(exc).replace("[", "\\["), 2)
+        except ClientError as exc:
+            fail(str(exc).replace("[", "\\["), 2 if exc.status and 400 <= exc.status < 500 else 1)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="vgrid")
+def main() -> None:
+    """vgrid: gLite-style grid meta-scheduler with virtual worker nodes and VM leases."""
+
+
+# -- user commands -------------------------------------------------------------------------------
+broker_opt = click.option("--broker", "broker_url", default=None, metavar="URL",
+                          help="broker URL (default $VGRID_BROKER_URL or http://127.0.0.1:8440)")
+
+
+@main.command()
+@click.argument("jdl_file", type=click.Path(dir_okay=False))
+@broker_opt
+@handle_errors
+def submit(jdl_file: str, broker_url: str | None) -> None:
+    """Submit JDL_FILE (with its InputSandbox files); prints the job id."""
+    res = BrokerClient(broker_url).submit_file(jdl_file)
+    click.echo(res["id"])
+
+
+def _caps_text(caps) -> str:
+    return " → ".join(f"{c:.2f}" for c in caps) if caps else "-"
+
+
+def jobs_table(jobs: list[dict], title: str | None = None) -> Table:
+    t = Table(title=title)
+    for col in ("job id", "state", "CE", "node", "VWN", "CPU caps (cores)", "exit", "StdOutput / reason"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        tail = j.get("stdout_head") if j.get("state") == "Done" else (j.get("reason") or "")
+        caps = _caps_text(j.get("cpu_caps"))
+        if j.get("cpu_capped") is False:
+            caps += " (uncapped)"
+        t.add_row(j["id"], j["state"], j.get("ce") or "-", j.get("node") or "-", j.get("vwn") or "-",
+                  caps, "-" if j.get("exit_code") is None else str(j["exit_code"]), tail or "")
+    return t
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1)
+@broker_opt
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@handle_errors
+def status(job_ids: tuple[str, ...], broker_url: str | None, as_json: bool) -> None:
+    """State of the given jobs (all jobs of the broker when none is given)."""
+    if job_ids:
+        url = split_job_id(job_ids[0], broker_url)[0]
+        keys = [split_job_id(j, broker_url)[1] for j in job_ids]
+        client = BrokerClient(url)
+        jobs = [client.job(k) for k in keys]
+    else:
+        jobs = BrokerClient(broker_url).jobs()
+    if as_json:
+        click.echo(json.dumps({"jobs": jobs}, indent=2))
+    else:
+        Console().print(jobs_table(jobs))
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--dir", "dest", type=click.Path(file_okay=False), default=None,
+              help="where to put the files (default ./<key>)")
+@broker_opt
+@handle_errors
+def output(job_id: str, dest: str | None, broker_url: str | None) -> None:
+    """Retrieve the output sandbox of JOB_ID; the job becomes Cleared."""
+    url, key = split_job_id(job_id, broker_url)
+    files = BrokerClient(url).output(key, Path(dest or key))
+    for f in files:
+        click.echo(str(f))
+
+
+@main.command()
+@click.argument("job_id")
+@broker_opt
+@handle_errors
+def cancel(job_id: str, broker_url: str | None) -> None:
+    """Cancel JOB_ID."""
+    url, key = split_job_id(job_id, broker_url)
+    res = BrokerClient(url).cancel(key)
+    click.echo(f"{res['id']} {res['state']}")
+
+
+@main.command("list-match")
+@click.argument("jdl_file", type=click.Path(dir_okay=False))
+@broker_opt
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@handle_errors
+def list_match(jdl_file: str, broker_url: str | None, as_json: bool) -> None:
+    """CEs that satisfy JDL_FILE's Requirements, best first, without submitting."""
+    try:
+        text = Path(jdl_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{jdl_file}: cannot read: {exc}", 2)
+    jdlmod.parse_jdl(text, jdl_file)  # local syntax check with file:line:column
+    res = BrokerClient(broker_url).list_match(text, jdl_file)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    t = Table(title=f"CEs matching {jdl_file} (selection: {res['policy']})")
+    for col in ("CE", "Rank", "(N_j+1)/C_j", "N_j", "C_j"):
+        t.add_column(col)
+    for c in res["ces"]:
+        t.add_row(c["id"], "undefined" if c["rank"] is None else f"{c['rank']:g}",
+                  "-" if c["sfete"] is None else f"{c['sfete']:.3g}", str(c["n_j"]), f"{c['capacity']:g}")
+    Console().print(t)
+    if not res["ces"]:
+        raise SystemExit(1)
+
+
+# -- services ------------------------------------------------------------------------------------
+@main.command()
+@click.argument("service", type=click.Choice(["broker", "ce", "node"]))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML configuration file")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help="write {url, pid} here once listening")
+@click.option("--port", type=int, default=None, help="override the configured port")
+@handle_errors
+def serve(service: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
+    """Run one vgrid service in the foreground (what `vgrid demo` starts)."""
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if service == "broker":
+        from .server import serve_broker
+        config = BrokerConfig.from_toml(config_file) if config_file else BrokerConfig()
+        if port is not None:
+            config.port = port
+        serve_broker(config, ready_file)
+    else:
+        from .services import serve_agent
+        serve_agent(service, config_file, ready_file, port)
+
+
+@main.command()
+@click.option("--ces", default=2, show_default=True, type=click.IntRange(1, 8), help="number of CE agents")
+@click.option("--jobs", "jobs_dir", type=click.Path(file_okay=False), default=None,
+              help="directory of *.jdl files (default examples/jdl)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+@click.option("--bdii", is_flag=True, help="run the ISM against a real slapd BDII fed by vgrid bdii update")
+@click.option("--ism-refresh", "ism_refresh_s", default=30.0, show_default=True, help="seconds between ISM refreshes")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, help="give up after this many seconds")
+@handle_errors
+def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_s: float, timeout_s: float) -> None:
+    """The main job: broker + CE agents + node agents on loopback, run every JDL to the end."""
+    from .demo import run_demo
+    ok = run_demo(n_ces=ces, jobs_dir=jobs_dir, as_json=as_json, use_bdii=bdii,
+                  ism_refresh_s=ism_refresh_s, timeout_s=timeout_s)
+    raise SystemExit(0 if ok else 1)
+
+
+def _register_optional() -> None:
+    """Add the command groups other modules provide, when present."""
+    for module, names in (("broker.cli_jdl", [("jdl_group", "jdl")]),
+                          ("broker.cli_infosys", [("bdii_group", "bdii"), ("info_cmd", "info"),
+                                                  ("gip_cmd", "gip")]),
+                          ("broker.cli_simulate", [("simulate_cmd", "simulate")]),
+                          ("broker.cli_gridsim", [("simulate_grid_cmd", "simulate-grid"),
+                                                  ("report_cmd", "report")])):
+        if importlib.util.find_spec(module) is None:
+            continue
+        mod = importlib.import_module(module)
+        for attr, name in names:
+            cmd = getattr(mod, attr, None)
+            if cmd is not None:
+                main.add_command(cmd, name)
+
+
+_register_optional()
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""HTTP client of the broker API, used by the ``vgrid`` CLI and by ``vgrid demo``.
+
+Every method raises :class:`ClientError` with a message fit for a person (never a traceback):
+the broker's own error message when it answered, or why it could not be reached.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import requests
+
+import jdl as jdlmod
+
+DEFAULT_BROKER = "http://127.0.0.1:8440"
+
+
+class ClientError(Exception):
+    """The broker refused a request or could not be reached. ``status`` is the HTTP status or None."""
+
+    def __init__(self, message: str, status: int | None = None, body: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body or {}
+
+
+def default_broker() -> str:
+    """$VGRID_BROKER_URL, else http://127.0.0.1:8440."""
+    return os.environ.get("VGRID_BROKER_URL", DEFAULT_BROKER).rstrip("/")
+
+
+def split_job_id(job: str, broker: str | None) -> tuple[str, str]:
+    """(broker URL, key) of a job id ``<broker>/jobs/<key>`` or a bare key."""
+    if "://" in job and "/jobs/" in job:
+        base, key = job.rstrip("/").rsplit("/jobs/", 1)
+        return (broker or base).rstrip("/"), key
+    return (broker or default_broker()), job
+
+
+class BrokerClient:
+    def __init__(self, url: str | None = None, timeout_s: float = 30.0) -> None:
+        self.url = (url or default_broker()).rstrip("/")
+        self.timeout_s = timeout_s
+        self.http = requests.Session()
+
+    def _call(self, method: str, path: str, **kw: Any) -> requests.Response:
+        try:
+            r = self.http.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kw)
+        except requests.RequestException as exc:
+            raise ClientError(f"cannot reach the broker at {self.url}: {exc.__class__.__name__}") from None
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                msg = body.get("error", {}).get("message") or r.text
+            except ValueError:
+                body, msg = {}, r.text.strip() or r.reason
+            raise ClientError(msg, r.status_code, body)
+        return r
+
+    def submit_file(self, path: str | Path) -> dict[str, Any]:
+        """Parse ``path`` locally (JDLError on bad JDL), upload it with its InputSandbox files.
+
+        Relative InputSandbox names are resolved against the JDL file's directory.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ClientError(f"{path}: cannot read: {exc}") from None
+        desc = jdlmod.parse_jdl(text, str(path))
+        files = []
+        for name in desc.input_sandbox:
+            if "://" in name:
+                continue
+            local = (path.parent / name) if not os.path.isabs(name) else Path(name)
+            if not local.is_file():
+                raise ClientError(f"{path}: InputSandbox file {name!r} not found at {local}")
+            files.append(("isb", (Path(name).name, local.read_bytes())))
+        r = self._call("POST", "/jobs", data={"jdl": text, "filename": str(path)}, files=files or None)
+        return r.json()
+
+    def submit_text(self, text: str, filename: str = "<string>") -> dict[str, Any]:
+        return self._call("POST", "/jobs", data={"jdl": text, "filename": filename}).json()
+
+    def job(self, key: str) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{key}").json()
+
+    def jobs(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
+        params = {"ids": ",".join(keys)} if keys else None
+        return self._call("GET", "/jobs", params=params).json()["jobs"]
+
+    def cancel(self, key: str) -> dict[str, Any]:
+        return self._call("POST", f"/jobs/{key}/cancel").json()
+
+    def output(self, key: str, dest: Path) -> list[Path]:
+        """Download every OutputSandbox file into ``dest``; then the job is Cleared."""
+        names = self._call("GET", f"/jobs/{key}/output").json()["files"]
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for name in names:
+            data = self._call("GET", f"/jobs/{key}/output/{name}").content
+            (dest / name).write_bytes(data)
+            out.append(dest / name)
+        self._call("POST", f"/jobs/{key}/clear")
+        return out
+
+    def list_match(self, text: str, filename: str) -> dict[str, Any]:
+        return self._call("POST", "/list-match", json={"jdl": text, "filename": filename}).json()

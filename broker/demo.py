@@ -1,0 +1,170 @@
+"""``vgrid demo``: the main job end to end on one machine, on the embedded defaults.
+
+Starts, as separate processes on free loopback ports, 2 node agents per CE, N CE agents with
+different capacities, and one broker (SQLite job database in a temporary directory, ISM fed by
+the CE agents' GLUE 1.3 LDIF). Submits every ``*.jdl`` of the jobs directory, shows live progress
+until every job has ended, prints one row per job, stops everything it started (also on Ctrl-C),
+and returns True only if every job is Done with exit code 0.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .client import BrokerClient, ClientError
+from .services import ServiceError, ServiceGroup
+
+REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
+ENDED = {"Done", "Aborted", "Cancelled", "Cleared"}
+
+
+def ce_layout(n_ces: int) -> list[dict]:
+    """The embedded site: CE k has 2 worker nodes of capacity 1/k core each and SI00 2000/k.
+
+    So CE 1 is the fastest, and the capacities C_j = TotalCPUs x SI00 differ (seed 004 Table II
+    uses CEs of different capacities in the same spirit).
+    """
+    out = []
+    for k in range(1, n_ces + 1):
+        cap = round(1.0 / k, 3)
+        out.append({"name": f"ce{k}", "capacity": cap, "si00": int(round(2000 / k)),
+                    "nodes": [f"ce{k}-wn{i}" for i in (1, 2)]})
+    return out
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir: Path,
+               bdii_url: str = "", match_expiry_s: float = 30.0) -> str:
+    """Start node agents, CE agents and the broker; returns the broker URL."""
+    ce_urls = []
+    for ce in ce_layout(n_ces):
+        node_urls = []
+        for node in ce["nodes"]:
+            svc = group.start("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
+                                            f'work_dir = "{state_dir / node}"\n')
+            node_urls.append(svc.url)
+        cfg = (f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
+               f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
+               f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
+               f'vos = ["dteam", "vgrid"]\nport = 0\n')
+        ce_urls.append(group.start("ce", ce["name"], cfg).url)
+    broker_cfg = (f'port = 0\nstate_dir = "{state_dir / "broker"}"\nce_urls = {_toml_list(ce_urls)}\n'
+                  f'ism_refresh_s = {float(ism_refresh_s)}\nmatch_expiry_s = {float(match_expiry_s)}\n')
+    if bdii_url:
+        broker_cfg += f'bdii = "{bdii_url}"\n'
+    return group.start("broker", "broker", broker_cfg).url
+
+
+def job_rows(jobs: list[dict]) -> list[dict]:
+    """The per-job result records of ``vgrid demo --json``."""
+    return [{"id": j["id"], "file": j.get("filename"), "state": j["state"], "ce": j.get("ce"),
+             "node": j.get("node"), "vwn": j.get("vwn"), "cpu_caps": j.get("cpu_caps") or [],
+             "cpu_capped": j.get("cpu_capped"), "exit_code": j.get("exit_code"),
+             "stdout_head": j.get("stdout_head"), "reason": j.get("reason")} for j in jobs]
+
+
+def _progress_table(jobs: list[dict], elapsed: float) -> Table:
+    ended = sum(j["state"] in ENDED for j in jobs)
+    t = Table(title=f"vgrid demo — {ended}/{len(jobs)} jobs ended — {elapsed:.0f} s")
+    for col in ("JDL", "state", "CE", "VWN", "CPU cap now"):
+        t.add_column(col)
+    for j in jobs:
+        caps = j.get("cpu_caps") or []
+        t.add_row(Path(j.get("filename") or "?").name, j["state"], j.get("ce") or "-",
+                  j.get("vwn") or "-", f"{caps[-1]:.2f}" if caps else "-")
+    return t
+
+
+def watch(client: BrokerClient, keys: list[str], timeout_s: float, console: Console) -> list[dict]:
+    """Poll the broker until every job has ended (or timeout); live table on a TTY."""
+    start = time.monotonic()
+    seen: dict[str, str] = {}
+    jobs = client.jobs(keys)
+    with Live(_progress_table(jobs, 0), console=console, refresh_per_second=4,
+              transient=True, auto_refresh=console.is_terminal) as live:
+        while True:
+            jobs = client.jobs(keys)
+            if not console.is_terminal:
+                for j in jobs:
+                    if seen.get(j["key"]) != j["state"]:
+                        seen[j["key"]] = j["state"]
+                        console.print(f"{Path(j.get('filename') or '?').name}: {j['state']}"
+                                      + (f" at {j['ce']}" if j.get("ce") else ""), highlight=False)
+            live.update(_progress_table(jobs, time.monotonic() - start))
+            if all(j["state"] in ENDED for j in jobs) or time.monotonic() - start > timeout_s:
+                return jobs
+            time.sleep(0.5)
+
+
+def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
+             use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0) -> bool:
+    """Run the demo; True when every job ended Done with exit code 0."""
+    from .cli import jobs_table  # the same table `vgrid status` prints
+
+    err = Console(stderr=True)
+    out = Console()
+    jdir = Path(jobs_dir) if jobs_dir else REPO_EXAMPLES
+    files = sorted(jdir.glob("*.jdl"))
+    if not files:
+        err.print(f"vgrid demo: no *.jdl files in {jdir}", highlight=False)
+        return False
+    ok = False
+    with tempfile.TemporaryDirectory(prefix="vgrid-demo-") as tmp, ServiceGroup(Path(tmp)) as group:
+        try:
+            err.print(f"starting {n_ces} CE agent(s), {2 * n_ces} node agents and the broker ...")
+            bdii_url = _start_bdii(Path(tmp)) if use_bdii else ""
+            url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url)
+            client = BrokerClient(url)
+            keys, rejected = [], []
+            for f in files:
+                try:
+                    keys.append(client.submit_file(f)["key"])
+                except ClientError as exc:
+                    rejected.append({"id": None, "file": str(f), "state": "Rejected", "reason": str(exc)})
+                except Exception as exc:  # JDL errors: show them, keep going with the others
+                    rejected.append({"id": None, "file": str(f), "state": "Rejected", "reason": str(exc)})
+            err.print(f"submitted {len(keys)} job(s) to {url}")
+            jobs = watch(client, keys, timeout_s, err) if keys else []
+            rows = job_rows(jobs) + rejected
+            ok = bool(rows) and all(r["state"] == "Done" and r.get("exit_code") == 0 for r in rows)
+            if as_json:
+                print(json.dumps({"ok": ok, "jobs": rows}, indent=2))
+            else:
+                out.print(jobs_table(jobs, title="vgrid demo results"))
+                for r in rejected:
+                    out.print(f"[red]rejected[/] {r['file']}: {r['reason']}", highlight=False)
+                out.print("[green]all jobs Done with exit code 0[/]" if ok else "[red]some jobs failed[/]")
+        except KeyboardInterrupt:
+            err.print("interrupted: stopping every service the demo started")
+            ok = False
+        except (ServiceError, ClientError) as exc:
+            err.print(f"vgrid demo: {exc}", highlight=False, markup=False)
+            ok = False
+        finally:
+            if use_bdii:
+                _stop_bdii(Path(tmp))
+    return ok
+
+
+def _start_bdii(tmp: Path) -> str:  # pragma: no cover - wired with infosys' BDII (issue 4)
+    from infosys.bdii import start_bdii
+    return start_bdii(tmp / "bdii").url
+
+
+def _stop_bdii(tmp: Path) -> None:  # pragma: no cover - wired with infosys' BDII (issue 4)
+    from infosys.bdii import stop_bdii
+    stop_bdii(tmp / "bdii")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0 if run_demo() else 1)

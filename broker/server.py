@@ -1,0 +1,75 @@
+"""Assembling and serving the broker process (``vgrid serve broker``).
+
+Builds the job store, the ISM (CE agents' GLUE LDIF, or a BDII), the feedback counters, the
+matchmaker and the Flask app, then serves it with waitress. The matcher loop starts once the
+socket is bound, because job ids and sandbox URLs contain the broker's own URL.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+from infosys.clock import WallClock
+
+from .config import BrokerConfig
+from .db import JobStore
+from .matchmaker import Matchmaker
+from .service import Broker, BrokerSettings
+
+log = logging.getLogger("vgrid.broker")
+
+
+def build_ism(config: BrokerConfig, clock):
+    """The ISM over the configured sources; its FeedbackCounters are ``ism.feedback``."""
+    from infosys.feedback import FeedbackCounters
+    from infosys.ism import ISM, HttpLdifSource
+
+    if config.bdii:
+        from infosys.ism import BdiiSource  # provided with the real BDII (issue 4)
+        sources = [BdiiSource(config.bdii, timeout_s=config.ism_timeout_s)]
+    else:
+        sources = [HttpLdifSource(f"{u.rstrip('/')}/glue", timeout_s=config.ism_timeout_s)
+                   for u in config.ce_urls]
+    return ISM(sources, refresh_s=config.ism_refresh_s, clock=clock,
+               feedback=FeedbackCounters(), timeout_s=config.ism_timeout_s)
+
+
+def build_broker(config: BrokerConfig, clock=None) -> Broker:
+    """A ready-to-start :class:`Broker` for ``config`` (nothing is started)."""
+    clock = clock or WallClock()
+    state = Path(config.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    url = config.database_url or f"sqlite:///{(state / 'jobs.db').resolve()}"
+    store = JobStore(url)
+    ism = build_ism(config, clock)
+    rng = random.Random(None if config.seed < 0 else config.seed)
+    matchmaker = Matchmaker(ism.feedback, default_policy=config.selection,
+                            fuzzy_factor=config.fuzzy_factor, rng=rng)
+    settings = BrokerSettings(match_interval_s=config.match_interval_s,
+                              match_expiry_s=config.match_expiry_s,
+                              max_dispatch_attempts=config.max_dispatch_attempts)
+    return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings)
+
+
+def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
+    """Run the broker in the foreground until SIGTERM/SIGINT."""
+    from vwn_agents.wsgi import serve
+
+    from .api import create_app
+
+    broker = build_broker(config)
+    app = create_app(broker)
+
+    def on_bound(url: str) -> None:
+        broker.settings.base_url = url
+        broker.ism.start()
+        broker.start()
+
+    def on_stop() -> None:
+        broker.stop()
+        broker.ism.stop()
+        broker.store.close()
+
+    app.config["VGRID_ON_BOUND"] = on_bound
+    serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop)

@@ -1,0 +1,110 @@
+"""Serving the agents (``vgrid serve ce|node``) and starting services as child processes.
+
+``ServiceGroup`` is what ``vgrid demo`` and the end-to-end tests use: each service is a separate
+``vgrid serve`` process on a free loopback port, found through its ready file, and every process
+it started is stopped on exit (SIGTERM, then SIGKILL after a grace period), also on Ctrl-C.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vwn_agents.config import ConfigError
+
+
+def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
+    """Run a node agent (``kind="node"``) or a CE agent (``"ce"``) in the foreground."""
+    from vwn_agents.wsgi import serve
+    if kind == "node":
+        from vwn_agents.node_agent import NodeAgentConfig as Config, create_app
+    else:
+        from vwn_agents.ce_agent import CEAgentConfig as Config, create_app
+    if not config_file:
+        raise ConfigError(f"vgrid serve {kind} needs --config FILE (see docs/cli.md)")
+    config = Config.from_toml(config_file)
+    if port is not None:
+        config.port = port
+    app = create_app(config)
+    serve(app, host=config.bind, port=config.port, ready_file=ready_file,
+          on_stop=app.config.get("VGRID_ON_STOP"))
+
+
+class ServiceError(RuntimeError):
+    """A service did not start; the message includes the tail of its log."""
+
+
+@dataclass
+class Service:
+    name: str
+    process: subprocess.Popen
+    url: str
+    log: Path
+
+
+class ServiceGroup:
+    """Child ``vgrid serve`` processes under ``workdir``; a context manager that stops them all."""
+
+    def __init__(self, workdir: Path, start_timeout_s: float = 30.0) -> None:
+        self.workdir = Path(workdir)
+        self.start_timeout_s = start_timeout_s
+        self.services: list[Service] = []
+
+    def start(self, kind: str, name: str, config: str) -> Service:
+        """Write ``config`` (TOML text), start ``vgrid serve KIND``, wait until it listens."""
+        cfg = self.workdir / f"{name}.toml"
+        cfg.write_text(config)
+        ready = self.workdir / f"{name}.ready"
+        log = self.workdir / f"{name}.log"
+        ready.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "broker.cli", "serve", kind, "--config", str(cfg),
+               "--ready-file", str(ready)]
+        with log.open("ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.workdir)
+        deadline = time.monotonic() + self.start_timeout_s
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                tail = log.read_text(errors="replace")[-2000:]
+                raise ServiceError(f"{name} ({kind}) did not start; its log ends with:\n{tail}")
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        svc = Service(name, proc, info["url"], log)
+        self.services.append(svc)
+        return svc
+
+    def stop(self, svc: Service, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
+        if svc.process.poll() is None:
+            try:
+                os.killpg(svc.process.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                svc.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(svc.process.pid, signal.SIGKILL)
+                svc.process.wait()
+        if svc in self.services:
+            self.services.remove(svc)
+
+    def stop_all(self) -> None:
+        # reverse start order: broker first, then CE agents, then node agents (they clean cgroups)
+        for svc in reversed(list(self.services)):
+            self.stop(svc)
+
+    def __enter__(self) -> "ServiceGroup":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Ctrl-C during shutdown must not leave processes behind
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.stop_all()
+        finally:
+            signal.signal(signal.SIGINT, old)

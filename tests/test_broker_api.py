@@ -1,0 +1,140 @@
+"""The broker's HTTP API over a real loopback socket: submission, bad input, list-match, no match.
+
+The ISM is the real infosys ISM over an in-memory source (CE agents are exercised in the
+end-to-end tests); the job database is SQLite in a temporary directory.
+"""
+import random
+import time
+
+import pytest
+import requests
+
+from broker.api import create_app
+from broker.db import JobStore
+from broker.matchmaker import Matchmaker
+from broker.service import Broker, BrokerSettings
+from broker.states import JobState
+from infosys.clock import WallClock
+from infosys.feedback import FeedbackCounters
+from infosys.ism import ISM
+from infosys.sources import StaticSource
+from vwn_agents.wsgi import BackgroundServer
+
+from .paths import SHARED_JDL
+
+
+def ce_ad(ce_id, cpus, si00, waiting=0, running=0, vos=("dteam",)):
+    return {"GlueCEUniqueID": ce_id, "GlueCEStateStatus": "Production", "GlueCEInfoTotalCPUs": cpus,
+            "GlueHostBenchmarkSI00": si00, "GlueCEStateWaitingJobs": waiting,
+            "GlueCEStateRunningJobs": running, "GlueCEStateTotalJobs": waiting + running,
+            "GlueCEStateEstimatedResponseTime": 10 * waiting, "GlueCEStateFreeCPUs": max(0, cpus - running),
+            "GlueCEAccessControlBaseRule": [f"VO:{v}" for v in vos],
+            "GlueCEInfoContactString": "http://127.0.0.1:9/"}  # nothing listens: dispatch fails
+
+
+@pytest.fixture
+def site(tmp_path):
+    source = StaticSource([ce_ad("ce-a:8443/vgrid-vwn-long", 2, 1000, waiting=3),
+                           ce_ad("ce-b:8443/vgrid-vwn-long", 4, 2000)])
+    ism = ISM([source], refresh_s=3600, clock=WallClock(), feedback=FeedbackCounters())
+    ism.refresh()
+    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    broker = Broker(store, ism, Matchmaker(ism.feedback, rng=random.Random(1)), WallClock(),
+                    tmp_path / "sandboxes",
+                    BrokerSettings(match_interval_s=0.05, match_expiry_s=0.5, max_dispatch_attempts=2))
+    app = create_app(broker)
+
+    def on_bound(url):
+        broker.settings.base_url = url
+        broker.start()
+
+    app.config["VGRID_ON_BOUND"] = on_bound
+    server = BackgroundServer(app)
+    yield server.url, broker
+    broker.stop()
+    server.close()
+    store.close()
+
+
+def wait_state(url, key, states, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = requests.get(f"{url}/jobs/{key}", timeout=5).json()
+        if job["state"] in states:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {key} still {job['state']}")
+
+
+def test_syntax_error_is_400_with_location_and_nothing_is_stored(site):
+    url, broker = site
+    bad = 'Executable = "/bin/true";\nArguments = "a" "b";\n'
+    r = requests.post(f"{url}/jobs", data={"jdl": bad, "filename": "bad.jdl"}, timeout=5)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["file"] == "bad.jdl" and err["line"] == 2 and err["column"] >= 1
+    assert "bad.jdl:2:" in err["message"]
+    assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
+
+
+def test_missing_input_sandbox_file_is_rejected(site):
+    url, _ = site
+    text = 'Executable = "run.sh"; InputSandbox = {"run.sh"};'
+    r = requests.post(f"{url}/jobs", data={"jdl": text, "filename": "j.jdl"}, timeout=5)
+    assert r.status_code == 400 and "run.sh" in r.json()["error"]["message"]
+
+
+def test_list_match_orders_by_sfete_and_filters_requirements(site):
+    url, _ = site
+    text = (SHARED_JDL / "01_hostname_nobrackets.jdl").read_text()
+    res = requests.post(f"{url}/list-match", json={"jdl": text}, timeout=5).json()
+    assert res["policy"] == "sfete"
+    # ce-b: (0+1)/(4*2000) is smaller than ce-a: (3+1)/(2*1000)
+    assert [c["id"] for c in res["ces"]] == ["ce-b:8443/vgrid-vwn-long", "ce-a:8443/vgrid-vwn-long"]
+    none = requests.post(f"{url}/list-match", json={"jdl": 'Executable="/bin/true"; '
+                                                    'Requirements = other.GlueCEInfoTotalCPUs > 64;'},
+                         timeout=5).json()
+    assert none["ces"] == []
+
+
+def test_vo_filter_uses_access_control_base_rule(site):
+    url, _ = site
+    res = requests.post(f"{url}/list-match", json={"jdl": 'Executable="/bin/true"; VirtualOrganisation="atlas";'},
+                        timeout=5).json()
+    assert res["ces"] == []
+
+
+def test_job_no_ce_matches_ends_aborted_no_compatible_resources(site):
+    url, _ = site
+    text = 'Executable = "/bin/true"; Requirements = other.GlueCEInfoTotalCPUs > 1000;'
+    key = requests.post(f"{url}/jobs", data={"jdl": text, "filename": "big.jdl"}, timeout=5).json()["key"]
+    job = wait_state(url, key, {"Aborted"})
+    assert job["reason"] == "no compatible resources"
+    assert [h["state"] for h in job["history"]][:2] == ["Submitted", "Waiting"]
+
+
+def test_unreachable_ce_is_retried_then_aborted_and_feedback_counted(site):
+    url, broker = site
+    key = requests.post(f"{url}/jobs", data={"jdl": 'Executable = "/bin/true";', "filename": "t.jdl"},
+                        timeout=5).json()["key"]
+    job = wait_state(url, key, {"Aborted"})
+    assert job["reason"].startswith("dispatch failed")
+    assert sum(broker.ism.feedback.snapshot().values()) == 2  # one per dispatch attempt
+
+
+def test_cancel_waiting_job_and_cancel_twice_is_409(site):
+    url, broker = site
+    broker.stop()  # keep the job Waiting
+    key = requests.post(f"{url}/jobs", data={"jdl": 'Executable = "/bin/true";', "filename": "t.jdl"},
+                        timeout=5).json()["key"]
+    r = requests.post(f"{url}/jobs/{key}/cancel", timeout=5)
+    assert r.status_code == 200 and r.json()["state"] == "Cancelled"
+    r2 = requests.post(f"{url}/jobs/{key}/cancel", timeout=5)
+    assert r2.status_code == 409 and "already Cancelled" in r2.json()["error"]["message"]
+    assert broker.store.get(key).state is JobState.CANCELLED
+
+
+def test_unknown_job_is_404_json(site):
+    url, _ = site
+    r = requests.get(f"{url}/jobs/doesnotexist", timeout=5)
+    assert r.status_code == 404 and "unknown job" in r.json()["error"]["message"]
