@@ -1,0 +1,249 @@
+"""The ISM: atomic snapshots, staleness, expiry, blacklist, feedback, and real sources
+(a CE agent-like GIP served over loopback HTTP by waitress, real LDIF files)."""
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from flask import Flask, Response
+from waitress import create_server
+
+from infosys.clock import SimulatedClock, WallClock
+from infosys.gip import CEState, render_glue13
+from infosys.glue import AD_ID
+from infosys.ism import DISPATCHED, ISM, HttpLdifSource, LdifFileSource, SourceError, StaticSource
+
+DATA = Path("/work/shared/data/ldif")
+if not DATA.is_dir():
+    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+
+
+def ad(ce_id, waiting=0, running=0):
+    return {"GlueCEUniqueID": ce_id, AD_ID: ce_id, "GlueCEStateWaitingJobs": waiting,
+            "GlueCEStateRunningJobs": running}
+
+
+def state(n, waiting=0):
+    return CEState(ce_id=f"ce{n}.vgrid.local:8443/vgrid-vwn-long", host=f"ce{n}.vgrid.local",
+                   site="VGRID", queue="long", total_cpus=4, free_cpus=4, waiting=waiting,
+                   vos=["vgrid"])
+
+
+class GipServer:
+    """A CE agent's GET /glue on a real loopback socket (Flask app under waitress)."""
+
+    def __init__(self, st):
+        self.state = st
+        self.status = 200
+        app = Flask("gip")
+
+        @app.get("/glue")
+        def glue():
+            return Response(render_glue13(self.state), status=self.status, mimetype="text/plain")
+
+        self.server = create_server(app, host="127.0.0.1", port=0, threads=2)
+        self.url = f"http://127.0.0.1:{self.server.effective_port}"
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+        for channel in list(self.server._map.values()):  # keep-alive connections too
+            if channel is not self.server:
+                channel.close()
+        self.server.close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def gip_servers():
+    servers = [GipServer(state(1, waiting=2)), GipServer(state(2, waiting=5))]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def test_http_ldif_source_over_loopback(gip_servers):
+    src = HttpLdifSource(gip_servers[0].url, timeout_s=5)
+    assert src.url.endswith("/glue")
+    ads = src.fetch()
+    assert [a[AD_ID] for a in ads] == ["ce1.vgrid.local:8443/vgrid-vwn-long"]
+    assert ads[0]["GlueCEStateWaitingJobs"] == 2 and src.rejected == []
+    gip_servers[0].status = 500
+    with pytest.raises(SourceError, match="HTTP 500"):
+        src.fetch()
+
+
+def test_ism_over_http_staleness_and_recovery(gip_servers):
+    clock = SimulatedClock(1000.0)
+    ism = ISM([HttpLdifSource(s.url, timeout_s=5) for s in gip_servers], refresh_s=240,
+              clock=clock, timeout_s=60)
+    snap = ism.refresh()
+    assert not snap.stale and snap.errors == ()
+    assert sorted(a["GlueCEStateWaitingJobs"] for a in snap.ads) == [2, 5]
+    assert snap.age(1000.0) == 0
+    # CE 2's agent goes away: its last ads are kept, the snapshot is stale with its age
+    url2 = gip_servers[1].url
+    gip_servers[1].close()
+    gip_servers[0].state.waiting = 9
+    clock.advance(240)
+    snap = ism.refresh()
+    assert snap.stale and len(snap.errors) == 1 and url2 in snap.errors[0]
+    assert {a[AD_ID]: a["GlueCEStateWaitingJobs"] for a in snap.ads} == {
+        "ce1.vgrid.local:8443/vgrid-vwn-long": 9, "ce2.vgrid.local:8443/vgrid-vwn-long": 5}
+    assert snap.age(clock.now()) == 240
+    # past refresh + timeout its ads expire
+    clock.advance(240)
+    snap = ism.refresh()
+    assert [a[AD_ID] for a in snap.ads] == ["ce1.vgrid.local:8443/vgrid-vwn-long"]
+    assert snap.expired == ("ce2.vgrid.local:8443/vgrid-vwn-long",) and snap.stale
+
+
+def test_recovery_clears_staleness():
+    src = StaticSource([ad("a", 1)], name="bdii")
+    clock = SimulatedClock()
+    ism = ISM([src], refresh_s=10, clock=clock)
+    ism.refresh()
+    src.fail("connection refused")
+    clock.advance(10)
+    s = ism.refresh()
+    assert s.stale and s.errors == ("bdii: connection refused",) and s.age(10) == 10
+    src.set_ads([ad("a", 4)])
+    clock.advance(10)
+    s = ism.refresh()
+    assert not s.stale and s.age(20) == 0 and s.ads[0]["GlueCEStateWaitingJobs"] == 4
+
+
+def test_ldif_file_source_real_fixtures(tmp_path):
+    src = LdifFileSource(DATA / "synthetic_site.ldif")
+    assert len(src.fetch()) == 3
+    bad = LdifFileSource(DATA / "glue13_site2_cache.ldif")
+    assert bad.fetch() == [] and len(bad.rejected) == 1
+    ism = ISM([src, bad], refresh_s=240, clock=SimulatedClock())
+    snap = ism.refresh()
+    assert len(snap.ads) == 3 and len(snap.rejected) == 1 and not snap.stale
+    broken = tmp_path / "broken.ldif"
+    broken.write_text("dn: o=grid\nnot ldif\n")
+    with pytest.raises(SourceError, match=r"broken.ldif:2: "):
+        LdifFileSource(broken).fetch()
+    with pytest.raises(SourceError, match="cannot read"):
+        LdifFileSource(tmp_path / "missing.ldif").fetch()
+
+
+def test_snapshot_swap_is_atomic_for_a_match_in_progress():
+    src = StaticSource([ad("a", 1), ad("b", 2)])
+    ism = ISM([src], refresh_s=10, clock=SimulatedClock())
+    ism.refresh(0)
+    held = ism.snapshot()
+    views = ism.candidates(0)
+    src.set_ads([ad("c", 7)])
+    ism.refresh(10)
+    assert [a[AD_ID] for a in held.ads] == ["a", "b"]
+    assert [v["GlueCEUniqueID"] for v in views] == ["a", "b"]
+    assert [a[AD_ID] for a in ism.snapshot().ads] == ["c"]
+
+
+def test_maybe_refresh_follows_simulated_time():
+    src = StaticSource([ad("a")])
+    ism = ISM([src], refresh_s=240, clock=SimulatedClock())
+    assert ism.maybe_refresh(0) is True
+    assert ism.maybe_refresh(239.9) is False
+    assert ism.maybe_refresh(240) is True and ism.last_refresh == 240
+
+
+def test_feedback_visible_in_candidates_and_reset_by_refresh():
+    src = StaticSource([ad("a", 3), ad("b", 1)])
+    ism = ISM([src], refresh_s=240, clock=SimulatedClock())
+    ism.refresh(0)
+    ism.feedback.increment("a")
+    ism.feedback.increment("a")
+    views = {v.key: v for v in ism.candidates(1)}
+    assert views["a"][DISPATCHED] == 2 and views["b"][DISPATCHED] == 0
+    assert DISPATCHED in views["a"] and dict(views["a"])[DISPATCHED] == 2
+    ism.refresh(240)
+    assert ism.feedback.get("a") == 0 and views["a"][DISPATCHED] == 0
+
+
+def test_dispatch_during_refresh_is_not_lost():
+    class SlowSource(StaticSource):
+        blocking = True
+
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.entered = threading.Event()
+            self.release = threading.Event()
+
+        def fetch(self):
+            self.entered.set()
+            self.release.wait(5)
+            return super().fetch()
+
+    src = SlowSource([ad("a")])
+    ism = ISM([src], refresh_s=240, clock=SimulatedClock())
+    ism.feedback.increment("a", 4)          # counted before the refresh: published next time
+    t = threading.Thread(target=ism.refresh, args=(0,))
+    t.start()
+    src.entered.wait(5)
+    ism.feedback.increment("a")             # dispatched while the ISM is fetching
+    src.release.set()
+    t.join(5)
+    assert ism.feedback.get("a") == 1
+
+
+def test_blacklist_and_expiry_in_candidates():
+    src = StaticSource([ad("a"), ad("b")])
+    clock = SimulatedClock()
+    ism = ISM([src], refresh_s=100, clock=clock, timeout_s=50)
+    ism.refresh(0)
+    ism.blacklist("a", until=30)
+    assert [v.key for v in ism.candidates(10)] == ["b"]
+    assert [v.key for v in ism.candidates(30)] == ["a", "b"]
+    ism.blacklist("b")
+    assert ism.blacklisted(40) == {"b"}
+    ism.unblacklist("b")
+    # nobody refreshed for longer than refresh_s + timeout_s: nothing is offered
+    assert ism.candidates(151) == ()
+    assert len(ism.candidates(150)) == 2
+
+
+def test_duplicate_ids_across_sources_keep_the_first():
+    ism = ISM([StaticSource([ad("a", 1)], "s1"), StaticSource([ad("a", 9)], "s2")],
+              refresh_s=10, clock=SimulatedClock())
+    snap = ism.refresh(0)
+    assert len(snap.ads) == 1 and snap.ads[0]["GlueCEStateWaitingJobs"] == 1
+    assert "more than one source" in snap.rejected[0].reason
+
+
+def test_background_refresh_thread_with_wall_clock():
+    src = StaticSource([ad("a")])
+    ism = ISM([src], refresh_s=0.05, clock=WallClock())
+    ism.start()
+    try:
+        deadline = time.monotonic() + 5
+        while ism.snapshot().ads == () and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = ism.last_refresh
+        src.set_ads([ad("a"), ad("b")])
+        while len(ism.snapshot().ads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ism.snapshot().ads) == 2 and ism.last_refresh > first
+    finally:
+        ism.stop()
+    assert ism._thread is None
+
+
+def test_a_source_bug_is_reported_not_raised():
+    class Buggy:
+        name = "buggy"
+        blocking = False
+
+        def fetch(self):
+            raise KeyError("oops")
+
+    snap = ISM([Buggy(), StaticSource([ad("a")])], refresh_s=1, clock=SimulatedClock()).refresh(0)
+    assert snap.stale and "buggy: KeyError" in snap.errors[0] and len(snap.ads) == 1
+
+
+def test_refresh_interval_must_be_positive():
+    with pytest.raises(ValueError):
+        ISM([], refresh_s=0)
