@@ -1,0 +1,179 @@
+"""CPU caps: the fair-share rule (seed 004, 5.1), cgroup detection, and real cgroup files."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+from vwn_agents import cgroups, fairshare
+from vwn_agents.node_agent import JOIN_AND_EXEC
+from vwn_agents.proctree import is_running
+
+
+# -- the VWN capacity rule ----------------------------------------------------------------------
+
+def test_vwn_cap_is_capacity_over_running_plus_one():
+    assert fairshare.vwn_cap(1.0, 0) == 1.0
+    assert fairshare.vwn_cap(1.0, 1) == 0.5
+    assert fairshare.vwn_cap(0.5, 3) == 0.125
+    assert fairshare.equal_shares(1.0, 3) == pytest.approx(1 / 3)
+    assert fairshare.equal_shares(1.0, 0) is None
+
+
+@pytest.mark.parametrize("capacity, running", [(0, 0), (-1.0, 2), (1.0, -1)])
+def test_vwn_cap_rejects_bad_input(capacity, running):
+    with pytest.raises(ValueError):
+        fairshare.vwn_cap(capacity, running)
+
+
+@given(st.floats(min_value=0.01, max_value=64), st.lists(st.booleans(), max_size=40))
+def test_shares_always_split_capacity_equally(capacity, arrivals):
+    """Figure 2 of seed 004: after any arrivals/departures every VWN has C/n and they sum to C."""
+    caps: list[float] = []
+    for arrive in arrivals:
+        if arrive:
+            share = fairshare.vwn_cap(capacity, len(caps))
+            caps = [share] * (len(caps) + 1)
+        elif caps:
+            caps.pop()
+            share = fairshare.equal_shares(capacity, len(caps))
+            caps = [share] * len(caps)
+        if caps:
+            assert sum(caps) == pytest.approx(capacity)
+            assert len(set(caps)) == 1
+
+
+def test_quota_us():
+    assert cgroups.quota_us(1.0) == 100_000
+    assert cgroups.quota_us(0.5) == 50_000
+    assert cgroups.quota_us(2.0) == 200_000
+    assert cgroups.quota_us(0.001) == cgroups.MIN_QUOTA_US
+    with pytest.raises(ValueError):
+        cgroups.quota_us(0)
+
+
+# -- detection ------------------------------------------------------------------------------------
+
+def test_parse_mounts_and_own_cgroups(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "proc /proc proc rw 0 0\n"
+        "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,cpu,cpuacct 0 0\n"
+        "cgroup /sys/fs/cgroup/cpuset cgroup rw,cpuset 0 0\n"
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n")
+    found = cgroups.read_mounts(str(mounts))
+    assert [(m.path, m.fstype) for m in found] == [
+        ("/sys/fs/cgroup/cpu,cpuacct", "cgroup"), ("/sys/fs/cgroup/cpuset", "cgroup"),
+        ("/sys/fs/cgroup/unified", "cgroup2")]
+    assert "cpu" in found[0].options and "cpu" not in found[1].options
+    own = tmp_path / "cgroup"
+    own.write_text("3:cpu,cpuacct:/batch/a\n2:cpuset:/\n0::/user.slice\n")
+    assert cgroups.own_cgroups(str(own)) == {"cpu": "/batch/a", "cpuacct": "/batch/a",
+                                             "cpuset": "/", "": "/user.slice"}
+
+
+def test_unwritable_system_gives_uncapped_with_reasons(tmp_path):
+    """A cgroup2 without the cpu controller and no v1 cpu hierarchy: uncapped, and it says why."""
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("memory pids\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup2 {unified} cgroup2 rw 0 0\n")
+    own = tmp_path / "cgroup"
+    own.write_text("0::/\n")
+    driver = cgroups.open_cpu_cgroups("n1", mounts_file=str(mounts), cgroup_file=str(own))
+    assert isinstance(driver, cgroups.Uncapped) and not driver.capped
+    assert "cpu controller not available (cgroup.controllers: memory pids)" in driver.reason
+    assert "no cgroup v1 hierarchy with the cpu controller" in driver.reason
+    assert driver.describe() == {"version": "none", "writable": False,
+                                 "reason": driver.reason, "path": None}
+
+
+def test_mode_none_and_bad_mode():
+    assert "disabled by configuration" in cgroups.open_cpu_cgroups("n", mode="none").reason
+    with pytest.raises(ValueError):
+        cgroups.open_cpu_cgroups("n", mode="v3")
+
+
+# -- real cgroups ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def real_cgroups(request):
+    """The real CPU cgroup driver of this machine; skips (saying why) when none is writable."""
+    driver = cgroups.open_cpu_cgroups(f"test-{request.node.name[:20]}")
+    if not driver.capped:
+        pytest.skip(f"this kernel offers no writable CPU cgroup: {driver.reason}")
+    yield driver
+    driver.close()
+    assert not driver.node_dir.exists()
+
+
+def test_cap_written_to_the_kernel_files(real_cgroups):
+    d = real_cgroups
+    d.create("vwn-t-1")
+    d.set_cap("vwn-t-1", 0.25)
+    path = d.path("vwn-t-1")
+    if d.version == "v1":
+        assert (path / "cpu.cfs_quota_us").read_text().strip() == "25000"
+        assert (path / "cpu.cfs_period_us").read_text().strip() == "100000"
+    else:
+        assert (path / "cpu.max").read_text().split() == ["25000", "100000"]
+    assert d.read_cap("vwn-t-1") == 0.25
+    d.set_cap("vwn-t-1", 1.0)
+    assert d.read_cap("vwn-t-1") == 1.0
+    d.remove("vwn-t-1")
+    assert not path.exists()
+
+
+def _burn_in_cgroup(driver, vwn: str, cpu_s: float) -> subprocess.Popen:
+    """A CPU-bound Python process that joins ``vwn``'s cgroup before exec and burns ``cpu_s``."""
+    burn = ("import time\nt, c = time.monotonic(), time.process_time()\n"
+            "while time.process_time() - c < %r: pass\n"
+            "print(time.monotonic() - t, time.process_time() - c)" % cpu_s)
+    return subprocess.Popen(["/bin/sh", "-c", JOIN_AND_EXEC, "join", *driver.procs_files(vwn),
+                             "--", sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
+
+
+def test_cpu_bound_process_is_throttled(real_cgroups):
+    """0.25 s of CPU under a 0.2-core cap needs ~1.25 s of wall time; the kernel throttled it."""
+    d = real_cgroups
+    d.create("vwn-burn")
+    d.set_cap("vwn-burn", 0.2)
+    proc = _burn_in_cgroup(d, "vwn-burn", 0.25)
+    out, _ = proc.communicate(timeout=30)
+    wall, cpu = map(float, out.split())
+    assert cpu >= 0.25
+    assert wall >= 0.85 * cpu / 0.2, f"wall {wall:.2f} s for {cpu:.2f} s CPU: not capped at 0.2"
+    assert d.throttling("vwn-burn")["nr_throttled"] > 0
+    usage = d.cpu_usage_s("vwn-burn")
+    if usage is not None:
+        assert usage >= 0.25
+    d.remove("vwn-burn")
+
+
+def test_kill_reaches_children_that_left_the_process_group(real_cgroups):
+    d = real_cgroups
+    d.create("vwn-kill")
+    proc = subprocess.Popen(["/bin/sh", "-c", JOIN_AND_EXEC, "join", *d.procs_files("vwn-kill"),
+                             "--", "/bin/sh", "-c", "setsid sleep 300 & sleep 300"])
+    deadline = time.monotonic() + 5
+    while len(d.pids("vwn-kill")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pids = d.pids("vwn-kill")
+    assert len(pids) >= 3
+    d.remove("vwn-kill")
+    proc.wait(timeout=5)
+    assert not [pid for pid in pids if is_running(pid)]
+
+
+def test_stale_node_cgroups_of_dead_agents_are_swept(real_cgroups):
+    parent = real_cgroups.node_dir.parent
+    stale = parent / "ghost-999999999"
+    stale.mkdir()
+    (stale / "vwn-ghost-1").mkdir()
+    removed = cgroups.sweep_stale(parent)
+    assert "ghost-999999999" in removed and not stale.exists()
+    assert real_cgroups.node_dir.exists()       # a live agent's cgroup is left alone
