@@ -143,9 +143,7 @@ def create_app(broker: Broker) -> Flask:
         if not isinstance(text, str):
             return error("the request has no 'jdl' field", 400, field="jdl")
         result = broker.list_match(text, body.get("filename") or "<list-match>")
-        return jsonify({"policy": result.policy.name, "ces": [
-            {"id": c.ce_id, "rank": c.rank, "sfete": (c.n_jobs + 1) / c.capacity if c.capacity > 0 else None,
-             "n_j": c.n_jobs, "capacity": c.capacity} for c in result.ranked()]})
+        return jsonify(result.to_json())
 
     @app.get("/ism")
     def ism():

@@ -129,19 +129,47 @@ def cancel(job_id: str, broker_url: str | None) -> None:
     click.echo(f"{res['id']} {res['state']}")
 
 
+def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | None) -> dict:
+    """list-match without a broker: an ISM over LDIF files or a BDII, refreshed once."""
+    from infosys.clock import WallClock
+    from infosys.ism import ISM
+    from infosys.sources import LdifFileSource
+
+    from .matchmaker import Matchmaker
+
+    if bdii:
+        from infosys.ism import BdiiSource
+        sources = [BdiiSource(bdii)]
+    else:
+        sources = [LdifFileSource(p) for p in ldif]
+    ism = ISM(sources, refresh_s=3600, clock=WallClock())
+    snap = ism.refresh()
+    if snap.errors:
+        fail("; ".join(snap.errors).replace("[", "\\["), 1)
+    desc = jdlmod.parse_jdl(text, jdl_file)
+    return Matchmaker(ism.feedback).match(desc, ism.candidates()).to_json()
+
+
 @main.command("list-match")
 @click.argument("jdl_file", type=click.Path(dir_okay=False))
 @broker_opt
+@click.option("--ldif", multiple=True, type=click.Path(dir_okay=False, exists=True),
+              help="match against CE ads from GLUE LDIF file(s) instead of a broker's ISM")
+@click.option("--bdii", default=None, metavar="LDAP_URL", help="match against a BDII instead of a broker's ISM")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @handle_errors
-def list_match(jdl_file: str, broker_url: str | None, as_json: bool) -> None:
+def list_match(jdl_file: str, broker_url: str | None, ldif: tuple[str, ...], bdii: str | None,
+               as_json: bool) -> None:
     """CEs that satisfy JDL_FILE's Requirements, best first, without submitting."""
     try:
         text = Path(jdl_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"{jdl_file}: cannot read: {exc}", 2)
     jdlmod.parse_jdl(text, jdl_file)  # local syntax check with file:line:column
-    res = BrokerClient(broker_url).list_match(text, jdl_file)
+    if ldif or bdii:
+        res = _local_match(text, jdl_file, ldif, bdii)
+    else:
+        res = BrokerClient(broker_url).list_match(text, jdl_file)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return

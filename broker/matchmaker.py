@@ -56,6 +56,13 @@ class MatchResult:
     candidates: list[Candidate]
     policy: SelectionPolicy
 
+    def to_json(self) -> dict[str, Any]:
+        """``{"policy", "ces": [{"id", "rank", "sfete", "n_j", "capacity"}]}``, best first."""
+        return {"policy": self.policy.name, "ces": [
+            {"id": c.ce_id, "rank": c.rank,
+             "sfete": (c.n_jobs + 1) / c.capacity if c.capacity > 0 else None,
+             "n_j": c.n_jobs, "capacity": c.capacity} for c in self.ranked()]}
+
     def ranked(self) -> list[Candidate]:
         """Candidates best first, by the policy's score (ties keep ISM order)."""
         scores = self.policy.scores(self.candidates)

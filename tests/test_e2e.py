@@ -1,0 +1,88 @@
+"""End to end on loopback: broker + 2 CE agents + 4 node agents as separate `vgrid serve` processes.
+
+Runs real gLite JDL files to Done in CPU-capped VWNs, checks the bad-input cases (a job no CE
+matches, a missing executable), and kills the broker with SIGKILL mid-run to check that no
+accepted job is lost.
+"""
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.client import BrokerClient
+from broker.demo import start_site
+from broker.services import ServiceGroup
+
+from .paths import EXAMPLES, SHARED_JDL
+
+pytestmark = pytest.mark.slow
+ENDED = {"Done", "Aborted", "Cancelled", "Cleared"}
+
+
+def wait_ended(client, keys, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = client.jobs(keys)
+        if len(jobs) == len(keys) and all(j["state"] in ENDED for j in jobs):
+            return {j["key"]: j for j in jobs}
+        time.sleep(0.3)
+    raise AssertionError(f"jobs did not end: {[(j['key'], j['state']) for j in client.jobs(keys)]}")
+
+
+@pytest.fixture
+def site(tmp_path):
+    with ServiceGroup(tmp_path) as group:
+        url = start_site(group, n_ces=2, ism_refresh_s=2.0, state_dir=tmp_path, match_expiry_s=3.0)
+        yield group, BrokerClient(url), tmp_path
+
+
+def test_real_jdl_files_run_to_done_in_vwns(site, tmp_path):
+    group, client, _ = site
+    hostname = client.submit_file(SHARED_JDL / "01_hostname_nobrackets.jdl")["key"]
+    sleeper = client.submit_file(EXAMPLES / "09_wmsfeedback_nobrackets.jdl")["key"]
+    burn = client.submit_file(EXAMPLES / "06_cpu_burn_short.jdl")["key"]
+    jobs = wait_ended(client, [hostname, sleeper, burn])
+    for key in (hostname, sleeper, burn):
+        j = jobs[key]
+        assert j["state"] == "Done", j
+        assert j["exit_code"] == 0
+        assert j["ce"].endswith("/vgrid-vwn-long") and j["node"] and j["vwn"].startswith("vwn-")
+        assert j["cpu_caps"] and all(0 < c <= 1.0 for c in j["cpu_caps"])
+        assert [h["state"] for h in j["history"]] == ["Submitted", "Waiting", "Ready", "Scheduled", "Running", "Done"]
+    assert jobs[hostname]["stdout_head"] == socket.gethostname()
+    assert jobs[burn]["stdout_head"].startswith("burned 50000000 iterations")
+    files = client.output(hostname, tmp_path / "out")
+    assert sorted(f.name for f in files) == ["std.err", "std.out"]
+    assert (tmp_path / "out" / "std.out").read_text().strip() == socket.gethostname()
+    assert client.job(hostname)["state"] == "Cleared"
+
+
+def test_bad_jobs_end_aborted_with_reasons(site, tmp_path):
+    _, client, _ = site
+    nomatch = tmp_path / "nomatch.jdl"
+    nomatch.write_text('Executable = "/bin/true";\nRequirements = other.GlueCEInfoTotalCPUs > 4096;\n')
+    missing = tmp_path / "missing.jdl"
+    missing.write_text('Executable = "/nonexistent/vgrid-job";\nStdOutput = "o";\nOutputSandbox = {"o"};\n')
+    k1 = client.submit_file(nomatch)["key"]
+    k2 = client.submit_file(missing)["key"]
+    jobs = wait_ended(client, [k1, k2], timeout=60)
+    assert jobs[k1]["state"] == "Aborted" and jobs[k1]["reason"] == "no compatible resources"
+    assert jobs[k2]["state"] == "Aborted"
+    assert "/nonexistent/vgrid-job" in jobs[k2]["reason"]
+
+
+def test_broker_sigkill_loses_no_accepted_job(site):
+    group, client, tmp = site
+    broker = next(s for s in group.services if s.name == "broker")
+    port = int(broker.url.rsplit(":", 1)[1])
+    cfg = (tmp / "broker.toml").read_text().replace("port = 0", f"port = {port}")
+    keys = [client.submit_file(EXAMPLES / "09_wmsfeedback_nobrackets.jdl")["key"] for _ in range(2)]
+    keys.append(client.submit_file(SHARED_JDL / "01_hostname_nobrackets.jdl")["key"])
+    time.sleep(1.0)  # some dispatched and running, maybe not all
+    group.stop(broker, signal.SIGKILL)
+    group.start("broker", "broker-restarted", cfg)
+    jobs = wait_ended(client, keys, timeout=90)
+    assert {j["state"] for j in jobs.values()} == {"Done"}, jobs
