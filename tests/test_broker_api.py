@@ -138,3 +138,48 @@ def test_unknown_job_is_404_json(site):
     url, _ = site
     r = requests.get(f"{url}/jobs/doesnotexist", timeout=5)
     assert r.status_code == 404 and "unknown job" in r.json()["error"]["message"]
+
+
+def run_cli(*args, env_url=None):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    if env_url:
+        env["VGRID_BROKER_URL"] = env_url
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_cli_submit_syntax_error_exit_2_with_location_no_traceback(site, tmp_path):
+    url, _ = site
+    bad = tmp_path / "bad.jdl"
+    bad.write_text('[\n  Executable = "/bin/true";\n  Arguments = ;\n]\n')
+    res = run_cli("submit", str(bad), "--broker", url)
+    assert res.returncode == 2
+    assert f"{bad}:3:" in res.stderr and "Traceback" not in res.stderr
+    assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
+
+
+def test_cli_submit_status_cancel_round_trip(site, tmp_path):
+    url, broker = site
+    broker.stop()  # keep it Waiting so cancel has something to do
+    good = tmp_path / "good.jdl"
+    good.write_text('Executable = "/bin/true";\n')
+    res = run_cli("submit", str(good), env_url=url)
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    assert job_id.startswith(f"{url}/jobs/")
+    st = run_cli("status", job_id, "--json")
+    assert st.returncode == 0 and '"state": "Waiting"' in st.stdout
+    assert run_cli("cancel", job_id).returncode == 0
+    again = run_cli("cancel", job_id)
+    assert again.returncode == 2 and "already Cancelled" in again.stderr
+
+
+def test_cli_unknown_job_and_unreachable_broker(site):
+    url, _ = site
+    res = run_cli("status", f"{url}/jobs/nosuchjob")
+    assert res.returncode == 2 and "unknown job" in res.stderr
+    down = run_cli("status", "--broker", "http://127.0.0.1:9")
+    assert down.returncode == 1 and "cannot reach the broker" in down.stderr and "Traceback" not in down.stderr
