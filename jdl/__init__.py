@@ -1,1 +1,48 @@
-"""vgrid jdl package."""
+"""vgrid.jdl: gLite JDL and the new-ClassAd expression language.
+
+Public API (see docs/jdl.md):
+    parse_jdl(text, filename="<string>") -> JobDescription   (JDLSyntaxError, JDLValidationError)
+    matches(job, ce_ad) -> bool ; rank_value(job, ce_ad) -> float | None
+    parse_expr(text) -> node ; evaluate(node, ad=None, other=None) -> value
+    MappingAd(mapping): a case-insensitive CE ad, build once per CE and reuse
+"""
+from __future__ import annotations
+
+from .errors import JDLError, JDLSyntaxError, JDLValidationError, Problem
+from .evaluator import evaluate
+from .model import (DEFAULT_RANK, DEFAULT_REQUIREMENTS, CompiledExpression, JobDescription,
+                    as_ad, matches, rank_value, to_python)
+from .parser import parse_classad, parse_expr
+from .printer import unparse, unparse_value
+from .validate import validate_record
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd
+
+CaseInsensitiveAd = MappingAd
+
+
+def parse_jdl(text: str, filename: str = "<string>", validate: bool = True) -> JobDescription:
+    """Parse and validate a gLite JDL (with or without the outer [ ]).
+
+    Raises JDLSyntaxError (file:line:column, source line and caret in str()) when the text is
+    not a ClassAd, JDLValidationError (every problem in .problems) when it breaks the
+    attribute rules (validate=False skips these).
+    """
+    record = parse_classad(text, filename)
+    if validate:
+        problems = validate_record(record, filename)
+        if problems:
+            raise JDLValidationError(problems, text)
+    return JobDescription(record, text, filename)
+
+
+def parse_ad(text: str, filename: str = "<string>") -> ClassAd:
+    """Parse ClassAd text (e.g. a CE ad) into a ClassAd record usable as `ce_ad`."""
+    return ClassAd(parse_classad(text, filename))
+
+
+__all__ = [
+    "parse_jdl", "parse_ad", "parse_classad", "parse_expr", "evaluate", "matches", "rank_value",
+    "JobDescription", "CompiledExpression", "JDLError", "JDLSyntaxError", "JDLValidationError",
+    "Problem", "ClassAd", "MappingAd", "CaseInsensitiveAd", "UNDEFINED", "ERROR", "as_ad",
+    "to_python", "unparse", "unparse_value", "DEFAULT_REQUIREMENTS", "DEFAULT_RANK",
+]

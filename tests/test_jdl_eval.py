@@ -1,0 +1,142 @@
+"""ClassAd evaluation: three-valued logic, operators, functions, matching against CE ads."""
+import pytest
+
+from jdl import (ERROR, UNDEFINED, MappingAd, evaluate, matches, parse_ad, parse_expr,
+                 parse_jdl, rank_value)
+
+
+def ev(text, ad=None, other=None):
+    return evaluate(parse_expr(text), ad, other)
+
+
+CE = {
+    "GlueCEUniqueID": "ce1.example.org:8443/cream-pbs-long",
+    "GlueCEStateStatus": "Production",
+    "GlueCEInfoTotalCPUs": 8,
+    "GlueCEInfoLRMSType": "pbs",
+    "GlueCEStateEstimatedResponseTime": 120,
+    "GlueCEStateWaitingJobs": 3,
+    "GlueHostApplicationSoftwareRunTimeEnvironment": ["MPICH", "VO-dteam-sw"],
+    "GlueCEPolicyMaxWallClockTime": 2880.5,
+}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("false && undefined", False), ("undefined && false", False),
+    ("true || undefined", True), ("undefined || true", True),
+    ("true && error", ERROR), ("error || true", ERROR), ("true || error", True),
+    ("!undefined", UNDEFINED), ("1 && true", True), ("0 || 0.0", False),
+    ('"a" && true', ERROR), ("undefined ? 1 : 2", UNDEFINED), ("0.0 ? 1 : 2", 2),
+])
+def test_three_valued_logic(text, expected):
+    assert ev(text) is expected or ev(text) == expected and type(ev(text)) is type(expected)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("undefined == 1", UNDEFINED), ("error == undefined", ERROR), ("undefined + error", ERROR),
+    ('"abc" == "ABC"', True), ('"abc" =?= "ABC"', False), ('"abc" is "abc"', True),
+    ('"a" < "B"', True), ("1 == 1.0", True), ("1 =?= 1.0", False), ("true == 1", True),
+    ("undefined =?= undefined", True), ("undefined isnt 1", True), ('"1" == 1', ERROR),
+    ("7 / 2", 3), ("-7 / 2", -3), ("-7 % 3", -1), ("7.0 / 2", 3.5), ("1 / 0", ERROR),
+    ("1.0 / 0", ERROR), ("5 % 0", ERROR), ("5.5 % 2", ERROR), ("true + 1", 2),
+    ("9223372036854775807 + 1", -9223372036854775808), ("-true", ERROR),
+    ("1 << 3", 8), ("-5 >> 1", -3), ("6 & 3", 2), ("6 | 3", 7), ("6 ^ 3", 5), ("~0", -1),
+    ("1 + 2 * 3 - 4", 3), ("(1 + 2) * 3", 9), ("2 < 3 == true", True),
+    ("{1, 2, 3}[1]", 2), ("{1, 2}[2]", ERROR), ('[a = 1; b = a + 1].b', 2),
+    ('[a = 1]["A"]', 1), ("undefined ?: 5", 5), ("3 ?: 5", 3),
+])
+def test_operators(text, expected):
+    v = ev(text)
+    assert v is expected or (v == expected and type(v) is type(expected))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('member("mpich", {"MPICH", "x"})', True), ('member(3, {1, 2})', False),
+    ("member(1, undefined)", UNDEFINED), ("member(1, 2)", ERROR),
+    ('identicalMember("mpich", {"MPICH"})', False), ('Member("MPICH", {"MPICH"})', True),
+    ('regexp("pbs", "PBSPro")', False), ('regexp("pbs", "PBSPro", "i")', True),
+    ('RegExp("^lcg-", "lcg-pbs")', True), ('regexp("(", "x")', ERROR),
+    ('regexp("a", undefined)', UNDEFINED),
+    ('isUndefined(nope)', True), ("isError(1/0)", True), ('isString("x")', True),
+    ("isInteger(1.0)", False), ("isReal(1.0)", True), ("isList({})", True),
+    ('strcat("a", 1, "b")', "a1b"), ('substr("abcdef", 2, 2)', "cd"), ('substr("abc", -1)', "c"),
+    ('toUpper("aB")', "AB"), ('toLower("aB")', "ab"), ('size("abc")', 3), ("size({1,2})", 2),
+    ("int(3.9)", 3), ('int("12")', 12), ("real(2)", 2.0), ("string(3)", "3"),
+    ("floor(2.5)", 2), ("ceiling(2.1)", 3), ("round(2.5)", 2), ("pow(2, 10)", 1024),
+    ("ifThenElse(true, 1, 1/0)", 1), ("ifThenElse(undefined, 1, 2)", UNDEFINED),
+    ('anyCompare("<", {1, 2, 3}, 2)', True), ('allCompare(">", {3, 4}, 2)', True),
+    ('stringListMember("b", "a, b,c")', True), ("nosuchfunction(1)", ERROR),
+])
+def test_functions(text, expected):
+    v = ev(text)
+    assert v is expected or (v == expected and type(v) is type(expected))
+
+
+def test_undefined_reference_and_scopes():
+    job = parse_jdl('Executable = "x"; CpuNumber = 4; '
+                    "Requirements = other.GlueCEInfoTotalCPUs >= CpuNumber && other.Missing =?= undefined;")
+    assert matches(job, CE)
+    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2})
+
+
+def test_requirements_default_and_rank_default():
+    job = parse_jdl('Executable = "x";')
+    assert matches(job, CE)
+    assert not matches(job, {**CE, "GlueCEStateStatus": "Draining"})
+    assert not matches(job, {"GlueCEUniqueID": "x"})  # undefined -> no match
+    assert rank_value(job, CE) == -120.0
+    assert rank_value(job, {"GlueCEUniqueID": "x"}) is None
+
+
+def test_mpi_file_against_ces():
+    with open("/work/shared/data/jdl/02_mpi_member_totalcpus.jdl") as f:
+        job = parse_jdl(f.read())
+    assert matches(job, CE)
+    assert matches(job, {**CE, "GlueCEInfoLRMSType": "torque"})
+    assert not matches(job, {**CE, "GlueCEInfoLRMSType": "lsf"})
+    assert not matches(job, {**CE, "GlueHostApplicationSoftwareRunTimeEnvironment": ["LAM"]})
+    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2})
+
+
+def test_case_insensitive_ad_lookup_and_prebuilt_ad():
+    job = parse_jdl('Executable = "x"; Requirements = other.gluecestatestatus == "production"; '
+                    "Rank = other.GLUECEINFOTOTALCPUS * 2;")
+    ad = MappingAd(CE)
+    assert matches(job, ad) and matches(job, CE)
+    assert rank_value(job, ad) == 16.0
+
+
+def test_only_boolean_true_matches_and_rank_types():
+    assert not matches(parse_jdl('Executable = "x"; Requirements = 1;'), CE)
+    assert not matches(parse_jdl('Executable = "x"; Requirements = 1/0;'), CE)
+    assert matches(parse_jdl('Executable = "x"; Requirements = true;'), CE)
+    assert rank_value(parse_jdl('Executable = "x"; Rank = "high";'), CE) is None
+    assert rank_value(parse_jdl('Executable = "x"; Rank = other.GlueCEPolicyMaxWallClockTime;'),
+                      CE) == 2880.5
+
+
+def test_ce_ad_given_as_classad_sees_the_job():
+    ce = parse_ad('[ GlueCEStateStatus = "Production"; '
+                  'Requirements = other.VirtualOrganisation == "dteam"; Free = 10 - 3 ]')
+    job = parse_jdl('Executable = "x"; VirtualOrganisation = "dteam"; '
+                    "Requirements = other.Requirements && other.Free > 5;")
+    assert matches(job, ce)
+    job2 = parse_jdl('Executable = "x"; VirtualOrganisation = "atlas"; '
+                     "Requirements = other.Requirements;")
+    assert not matches(job2, ce)
+
+
+def test_circular_definitions_are_error_not_crash():
+    job = parse_jdl('Executable = "x"; a = b; b = a; Requirements = a;')
+    assert job.value("a") is ERROR
+    assert not matches(job, CE)
+
+
+def test_gang_matching_functions():
+    ce = {**CE, "storage": {"CloseSEs": [{"name": "se1", "free": 10}, {"name": "se2", "free": 900}]}}
+    job = parse_jdl('Executable = "x"; Requirements = anyMatch(other.storage.CloseSEs, free > 500);'
+                    'Rank = whichMatch(other.storage.CloseSEs, free > 500).free;')
+    assert matches(job, ce)
+    assert rank_value(job, ce) == 900.0
+    job2 = parse_jdl('Executable = "x"; Requirements = allMatch(other.storage.CloseSEs, free > 500);')
+    assert not matches(job2, ce)

@@ -1,0 +1,108 @@
+"""Hypothesis properties of the jdl parser and printer."""
+import string
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jdl import JDLError, JDLSyntaxError, parse_classad, parse_expr, parse_jdl, unparse
+from jdl import nodes as n
+from jdl.printer import quote, record_text
+
+NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda s: s.lower() not in {"true", "false", "undefined", "error", "is", "isnt"})
+BINOPS = ["+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "=?=", "=!=", "is", "isnt",
+          "&&", "||", "&", "|", "^", "<<", ">>", ">>>"]
+
+literals = st.one_of(
+    st.integers(0, 2**63 - 1).map(n.Literal),
+    st.floats(0, 1e300, allow_nan=False, allow_infinity=False).map(n.Literal),
+    st.text(max_size=12).map(n.Literal),
+    st.booleans().map(n.Literal),
+)
+attrs = st.one_of(NAMES.map(n.AttrRef), NAMES.map(lambda s: n.Select(n.AttrRef("other"), s)))
+
+
+def _extend(children):
+    return st.one_of(
+        st.tuples(st.sampled_from(BINOPS), children, children).map(lambda t: n.Binary(*t)),
+        st.tuples(st.sampled_from(["-", "+", "!", "~"]), children).map(lambda t: n.Unary(*t)),
+        st.tuples(children, children, children).map(lambda t: n.Conditional(*t)),
+        st.tuples(NAMES, st.lists(children, max_size=3)).map(lambda t: n.Call(t[0], tuple(t[1]))),
+        st.lists(children, max_size=3).map(lambda xs: n.ListExpr(tuple(xs))),
+        st.tuples(children, children).map(lambda t: n.Subscript(*t)),
+        st.tuples(children, NAMES).map(lambda t: n.Select(*t)),
+        st.lists(st.tuples(NAMES, children), max_size=3).map(
+            lambda xs: n.RecordExpr(tuple(n.AttrDef(k, v) for k, v in xs))),
+    )
+
+
+exprs = st.recursive(st.one_of(literals, attrs), _extend, max_leaves=25)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(exprs)
+def test_printed_expression_parses_back_equal(node):
+    text = unparse(node)
+    assert parse_expr(text) == node, text
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(NAMES, exprs), min_size=1, max_size=6), st.booleans())
+def test_printed_record_parses_back_equal(pairs, brackets):
+    rec = n.RecordExpr(tuple(n.AttrDef(k, v) for k, v in pairs))
+    text = record_text(rec, indent=2)
+    if not brackets:
+        text = text[1:-1]
+    assert parse_classad(text) == rec
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=12))
+def test_string_literals_round_trip(s):
+    assert parse_expr(quote(s)).value == s
+
+
+JDL_ALPHABET = string.ascii_letters + string.digits + ' \t\n;=[]{}()"\'.,+-*/%<>!&|?:#_\\'
+
+
+@settings(max_examples=1000)
+@given(st.text(alphabet=JDL_ALPHABET, max_size=80))
+def test_random_text_fails_only_with_located_jdl_errors(text):
+    try:
+        parse_jdl(text, "r.jdl")
+    except JDLError as e:
+        lines = text.split("\n")
+        for p in e.problems:
+            assert p.filename == "r.jdl"
+            assert 1 <= p.line <= len(lines) + 1
+            assert p.column >= 1
+        if isinstance(e, JDLSyntaxError):
+            assert str(e).startswith(f"r.jdl:{e.line}:{e.column}: ")
+
+
+VALID = ('[\n  Executable = "/bin/ls";\n  Arguments = "-l";\n  StdOutput = "o";\n'
+         '  OutputSandbox = {"o", "e"};\n  Requirements = other.GlueCEInfoTotalCPUs >= 2 && '
+         'member("X", other.Tags);\n  Rank = -other.GlueCEStateEstimatedResponseTime;\n]\n')
+
+
+@settings(max_examples=1000)
+@given(st.data())
+def test_mutated_valid_jdl_never_crashes(data):
+    text = VALID
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(text)))
+        op = data.draw(st.sampled_from(["insert", "delete", "replace"]))
+        ch = data.draw(st.sampled_from(JDL_ALPHABET))
+        if op == "insert":
+            text = text[:i] + ch + text[i:]
+        elif op == "delete":
+            text = text[:i] + text[i + 1:]
+        else:
+            text = text[:i] + ch + text[i + 1:]
+    try:
+        job = parse_jdl(text, "m.jdl")
+    except JDLError as e:
+        assert e.problems and all(p.line >= 1 and p.column >= 1 for p in e.problems)
+    else:
+        job.requirements.evaluate({"GlueCEInfoTotalCPUs": 4, "Tags": ["X"]})
+        job.rank.evaluate({})
