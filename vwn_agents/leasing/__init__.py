@@ -1,0 +1,22 @@
+"""The vgrid lease engine: advance reservations, best-effort and immediate leases, backfilling,
+suspend/resume, and image staging and reuse (seed 000 Sections 5, 6 and 8; seed 001).
+
+Layers (Haizea's): ``scheduler`` (orchestration) -> ``besteffort``/``ar`` (temporal
+placement) -> ``mapper`` (spatial placement) -> ``staging``/``imagepool`` (preparation) ->
+``slottable`` (bookkeeping) -> ``enactment`` (simulated or node agents) -> ``traces``
+(input) -> ``preemption`` (policy) -> ``accounting`` (measurement). See docs/leasing.md.
+"""
+from .config import ConfigError, LeaseConfig, load_config
+from .enactment import NodeAgentEnactment, OverCommitError, SimulatedNodes
+from .model import Lease, LeaseState, LeaseType, Node, resource_vector
+from .scheduler import LeaseScheduler
+from .simulate import SimulationResult, simulate
+from .slottable import Reservation, ResKind, SlotTable
+from .traces import TraceError, Workload, read_site, read_trace, uniform_site
+
+__all__ = [
+    "ConfigError", "LeaseConfig", "load_config", "NodeAgentEnactment", "OverCommitError", "SimulatedNodes",
+    "Lease", "LeaseState", "LeaseType", "Node", "resource_vector", "LeaseScheduler", "SimulationResult",
+    "simulate", "Reservation", "ResKind", "SlotTable", "TraceError", "Workload", "read_site", "read_trace",
+    "uniform_site",
+]

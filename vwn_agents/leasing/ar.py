@@ -1,0 +1,111 @@
+"""Advance reservations: seed 000 Algorithm 1 with preemption of best-effort leases.
+
+All VMs start together at the requested start t_s and run until t_e = t_s + duration.
+Candidate nodes have room for at least one VM over [t_s, t_e); they are ordered by image reuse
+(the image is in the node's pool or already scheduled to arrive by t_s), then by how many VMs
+they can host, and the VMs are packed onto them. If they do not fit and the preemption policy
+allows it, best-effort leases holding resources in [t_s, t_e) are preempted one at a time in
+policy order: a lease that has not started is unscheduled and requeued; a running one is
+suspended so that its suspension ends by t_s (or, with ``suspension = none``, cancelled at t_s
+and requeued). Finally every needed image must be transferable by t_s (``Staging.stage_ar``,
+EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
+"""
+from __future__ import annotations
+
+from .mapper import vm_use
+from .model import LeaseState
+from .preemption import can_suspend, suspend_reservations, suspend_time
+from .slottable import Reservation, ResKind, ResState
+
+
+def schedule_ar(sched, lease, now: float) -> bool:
+    """Accept (reservations committed, state SCHEDULED) or reject (state REJECTED) an AR."""
+    st, cfg = sched.st, sched.cfg
+    t_s = lease.requested_start_s
+    t_e = t_s + lease.duration_s
+    if t_s < now:
+        return _reject(sched, lease, f"requested start {t_s:g} s is in the past (now {now:g} s)")
+    tx = st.begin()
+    score = sched.host_score(lease, t_s)
+    mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
+    requeue: list = []
+    if mapping is None and cfg.policy_preemption != "no-preemption":
+        mapping = _with_preemption(sched, lease, t_s, t_e, now, score, requeue)
+    if mapping is None:
+        st.rollback(tx)
+        return _reject(sched, lease, "not enough resources over the requested interval")
+    if not sched.staging.stage_ar(lease, mapping, t_s, t_e, now):
+        st.rollback(tx)
+        return _reject(sched, lease, "image transfers cannot complete by the requested start")
+    st.add(Reservation(ResKind.VM, lease, t_s, t_e, use=vm_use(mapping, lease.per_vm), mapping=mapping))
+    st.set(lease, "mapping", mapping)
+    st.set(lease, "state", LeaseState.SCHEDULED)
+    st.commit(tx)
+    for other in requeue:
+        sched.requeue(other)
+    return True
+
+
+def _reject(sched, lease, reason: str) -> bool:
+    lease.state = LeaseState.REJECTED
+    lease.reject_reason = reason
+    return False
+
+
+def _candidates(sched, t_s: float, t_e: float, now: float):
+    """Preemptible best-effort leases holding resources in [t_s, t_e), in policy order."""
+    found = {}
+    for res in sched.st.reservations():
+        lease = res.lease
+        if lease is None or not lease.is_be or not lease.preemptible or not res.use:
+            continue
+        if res.start < t_e and res.end > t_s:
+            found[lease.id] = lease
+    scored = []
+    for lease in found.values():
+        vm = sched.vm_reservation(lease)
+        if vm is not None:
+            scored.append((sched.policy.score(lease, vm, now), lease.id, lease))
+    scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return [x[2] for x in scored]
+
+
+def _with_preemption(sched, lease, t_s, t_e, now, score, requeue):
+    for victim in _candidates(sched, t_s, t_e, now):
+        if preempt(sched, victim, t_s, now, requeue):
+            mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
+            if mapping is not None:
+                return mapping
+    return None
+
+
+def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
+    """Free ``lease``'s resources from time ``t`` on (inside the caller's transaction)."""
+    st, cfg = sched.st, sched.cfg
+    resv = [r for r in st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
+    vm = sched.vm_reservation(lease)
+    if vm is None:
+        return False
+    if all(r.state is ResState.SCHEDULED for r in resv):
+        sched.unschedule(lease, now)
+        requeue.append(lease)
+        return True
+    if vm.state is not ResState.ACTIVE:
+        return False  # resuming or migrating right now
+    later = [r for r in resv if r is not vm and r.state is ResState.SCHEDULED]
+    if can_suspend(lease, cfg) and sched.enactment_supports_suspend:
+        new_end = t - suspend_time(lease, vm.mapping, cfg)
+        if new_end < now or new_end <= vm.start:
+            return False
+        for r in later:
+            st.remove(r)
+        st.move(vm, vm.start, new_end)
+        for r in suspend_reservations(lease, vm.mapping, new_end, cfg):
+            st.add(r)
+        return True
+    # cancel-and-requeue: the lease runs until t, then is killed and queued again from scratch
+    for r in later:
+        st.remove(r)
+    st.move(vm, vm.start, max(t, now))
+    st.set(lease, "cancel_at_end", True)
+    return True

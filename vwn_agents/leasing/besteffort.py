@@ -1,0 +1,134 @@
+"""Temporal placement of best-effort and immediate leases (FCFS queue with backfilling).
+
+``place_besteffort`` finds the earliest start for a queued lease (Haizea's "schedule ASAP"):
+with its image staged (FIFO transfers, reuse, piggybacking), resumed (and migrated) if it was
+suspended, and -- if the lease may be suspended -- possibly for less than its remaining time, in
+which case a suspension is scheduled at the end of the slot (seed 000 Figure 6.1, bottom), but
+only if it runs for at least the scheduling threshold. ``allow_future`` says whether the lease
+may take a *future* reservation (backfilling: aggressive = at most one such lease,
+conservative = all); without it only "now" (and the nodes' staging-ready times) is tried.
+"""
+from __future__ import annotations
+
+from .mapper import vm_use
+from .model import LeaseState, MEM
+from .preemption import (can_suspend, migration_time, op_time, resume_reservations, suspend_reservations,
+                         suspend_time, resume_time)
+from .slottable import INF, Reservation, ResKind
+
+
+def _estimates(sched, lease, resuming: bool):
+    """Upper bounds (s) of resume, suspend and migration overheads before a mapping is known
+    (Haizea's estimate: number of VMs x one VM's time)."""
+    cfg = sched.cfg
+    n = lease.n_vms
+    r_est = op_time(lease.per_vm[MEM], cfg.resume_rate) * n if resuming else 0.0
+    s_est = op_time(lease.per_vm[MEM], cfg.suspend_rate) * n
+    m_est = 0.0
+    if resuming and cfg.migration == "yes":
+        m_est = n * (lease.per_vm[MEM] + lease.image_mb) / cfg.link_bandwidth_mbs("be")
+    return r_est, s_est, m_est
+
+
+def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bool = False) -> bool:
+    """Schedule ``lease`` (queued best-effort, or immediate) in the slot table; False if it
+    cannot start now (and may not take a future reservation). See module doc."""
+    cfg = sched.cfg
+    resuming = lease.state is LeaseState.SUSPENDED
+    remaining = lease.remaining_s
+    suspendable = (not immediate) and can_suspend(lease, cfg)
+    r_est, s_est, m_est = _estimates(sched, lease, resuming)
+    min_dur = None
+    if suspendable:
+        thr = (s_est + r_est) * (1.0 + cfg.scheduling_threshold_factor)
+        min_dur = max(thr, s_est + r_est + 1.0)
+    need, n = lease.per_vm, lease.n_vms
+    base = r_est + remaining
+    ready = None if resuming else sched.staging.be_ready(lease, now, len(sched.nodes))
+    if ready is None and not resuming:
+        # Fast rejection: not enough VM slots free from now for the shortest acceptable slot.
+        if not allow_future and sched.mapper.count_now(need, now, base if min_dur is None else min(base, min_dur)) < n:
+            return False
+    score = sched.host_score(lease)
+    found = None
+    if resuming:
+        prev = tuple(sorted(set(lease.mapping)))
+        found = sched.mapper.earliest(need, n, base, now, min_dur, None, prev, allow_future, score)
+        if cfg.migration != "no":
+            extra = m_est
+            other = sched.mapper.earliest(need, n, base + extra, now, None if min_dur is None else min_dur + extra,
+                                          None, None, allow_future, score)
+            if other is not None and (found is None or other[0] < found[0]):
+                found = other
+    else:
+        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    for _attempt in range(4):
+        if found is None:
+            return False
+        s, e, mapping = found
+        tx = sched.st.begin()
+        ok, retry_at = _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining)
+        if ok:
+            sched.st.commit(tx)
+            in_future = s > now and (ready is None or s > max(ready[m] for m in mapping))
+            if in_future:
+                sched.st.set(sched, "future", sched.future | {lease.id})
+            return True
+        sched.st.rollback(tx)
+        if retry_at is None or retry_at == INF:
+            return False
+        ready = list(ready) if ready is not None else [now] * len(sched.nodes)
+        for m in mapping:
+            ready[m] = max(ready[m], retry_at)
+        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    return False
+
+
+def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
+    """Add the reservations of one placement. Returns (ok, retry_at): retry_at is the time at
+    which the nodes would really be ready when image staging makes ``s`` too early."""
+    cfg, st = sched.cfg, sched.st
+    mig = migration_time(lease, lease.mapping, mapping, cfg) if resuming else 0.0
+    res_t = resume_time(lease, mapping, cfg) if resuming else 0.0
+    vm_start = s + mig + res_t
+    if e >= vm_start + remaining - 1e-9:
+        vm_end, suspend = vm_start + remaining, False
+    else:
+        vm_end, suspend = e - suspend_time(lease, mapping, cfg), True
+        if vm_end <= vm_start:
+            return False, None
+    if not resuming:
+        ready_t = sched.staging.stage_be(lease, mapping, s, vm_end, now)
+        if ready_t > s + 1e-9:
+            return False, ready_t
+    use = vm_use(mapping, lease.per_vm)
+    if mig > 0:
+        st.add(Reservation(ResKind.MIGRATE, lease, s, s + mig, use=dict(use), mapping=mapping))
+    if resuming and res_t > 0:
+        for r in resume_reservations(lease, mapping, s + mig, res_t, cfg):
+            st.add(r)
+    st.add(Reservation(ResKind.VM, lease, vm_start, vm_end, use=use, mapping=mapping))
+    if suspend:
+        for r in suspend_reservations(lease, mapping, vm_end, cfg):
+            st.add(r)
+    st.set(lease, "mapping", mapping)
+    st.set(lease, "state", LeaseState.SCHEDULED)
+    return True, None
+
+
+def schedule_queue(sched, now: float) -> None:
+    """One pass over the FCFS queue (Haizea's queue processing with backfilling)."""
+    cfg = sched.cfg
+    max_future = cfg.max_future_reservations
+    keep = []
+    blocked = False
+    for lease in sched.queue:
+        if blocked:
+            keep.append(lease)
+            continue
+        allow_future = max_future > 0 and len(sched.future) < max_future
+        if not place_besteffort(sched, lease, now, allow_future):
+            keep.append(lease)
+            if cfg.backfilling == "off":
+                blocked = True
+    sched.queue = keep

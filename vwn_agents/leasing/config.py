@@ -1,0 +1,192 @@
+"""Configuration of the lease engine: one declarative schema for defaults, validation and docs.
+
+Option names are Haizea 1.1's where Haizea has the option (sections ``[scheduling]``,
+``[deploy-imagetransfer]``, ``[simulation]``, ``[general]``); options Haizea lacks are marked
+"vgrid" in their documentation. Files are TOML (``load_config(path)``); a flat mapping of option
+names works too (``LeaseConfig.from_mapping``). ``docs/leasing.md`` lists every option; it is
+generated from ``OPTIONS`` by ``options_markdown()``.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A bad option: the message names the file, section and option."""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    section: str
+    type: type
+    default: object
+    doc: str
+    choices: tuple = ()
+    minimum: float | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("lease-preparation", "general", str, "unmanaged",
+           "How images reach nodes: `unmanaged` (predeployed, no transfers) or `imagetransfer` "
+           "(scheduled transfers from the image repository, seed 000 Section 6.2).",
+           ("unmanaged", "imagetransfer")),
+    Option("backfilling", "scheduling", str, "aggressive",
+           "Best-effort backfilling: `off` (strict FCFS), `aggressive` (one future reservation), "
+           "`conservative` (every queued lease gets one) or `intermediate` (see "
+           "`backfilling-reservations`).", ("off", "aggressive", "conservative", "intermediate")),
+    Option("backfilling-reservations", "scheduling", int, 1,
+           "Number of future reservations with `backfilling = intermediate`.", minimum=1),
+    Option("besteffort-mode", "scheduling", str, "parallel",
+           "vgrid: `parallel` (all VMs of a lease start together, as Haizea) or `serial` (each VM "
+           "is scheduled on its own, as seeds 000/001).", ("parallel", "serial")),
+    Option("suspension", "scheduling", str, "all",
+           "Which best-effort leases may be suspended: `none` (preempted leases are cancelled "
+           "and requeued), `serial-only` (one-VM leases) or `all`.", ("none", "serial-only", "all")),
+    Option("suspend-rate", "scheduling", float, 32.0,
+           "MB of VM memory suspended per second; a VM takes ceil(memory / rate) s.", minimum=1e-9),
+    Option("resume-rate", "scheduling", float, 32.0,
+           "MB of VM memory resumed per second; a VM takes ceil(memory / rate) s.", minimum=1e-9),
+    Option("suspendresume-exclusion", "scheduling", str, "local",
+           "`local`: one VM at a time per node is suspended/resumed; `global`: one VM at a time "
+           "on the whole site (shared storage).", ("local", "global")),
+    Option("scheduling-threshold-factor", "scheduling", float, 1.0,
+           "A lease that will be suspended is only started if it can run for at least "
+           "(suspend [+ resume] time) x (1 + factor).", minimum=0.0),
+    Option("migration", "scheduling", str, "yes",
+           "Resuming a suspended lease on other nodes: `no`, `yes` (transfer memory and disk "
+           "image), `yes-notransfer` (no transfer time).", ("no", "yes", "yes-notransfer")),
+    Option("policy-preemption", "scheduling", str, "ar-preempts-everything",
+           "`ar-preempts-everything` (ARs may suspend best-effort leases; most recently started "
+           "first) or `no-preemption`.", ("ar-preempts-everything", "no-preemption")),
+    Option("policy-host-selection", "scheduling", str, "greedy",
+           "`greedy`: prefer nodes with the image (reuse), then nodes hosting more VMs.", ("greedy",)),
+    Option("transfer-mechanism", "deploy-imagetransfer", str, "unicast",
+           "`unicast` (one transfer per node) or `multicast` (one transfer per image for all "
+           "nodes of a lease).", ("unicast", "multicast")),
+    Option("ar-transfer-strategy", "deploy-imagetransfer", str, "edf-jit",
+           "vgrid: AR image staging: `edf` (seed 000 Algorithm 2), `edf-jit` (Algorithm 3), or the "
+           "naive `job-style`, `jit`, `aggressive` of seed 000 Section 8.1 (no admission test).",
+           ("edf", "edf-jit", "job-style", "jit", "aggressive")),
+    Option("avoid-redundant-transfers", "deploy-imagetransfer", bool, True,
+           "Piggyback on scheduled transfers of the same image to the same node (seed 000 6.3.1)."),
+    Option("diskimage-reuse", "deploy-imagetransfer", str, "image-caches",
+           "`none` (every lease gets its own transfer, deleted at its end) or `image-caches` "
+           "(per-node image pools, seed 000 Algorithm 4).", ("none", "image-caches")),
+    Option("diskimage-cache-size", "deploy-imagetransfer", float, 0.0,
+           "Image pool size per node in MB; 0 = unlimited. Unused images are evicted (least "
+           "recently used first) to make room.", minimum=0.0),
+    Option("diskimage-cache-expire", "deploy-imagetransfer", bool, False,
+           "vgrid: remove an image from the pool at its expiration time (strict Algorithm 4) "
+           "instead of keeping it until evicted."),
+    Option("diskimage-copy", "deploy-imagetransfer", str, "cow",
+           "vgrid: VMs use the pool image by copy-on-write (`cow`) or through a full local copy "
+           "(`copy`, takes image size / `diskimage-copy-rate` s before the VM starts).", ("cow", "copy")),
+    Option("diskimage-copy-rate", "deploy-imagetransfer", float, 100.0,
+           "vgrid: local copy speed in MB/s for `diskimage-copy = copy`.", minimum=1e-9),
+    Option("imagetransfer-bandwidth", "simulation", float, 100.0,
+           "Bandwidth of the image repository in Mb/s (Haizea's unit: 100 = 12.5 MB/s).", minimum=1e-9),
+    Option("imagetransfer-bandwidth-ar", "simulation", float, 0.0,
+           "vgrid: bandwidth in Mb/s reserved for AR transfers (0 = imagetransfer-bandwidth). "
+           "AR and best-effort transfers use separate links (seed 000's assumption).", minimum=0.0),
+    Option("imagetransfer-bandwidth-be", "simulation", float, 0.0,
+           "vgrid: bandwidth in Mb/s for best-effort transfers (0 = imagetransfer-bandwidth).", minimum=0.0),
+    Option("stop-when", "simulation", str, "all-leases-done",
+           "`all-leases-done` or `besteffort-done` (stop when the queue and all best-effort leases "
+           "are done).", ("all-leases-done", "besteffort-done")),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+class LeaseConfig:
+    """Validated option values; attribute access uses underscores (``cfg.suspend_rate``)."""
+
+    def __init__(self, values: dict | None = None, source: str = "<config>") -> None:
+        self._values = {o.name: o.default for o in OPTIONS}
+        for name, value in (values or {}).items():
+            self._set(name, value, source)
+
+    @classmethod
+    def from_mapping(cls, values: dict, source: str = "<config>") -> "LeaseConfig":
+        return cls(values, source)
+
+    def _set(self, name: str, value, source: str) -> None:
+        opt = _BY_NAME.get(name)
+        if opt is None:
+            raise ConfigError(f"{source}: unknown option {name!r}")
+        if opt.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if opt.type is bool and isinstance(value, str):
+            value = {"true": True, "false": False}.get(value.lower(), value)
+        if not isinstance(value, opt.type) or (opt.type is int and isinstance(value, bool)):
+            raise ConfigError(f"{source}: [{opt.section}] {name} must be {opt.type.__name__}, got {value!r}")
+        if opt.choices and value not in opt.choices:
+            raise ConfigError(f"{source}: [{opt.section}] {name} = {value!r}; expected one of {', '.join(opt.choices)}")
+        if opt.minimum is not None and value < opt.minimum:
+            raise ConfigError(f"{source}: [{opt.section}] {name} must be >= {opt.minimum}, got {value!r}")
+        self._values[name] = value
+
+    def with_options(self, **overrides) -> "LeaseConfig":
+        """A copy with some options changed (underscores or dashes in names)."""
+        vals = dict(self._values)
+        new = LeaseConfig()
+        new._values = vals
+        for k, v in overrides.items():
+            new._set(k.replace("_", "-"), v, "<override>")
+        return new
+
+    def get(self, name: str):
+        return self._values[name]
+
+    def __getattr__(self, attr: str):
+        name = attr.replace("_", "-")
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def as_dict(self) -> dict:
+        return dict(self._values)
+
+    @property
+    def max_future_reservations(self) -> float:
+        return {"off": 0, "aggressive": 1, "conservative": float("inf"),
+                "intermediate": self.backfilling_reservations}[self.backfilling]
+
+    def link_bandwidth_mbs(self, link: str) -> float:
+        """Bandwidth of the AR (``"ar"``) or best-effort (``"be"``) link in MB/s."""
+        mbps = self.imagetransfer_bandwidth_ar if link == "ar" else self.imagetransfer_bandwidth_be
+        return (mbps or self.imagetransfer_bandwidth) / 8.0
+
+
+def load_config(path: str | Path) -> LeaseConfig:
+    """Read a TOML file with Haizea-style sections; raises ConfigError naming the file and line."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+    flat = {}
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            flat[section] = body
+            continue
+        for name, value in body.items():
+            opt = _BY_NAME.get(name)
+            if opt is not None and opt.section != section:
+                raise ConfigError(f"{p}: option {name!r} belongs in [{opt.section}], not [{section}]")
+            flat[name] = value
+    return LeaseConfig(flat, str(p))
+
+
+def options_markdown() -> str:
+    """The option table for docs/leasing.md."""
+    lines = ["| section | option | default | meaning |", "|---|---|---|---|"]
+    for o in OPTIONS:
+        lines.append(f"| {o.section} | `{o.name}` | `{o.default}` | {o.doc} |")
+    return "\n".join(lines)

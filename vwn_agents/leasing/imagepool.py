@@ -1,0 +1,175 @@
+"""Per-node image pools (seed 000 Section 6.3, Algorithm 4) and disk usage over time.
+
+Each node keeps image templates; a VM uses a template by copy-on-write or through a full
+local copy. An entry has an expiration ``expire`` = the latest end of the VMs using it: it is
+pinned until then. After expiring an entry stays cached (and reusable) until it is evicted to
+make room for another image (``diskimage-cache-size``), or is removed at once when
+``diskimage-cache-expire`` is set (strict Algorithm 4). Without reuse (``diskimage-reuse =
+none``) every lease gets a private entry that is deleted when the lease ends.
+
+All changes go through the slot table's undo log, so a tentative schedule that is rolled back
+leaves the pools as they were. Disk usage is recorded as ``(time_s, node, delta_mb)`` events
+when images really arrive and leave.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .slottable import Reservation, ResState, SlotTable
+
+
+@dataclass(eq=False)
+class PoolEntry:
+    """An image on (or on its way to) a node.
+
+    ``transfer`` is the reservation bringing it (None once arrived); ``expire`` in seconds;
+    ``users`` the ids of leases pinning it; ``lease_id`` set for private (no-reuse) entries.
+    """
+    image_id: str
+    mb: float
+    transfer: Reservation | None
+    expire: float
+    users: set = field(default_factory=set)
+    lease_id: int | None = None
+    arrived: bool = False
+    last_use: float = 0.0
+
+    def ready_by(self) -> float:
+        """Latest time at which the image is guaranteed on the node (s)."""
+        if self.arrived or self.transfer is None:
+            return -math.inf
+        t = self.transfer
+        # AR transfers may still move (EDF/JIT) but never past their deadline.
+        return t.deadline if t.deadline is not None and t.state is ResState.SCHEDULED else t.end
+
+
+class ImagePools:
+    """The image pools of all nodes of a site (see module doc)."""
+
+    def __init__(self, n_nodes: int, st: SlotTable, reuse: bool = True, capacity_mb: float = 0.0,
+                 remove_on_expire: bool = False) -> None:
+        self.st = st
+        self.reuse = reuse
+        self.capacity_mb = capacity_mb
+        self.remove_on_expire = remove_on_expire
+        self.pools: list[dict] = [dict() for _ in range(n_nodes)]
+        self.disk_events: list[tuple] = []
+
+    # ------------------------------------------------------------ queries
+    def key(self, image_id: str, lease_id: int):
+        return image_id if self.reuse else (image_id, lease_id)
+
+    def usable(self, node: int, image_id: str, lease_id: int, t_start: float) -> PoolEntry | None:
+        """An entry for ``image_id`` on ``node`` guaranteed there by ``t_start`` (reuse or
+        piggybacking on a scheduled transfer whose deadline <= t_start), else None."""
+        e = self.pools[node].get(self.key(image_id, lease_id))
+        if e is None or e.ready_by() > t_start:
+            return None
+        return e
+
+    def arriving(self, node: int, image_id: str, lease_id: int) -> PoolEntry | None:
+        e = self.pools[node].get(self.key(image_id, lease_id))
+        return e if e is not None and not e.arrived else None
+
+    def used_mb(self, node: int) -> float:
+        return sum(e.mb for e in self.pools[node].values())
+
+    # ------------------------------------------------------------ changes (undoable)
+    def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
+        """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
+        st = self.st
+        if lease_id not in entry.users:
+            users = set(entry.users)
+            users.add(lease_id)
+            st.set(entry, "users", users)
+        if t_end > entry.expire:
+            st.set(entry, "expire", t_end)
+
+    def add(self, node: int, image_id: str, mb: float, transfer: Reservation | None, lease_id: int,
+            t_end: float, arrival: float) -> PoolEntry | None:
+        """Algorithm 4, transfer branch: a new entry arriving at ``arrival`` and pinned until
+        ``t_end``. Evicts unpinned images if the pool is full; None if there is no room."""
+        pool = self.pools[node]
+        key = self.key(image_id, lease_id)
+        if self.capacity_mb > 0:
+            need = self.used_mb(node) + mb - self.capacity_mb
+            if need > 0:
+                victims = sorted((e for e in pool.values() if e.arrived and e.expire <= arrival and not
+                                  self._pinned_later(e, arrival)), key=lambda e: (e.last_use, e.expire))
+                freed, chosen = 0.0, []
+                for v in victims:
+                    if freed >= need:
+                        break
+                    chosen.append(v)
+                    freed += v.mb
+                if freed < need:
+                    return None
+                for v in chosen:
+                    self._drop(node, v, arrival)
+        old = pool.get(key)
+        entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id}, None if self.reuse else lease_id,
+                          arrived=transfer is None, last_use=t_end)
+        pool[key] = entry
+        self.st.on_rollback(lambda: self._restore(pool, key, old))
+        return entry
+
+    @staticmethod
+    def _pinned_later(e: PoolEntry, t: float) -> bool:
+        return e.expire > t
+
+    def _drop(self, node: int, entry: PoolEntry, when: float) -> None:
+        pool = self.pools[node]
+        key = self.key(entry.image_id, entry.lease_id if entry.lease_id is not None else 0)
+        if not self.reuse:
+            key = (entry.image_id, entry.lease_id)
+        if pool.get(key) is entry:
+            del pool[key]
+            self.st.on_rollback(lambda: pool.__setitem__(key, entry))
+            if entry.arrived:
+                self.disk_events.append((when, node, -entry.mb))
+
+    @staticmethod
+    def _restore(pool: dict, key, old) -> None:
+        if old is None:
+            pool.pop(key, None)
+        else:
+            pool[key] = old
+
+    def release(self, entry: PoolEntry, lease_id: int, now: float) -> None:
+        """A lease no longer needs ``entry`` (unscheduled or ended)."""
+        if lease_id in entry.users:
+            users = set(entry.users)
+            users.discard(lease_id)
+            self.st.set(entry, "users", users)
+
+    # ------------------------------------------------------------ real events (not undone)
+    def arrived(self, transfer: Reservation, now: float) -> None:
+        """A transfer finished: its image is now on its destination nodes."""
+        for node in transfer.dest:
+            for e in self.pools[node].values():
+                if e.transfer is transfer:
+                    e.arrived = True
+                    e.transfer = None
+                    self.disk_events.append((now, node, e.mb))
+
+    def lease_ended(self, lease_id: int, nodes, now: float) -> None:
+        """Drop private entries of a finished lease and, with strict expiry, expired images."""
+        for node in set(nodes):
+            pool = self.pools[node]
+            for key, e in list(pool.items()):
+                if lease_id in e.users:
+                    e.users = set(e.users) - {lease_id}
+                    e.last_use = now
+                if e.arrived and not e.users and (not self.reuse or (self.remove_on_expire and e.expire <= now)):
+                    del pool[key]
+                    self.disk_events.append((now, node, -e.mb))
+
+    def forget_transfer(self, transfer: Reservation) -> None:
+        """A scheduled transfer was removed: drop the entries it would have brought."""
+        for node in transfer.dest:
+            pool = self.pools[node]
+            for key, e in list(pool.items()):
+                if e.transfer is transfer:
+                    del pool[key]
+                    self.st.on_rollback(lambda p=pool, k=key, v=e: p.__setitem__(k, v))

@@ -1,0 +1,114 @@
+"""Suspension, resumption and migration of best-effort leases, and the preemption policy.
+
+Seed 000 Figure 6.1 (bottom): best-effort VMs are suspended before an advance reservation that
+needs their resources and resumed after it. One VM takes ceil(memory_MB / rate) seconds to
+suspend (``suspend-rate``) or resume (``resume-rate``). With ``suspendresume-exclusion =
+local`` the VMs of one node are handled one after another and nodes work in parallel; with
+``global`` (shared storage) one VM at a time on the whole site. All VMs of a lease stop running
+together when the suspension starts and start together once every VM has resumed, so a
+lease's suspension takes S = the longest per-node (local) or the total (global) time; each
+node's ``SUSPEND``/``RESUME`` reservation holds the VMs' resources while it works.
+
+The preemption policy scores candidate leases (higher = preempt first); the scheduler sorts.
+"""
+from __future__ import annotations
+
+import math
+
+from .config import LeaseConfig
+from .mapper import vm_use
+from .model import MEM, Lease
+from .slottable import Reservation, ResKind
+
+
+def op_time(memory_mb: float, rate_mbs: float) -> float:
+    """Seconds to suspend or resume one VM: ceil(memory / rate)."""
+    return float(math.ceil(memory_mb / rate_mbs)) if memory_mb > 0 else 0.0
+
+
+def per_node_times(lease: Lease, mapping: tuple, rate: float, exclusion: str) -> tuple[dict, float]:
+    """({node: seconds busy}, total seconds S) for suspending/resuming ``lease`` on ``mapping``."""
+    one = op_time(lease.per_vm[MEM], rate)
+    counts: dict = {}
+    for node in mapping:
+        counts[node] = counts.get(node, 0) + 1
+    if exclusion == "global":
+        total = one * len(mapping)
+        return {node: total for node in counts}, total
+    times = {node: one * k for node, k in counts.items()}
+    return times, max(times.values(), default=0.0)
+
+
+def suspend_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    return per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
+
+
+def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    return per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)[1]
+
+
+def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
+    """Whether a best-effort lease may be suspended under ``suspension``."""
+    if not lease.preemptible or not lease.is_be:
+        return False
+    if cfg.suspension == "all":
+        return True
+    return cfg.suspension == "serial-only" and lease.n_vms == 1
+
+
+def scheduling_threshold(lease: Lease, mapping: tuple, cfg: LeaseConfig, resuming: bool) -> float:
+    """Minimum time a lease that will be suspended must hold its nodes: the suspend (+ resume)
+    overhead times (1 + scheduling-threshold-factor) -- Haizea's scheduling threshold."""
+    safe = suspend_time(lease, mapping, cfg)
+    if resuming:
+        safe += resume_time(lease, mapping, cfg)
+    return safe * (1.0 + cfg.scheduling_threshold_factor)
+
+
+def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> float:
+    """Seconds to move a suspended lease's state from ``old`` to ``new`` nodes: memory plus disk
+    image of every VM that changes node, over the best-effort link (``migration = yes``)."""
+    if cfg.migration != "yes" or sorted(old) == sorted(new):
+        return 0.0
+    moved = sum(1 for a, b in zip(sorted(old), sorted(new)) if a != b)
+    mb = moved * (lease.per_vm[MEM] + lease.image_mb)
+    return mb / cfg.link_bandwidth_mbs("be")
+
+
+def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig) -> list[Reservation]:
+    """SUSPEND reservations for a suspension starting at ``start`` (one per node)."""
+    times, _ = per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)
+    use = vm_use(mapping, lease.per_vm)
+    return [Reservation(ResKind.SUSPEND, lease, start, start + times[n], use={n: use[n]}, mapping=mapping)
+            for n in sorted(times)]
+
+
+def resume_reservations(lease: Lease, mapping: tuple, start: float, total: float,
+                        cfg: LeaseConfig) -> list[Reservation]:
+    """RESUME reservations for a resumption that must end by ``start + total``."""
+    times, _ = per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)
+    use = vm_use(mapping, lease.per_vm)
+    end = start + total
+    return [Reservation(ResKind.RESUME, lease, end - times[n], end, use={n: use[n]}, mapping=mapping)
+            for n in sorted(times)]
+
+
+class PreemptionPolicy:
+    """``ar-preempts-everything``: any preemptible best-effort lease may be preempted by an AR.
+
+    ``score(lease, vm_res, now)``: leases that have not started yet score highest (nothing is
+    lost by unscheduling them), then the most recently started (least progress at stake).
+    """
+
+    name = "ar-preempts-everything"
+
+    def score(self, lease: Lease, vm_res: Reservation, now: float) -> tuple:
+        started = vm_res.start <= now
+        return (0 if started else 1, vm_res.start)
+
+
+class NoPreemption(PreemptionPolicy):
+    name = "no-preemption"
+
+
+POLICIES = {"ar-preempts-everything": PreemptionPolicy, "no-preemption": NoPreemption}

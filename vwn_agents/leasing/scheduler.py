@@ -1,0 +1,287 @@
+"""Orchestration: the lease scheduler (one code path for simulated and live time).
+
+``LeaseScheduler(nodes, config, clock, enactment)`` accepts leases (``submit``), keeps the
+best-effort FCFS queue, and turns reservation starts and ends in the slot table into
+enactment calls (``process(now)``). A simulator advances a ``SimulatedClock`` to
+``next_event_time()``; a live service calls ``process(clock.now())`` periodically (the CE agent
+adapter in ``vwn_agents.leasing.live``). Handlers are registered per reservation type.
+
+Life cycle: AR -> SCHEDULED or REJECTED at submission (``ar.schedule_ar``); IMMEDIATE ->
+SCHEDULED now or REJECTED; BEST_EFFORT -> QUEUED -> SCHEDULED -> ACTIVE [-> SUSPENDING ->
+SUSPENDED -> QUEUED ...] -> DONE. A lease that ends before its reservation (premature end)
+frees its reservations, and best-effort leases that had not started are rescheduled so they can
+move earlier.
+"""
+from __future__ import annotations
+
+import bisect
+
+from .ar import schedule_ar
+from .besteffort import place_besteffort, schedule_queue
+from .config import LeaseConfig
+from .imagepool import ImagePools
+from .mapper import Mapper
+from .model import Lease, LeaseState, LeaseType, Node, Segment, vms_in
+from .preemption import POLICIES
+from .slottable import INF, Reservation, ResKind, ResState, SlotTable
+from .staging import Staging
+
+EPS = 1e-6
+
+
+class LeaseScheduler:
+    """The site lease scheduler (see module doc). ``leases`` maps id -> Lease."""
+
+    def __init__(self, nodes: list[Node], config: LeaseConfig, clock, enactment) -> None:
+        self.nodes = nodes
+        self.cfg = config
+        self.clock = clock
+        self.enactment = enactment
+        self.st = SlotTable(nodes)
+        self.mapper = Mapper(self.st)
+        self.pools = ImagePools(len(nodes), self.st, reuse=config.diskimage_reuse == "image-caches",
+                                capacity_mb=config.diskimage_cache_size,
+                                remove_on_expire=config.diskimage_cache_expire)
+        self.staging = Staging(self.st, self.pools, config)
+        self.policy = POLICIES[config.policy_preemption]()
+        self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
+        self.queue: list[Lease] = []
+        self.leases: dict[int, Lease] = {}
+        self.future: frozenset = frozenset()
+        self._dirty = False
+        self._handlers = {
+            ResKind.TRANSFER: (self._start_transfer, self._end_transfer),
+            ResKind.MIGRATE: (self._noop, self._noop),
+            ResKind.RESUME: (self._start_resume, self._noop),
+            ResKind.VM: (self._start_vm, self._end_vm),
+            ResKind.SUSPEND: (self._start_suspend, self._end_suspend),
+        }
+
+    # ------------------------------------------------------------ requests
+    def submit(self, lease: Lease) -> Lease:
+        """Accept a lease request at ``clock.now()``. ARs and immediate leases are decided at
+        once (state SCHEDULED or REJECTED); best-effort leases are queued. Returns the lease."""
+        now = self.clock.now()
+        if lease.id in self.leases:
+            raise ValueError(f"lease {lease.id} was already submitted")
+        self.leases[lease.id] = lease
+        if any(vms_in(node.capacity, lease.per_vm) > 0 for node in self.nodes) is False:
+            lease.state = LeaseState.REJECTED
+            lease.reject_reason = "no node can ever host one of its VMs"
+            return lease
+        if lease.type is LeaseType.ADVANCE_RESERVATION:
+            schedule_ar(self, lease, now)
+        elif lease.type is LeaseType.IMMEDIATE:
+            if not place_besteffort(self, lease, now, allow_future=False, immediate=True):
+                lease.state = LeaseState.REJECTED
+                lease.reject_reason = "cannot start now"
+        else:
+            lease.state = LeaseState.QUEUED
+            self.requeue(lease)
+        return lease
+
+    def cancel(self, lease_id: int) -> Lease:
+        """Cancel a lease: stop its VMs, drop its reservations. KeyError if unknown."""
+        lease = self.leases[lease_id]
+        now = self.clock.now()
+        if lease.done:
+            return lease
+        if lease.state in (LeaseState.ACTIVE, LeaseState.SUSPENDING):
+            self._close_running(lease, now)
+            self.enactment.stop_vms(lease, now)
+        self.unschedule(lease, now)
+        if lease in self.queue:
+            self.queue.remove(lease)
+        lease.state = LeaseState.CANCELLED
+        lease.end_s = now
+        self._dirty = True
+        return lease
+
+    def requeue(self, lease: Lease) -> None:
+        """Put a best-effort lease back in the FCFS queue (ordered by submission)."""
+        if lease.state not in (LeaseState.SUSPENDED,):
+            lease.state = LeaseState.QUEUED
+        keys = [(l.submit_s, l.id) for l in self.queue]
+        self.queue.insert(bisect.bisect(keys, (lease.submit_s, lease.id)), lease)
+        self._dirty = True
+
+    # ------------------------------------------------------------ helpers used by policies
+    def host_score(self, lease: Lease, t_start: float = INF):
+        """Greedy host selection score: (image reusable on the node, VMs hostable)."""
+        if not self.staging.enabled:
+            return None
+        pools = self.pools
+
+        def score(node: int, k: int) -> tuple:
+            return (1 if pools.usable(node, lease.image_id, lease.id, t_start) is not None else 0, k)
+        return score
+
+    def vm_reservation(self, lease: Lease) -> Reservation | None:
+        for r in self.st.of_lease(lease):
+            if r.kind is ResKind.VM:
+                return r
+        return None
+
+    def unschedule(self, lease: Lease, now: float) -> None:
+        """Remove a lease's reservations that have not started (and its staging)."""
+        for r in self.st.of_lease(lease):
+            if r.kind is not ResKind.TRANSFER and r.state is ResState.SCHEDULED:
+                self.st.remove(r)
+        self.staging.unstage(lease, now)
+        if lease.id in self.future:
+            self.st.set(self, "future", self.future - {lease.id})
+        if lease.state is LeaseState.SCHEDULED:
+            self.st.set(lease, "state", LeaseState.SUSPENDED if lease.time_run > 0 else LeaseState.QUEUED)
+
+    # ------------------------------------------------------------ time
+    def next_event_time(self) -> float:
+        return min(self.st.next_change_point(), self.enactment.next_event_time())
+
+    def process(self, now: float | None = None, ends_only: bool = False) -> None:
+        """Handle everything due at ``now``: premature ends, reservation ends, the queue, and
+        reservation starts, until nothing more is due."""
+        now = self.clock.now() if now is None else now
+        for _ in range(100_000):
+            handled = False
+            for t, lease_id in self.enactment.pop_events(now):
+                self._premature_end(self.leases[lease_id], t)
+                handled = True
+            due = self.st.pop_due(now)
+            for t, is_start, res in due:
+                if not is_start and res in self.st and res.state is ResState.ACTIVE:
+                    self._handlers[res.kind][1](res, t)
+                    handled = True
+            if ends_only:
+                for t, is_start, res in due:
+                    if is_start:
+                        self.st.repush(res)
+                return
+            if self._dirty and self.queue:
+                self._dirty = False
+                schedule_queue(self, now)
+            self._dirty = False
+            for t, is_start, res in due + self.st.pop_due(now):
+                if is_start and res in self.st and res.state is ResState.SCHEDULED and res.start <= now:
+                    res.state = ResState.ACTIVE
+                    self.st.repush(res)
+                    self._handlers[res.kind][0](res, t)
+                    handled = True
+            if not handled:
+                return
+
+    # ------------------------------------------------------------ handlers
+    def _noop(self, res: Reservation, t: float) -> None:
+        pass
+
+    def _start_transfer(self, res: Reservation, t: float) -> None:
+        self.enactment.start_transfer(res, t)
+
+    def _end_transfer(self, res: Reservation, t: float) -> None:
+        self.st.remove(res)
+        res.state = ResState.DONE
+        self.pools.arrived(res, t)
+
+    def _start_resume(self, res: Reservation, t: float) -> None:
+        lease = res.lease
+        if lease.state is not LeaseState.PREPARING:
+            lease.state = LeaseState.PREPARING
+            self.enactment.resume_vms(lease, res.mapping, t)
+
+    def _start_vm(self, res: Reservation, t: float) -> None:
+        lease = res.lease
+        if lease.id in self.future:
+            self.future = self.future - {lease.id}
+        if lease.start_s is None:
+            lease.start_s = t
+        if lease.is_ar:
+            lease.ar_on_time = (t == lease.requested_start_s and self._images_present(lease, res.mapping))
+        lease.state = LeaseState.ACTIVE
+        self.enactment.start_vms(lease, res.mapping, t, res.end)
+
+    def _images_present(self, lease: Lease, mapping: tuple) -> bool:
+        if not self.staging.enabled:
+            return True
+        for node in set(mapping):
+            e = self.pools.pools[node].get(self.pools.key(lease.image_id, lease.id))
+            if e is None or not e.arrived:
+                return False
+        return True
+
+    def _end_vm(self, res: Reservation, t: float) -> None:
+        lease = res.lease
+        self.st.remove(res)
+        res.state = ResState.DONE
+        lease.time_run += t - res.start
+        lease.segments.append(Segment(res.start, t, res.mapping))
+        self._dirty = True
+        if lease.remaining_s <= EPS:
+            self._finish(lease, t)
+        elif lease.cancel_at_end:
+            self.enactment.stop_vms(lease, t)
+            lease.cancel_at_end = False
+            lease.time_run = 0.0
+            self.unschedule(lease, t)
+            lease.state = LeaseState.QUEUED
+            self.requeue(lease)
+        elif any(r.kind is ResKind.SUSPEND for r in self.st.of_lease(lease)):
+            lease.state = LeaseState.SUSPENDING
+            self.enactment.vms_paused(lease, t)
+        else:  # nothing follows: requeue what is left
+            self.enactment.stop_vms(lease, t)
+            lease.state = LeaseState.SUSPENDED
+            self.requeue(lease)
+
+    def _start_suspend(self, res: Reservation, t: float) -> None:
+        res.lease.state = LeaseState.SUSPENDING
+
+    def _end_suspend(self, res: Reservation, t: float) -> None:
+        lease = res.lease
+        self.st.remove(res)
+        res.state = ResState.DONE
+        self._dirty = True
+        if any(r.kind is ResKind.SUSPEND for r in self.st.of_lease(lease)):
+            return
+        lease.suspensions += 1
+        lease.state = LeaseState.SUSPENDED
+        self.enactment.suspended(lease, t)
+        self.requeue(lease)
+
+    def _finish(self, lease: Lease, t: float) -> None:
+        for r in self.st.of_lease(lease):
+            if r.kind is not ResKind.TRANSFER:
+                self.st.remove(r)
+        lease.state = LeaseState.DONE
+        lease.end_s = t
+        self.enactment.stop_vms(lease, t)
+        nodes = {n for seg in lease.segments for n in seg.nodes}
+        self.pools.lease_ended(lease.id, nodes, t)
+
+    def _close_running(self, lease: Lease, t: float) -> None:
+        vm = self.vm_reservation(lease)
+        if vm is not None and vm.state is ResState.ACTIVE:
+            self.st.remove(vm)
+            lease.time_run += t - vm.start
+            lease.segments.append(Segment(vm.start, t, vm.mapping))
+
+    def _premature_end(self, lease: Lease, t: float) -> None:
+        """The lease's VMs finished before their reservation ended: free everything and let
+        best-effort leases that have not started move earlier."""
+        if lease.done:
+            return
+        self._close_running(lease, t)
+        self._finish(lease, t)
+        self._dirty = True
+        self.reevaluate(t)
+
+    def reevaluate(self, now: float) -> None:
+        """Unschedule best-effort leases whose reservations have not started and queue them
+        again (in submission order), so the next queue pass can move them earlier."""
+        movable = []
+        for lid in list(self.future):
+            lease = self.leases[lid]
+            resv = [r for r in self.st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
+            if resv and all(r.state is ResState.SCHEDULED for r in resv):
+                movable.append(lease)
+        for lease in movable:
+            self.unschedule(lease, now)
+            self.requeue(lease)

@@ -1,0 +1,251 @@
+"""Preparation: image staging from the image repository (seed 000 Sections 6.2-6.3).
+
+* AR transfers: EDF (seed 000 Algorithm 2) -- insert, sort the transfers that have not started
+  by deadline, lay them out back to back from when the link is free, reject if any misses its
+  deadline -- and EDF/JIT (Algorithm 3) -- then push each as late as possible, latest deadline
+  first. Transfers that have not started may move; started ones never do. Algorithm 3 starts
+  its backward pass at ``sched[last]``'s end, which would never push the last transfer; we
+  start it at +infinity so every transfer ends at min(deadline, next start) ("as close as
+  possible to the deadline", Figure 6.2).
+* The naive strategies of seed 000 Section 8.1 for comparison (no admission test): job-style
+  (start at the lease start), JIT (start = start - size/B, ignoring contention) and aggressive
+  (start at acceptance). Concurrent naive transfers share the link (processor sharing, see
+  ``processor_sharing_ends``), so images may arrive late.
+* Best-effort transfers: a FIFO queue on their own link; a VM's earliest start on a node is the
+  end of its transfer.
+* Reuse and piggybacking through ``ImagePools`` (Algorithm 4, Section 6.3.1).
+
+AR and best-effort transfers use separate links (seed 000's assumption) whose bandwidths are
+``imagetransfer-bandwidth-ar``/``-be`` (Mb/s). Sizes in MB, times in s.
+"""
+from __future__ import annotations
+
+import math
+
+from .config import LeaseConfig
+from .imagepool import ImagePools, PoolEntry
+from .model import Lease
+from .slottable import INF, Reservation, ResKind, ResState, SlotTable
+
+NAIVE = ("job-style", "jit", "aggressive")
+
+
+class Staging:
+    """Image staging for one site (see module doc)."""
+
+    def __init__(self, st: SlotTable, pools: ImagePools, config: LeaseConfig) -> None:
+        self.st = st
+        self.pools = pools
+        self.cfg = config
+        self.enabled = config.lease_preparation == "imagetransfer"
+        self.strategy = config.ar_transfer_strategy
+        self.multicast = config.transfer_mechanism == "multicast"
+        self.piggyback = config.avoid_redundant_transfers
+        self.be_tail = 0.0
+        self.naive: list[Reservation] = []
+
+    # ------------------------------------------------------------ helpers
+    def transfer_time(self, mb: float, link: str) -> float:
+        return mb / self.cfg.link_bandwidth_mbs(link)
+
+    def copy_time(self, lease: Lease) -> float:
+        if not self.enabled or self.cfg.diskimage_copy == "cow":
+            return 0.0
+        return math.ceil(lease.image_mb / self.cfg.diskimage_copy_rate)
+
+    def _usable(self, node: int, lease: Lease, t: float) -> PoolEntry | None:
+        e = self.pools.usable(node, lease.image_id, lease.id, t)
+        if e is not None and not e.arrived and e.transfer is not None and not self.piggyback:
+            return None
+        return e
+
+    def _new_transfer(self, lease: Lease, link: str, start: float, dest: tuple, deadline) -> Reservation:
+        dur = self.transfer_time(lease.image_mb, link)
+        res = Reservation(ResKind.TRANSFER, lease, start, start + dur, link=link, image_id=lease.image_id,
+                          mb=lease.image_mb, deadline=deadline, dest=dest, users=[lease.id])
+        self.st.add(res)
+        self.st.set(lease, "transfers", lease.transfers + 1)
+        self.st.set(lease, "mb_transferred", lease.mb_transferred + lease.image_mb)
+        return res
+
+    # ------------------------------------------------------------ advance reservations
+    def stage_ar(self, lease: Lease, mapping: tuple, t_s: float, t_e: float, now: float) -> bool:
+        """Make the image available on every node of ``mapping`` by ``t_s`` (minus the copy
+        time). Returns False if a transfer cannot meet its deadline or a pool has no room; the
+        caller then rolls back the transaction."""
+        if not self.enabled:
+            return True
+        deadline = t_s - self.copy_time(lease)
+        missing = []
+        for node in sorted(set(mapping)):
+            e = self._usable(node, lease, deadline)
+            if e is not None:
+                self.pools.pin(e, lease.id, t_e)
+            else:
+                missing.append(node)
+        if not missing:
+            return True
+        if self.strategy in NAIVE:
+            return self._stage_naive(lease, missing, t_s, t_e, now)
+        if deadline < now:
+            return False
+        groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
+        for dest in groups:
+            res = self._new_transfer(lease, "ar", now, dest, deadline)
+            for node in dest:
+                if self.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, deadline) is None:
+                    return False
+        if not self.edf_layout(now):
+            return False
+        if self.strategy == "edf-jit":
+            self.jit_push()
+        return True
+
+    def ar_schedule(self) -> list[Reservation]:
+        """AR transfers that have not started, in EDF order."""
+        sched = [r for r in self.st.reservations()
+                 if r.kind is ResKind.TRANSFER and r.link == "ar" and r.state is ResState.SCHEDULED]
+        sched.sort(key=lambda r: (r.deadline, r.id))
+        return sched
+
+    def edf_layout(self, now: float) -> bool:
+        """Seed 000 Algorithm 2 over all AR transfers that have not started."""
+        busy = [r.end for r in self.st.reservations()
+                if r.kind is ResKind.TRANSFER and r.link == "ar" and r.state is ResState.ACTIVE]
+        nxt = max([now] + busy)
+        for tr in self.ar_schedule():
+            dur = tr.end - tr.start
+            end = nxt + dur
+            if end > tr.deadline + 1e-9:
+                return False
+            if tr.start != nxt:
+                self.st.move(tr, nxt, end)
+            nxt = end
+        return True
+
+    def jit_push(self) -> None:
+        """Seed 000 Algorithm 3's backward pass: push transfers as late as possible."""
+        nxt = INF
+        for tr in reversed(self.ar_schedule()):
+            dur = tr.end - tr.start
+            start = min(tr.deadline, nxt) - dur
+            if start != tr.start:
+                self.st.move(tr, start, start + dur)
+            nxt = start
+
+    def _stage_naive(self, lease: Lease, missing: list, t_s: float, t_e: float, now: float) -> bool:
+        dur = self.transfer_time(lease.image_mb, "ar")
+        start = {"job-style": t_s, "jit": t_s - dur, "aggressive": now}[self.strategy]
+        start = max(start, now)
+        groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
+        for dest in groups:
+            res = self._new_transfer(lease, "ar-naive", start, dest, None)
+            self.naive.append(res)
+            self.st.on_rollback(lambda r=res: self.naive.remove(r) if r in self.naive else None)
+            for node in dest:
+                self.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, res.end)
+        return True
+
+    # ------------------------------------------------------------ best effort (FIFO)
+    def be_ready(self, lease: Lease, now: float, n_nodes: int) -> list[float] | None:
+        """Per node, the earliest time the lease's image can be there (one more FIFO transfer
+        if it is not in the pool or arriving); None when staging is off."""
+        if not self.enabled:
+            return None
+        tail = max(now, self.be_tail) + self.transfer_time(lease.image_mb, "be")
+        copy = self.copy_time(lease)
+        out = []
+        for node in range(n_nodes):
+            e = self._usable(node, lease, INF)
+            r = tail if e is None else max(now, e.ready_by())
+            out.append(r + copy)
+        return out
+
+    def stage_be(self, lease: Lease, mapping: tuple, start: float, end: float, now: float) -> float:
+        """Schedule the FIFO transfers (or reuse/piggyback) for ``mapping``; returns the time
+        when every node is ready (s). ``inf`` if an image pool has no room."""
+        if not self.enabled:
+            return now
+        copy = self.copy_time(lease)
+        ready = now
+        missing = []
+        for node in sorted(set(mapping)):
+            e = self._usable(node, lease, INF)
+            if e is not None:
+                self.pools.pin(e, lease.id, end)
+                if e.transfer is not None and lease.id not in e.transfer.users:
+                    self.st.set(e.transfer, "users", e.transfer.users + [lease.id])
+                ready = max(ready, e.ready_by() + copy)
+            else:
+                missing.append(node)
+        groups = [tuple(missing)] if (self.multicast and missing) else [(n,) for n in missing]
+        for dest in groups:
+            t0 = max(now, self.be_tail)
+            res = self._new_transfer(lease, "be", t0, dest, None)
+            self.st.set(self, "be_tail", res.end)
+            for node in dest:
+                if self.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, end, res.end) is None:
+                    return INF
+            ready = max(ready, res.end + copy)
+        return ready
+
+    # ------------------------------------------------------------ undo a lease's staging
+    def unstage(self, lease: Lease, now: float) -> None:
+        """Release a lease's pins and drop its transfers that have not started and that no
+        other lease rides on."""
+        if not self.enabled:
+            return
+        for pool in self.pools.pools:
+            for e in list(pool.values()):
+                if lease.id in e.users:
+                    self.pools.release(e, lease.id, now)
+        for res in self.st.of_lease(lease):
+            if res.kind is ResKind.TRANSFER and res.state is ResState.SCHEDULED:
+                others = [u for u in res.users if u != lease.id]
+                if others:
+                    self.st.set(res, "users", others)
+                else:
+                    self.st.remove(res)
+                    self.pools.forget_transfer(res)
+                    if res in self.naive:
+                        self.naive.remove(res)
+
+
+def processor_sharing_ends(transfers: list[tuple], bandwidth_mbs: float) -> list[float]:
+    """End times of transfers ``[(start_s, mb)]`` sharing one link fairly (processor sharing).
+
+    Used for the naive staging strategies (seed 000 Section 8.1), whose concurrent transfers
+    share the bandwidth and take longer than estimated.
+    """
+    order = sorted(range(len(transfers)), key=lambda i: transfers[i][0])
+    ends = [0.0] * len(transfers)
+    active: dict[int, float] = {}
+    t = 0.0
+    k = 0
+    while k < len(order) or active:
+        next_arrival = transfers[order[k]][0] if k < len(order) else INF
+        if active:
+            rate = bandwidth_mbs / len(active)
+            first = min(active.values())
+            t_finish = t + first / rate
+        else:
+            t_finish = INF
+            t = max(t, next_arrival)
+        if next_arrival <= t_finish and k < len(order):
+            if active:
+                done = (next_arrival - t) * bandwidth_mbs / len(active)
+                for i in active:
+                    active[i] -= done
+            t = next_arrival
+            i = order[k]
+            active[i] = transfers[i][1]
+            k += 1
+        else:
+            done = first
+            for i in list(active):
+                active[i] -= done
+                if active[i] <= 1e-9:
+                    ends[i] = t_finish
+                    del active[i]
+            t = t_finish
+    return ends
