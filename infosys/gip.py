@@ -161,3 +161,132 @@ def render_glue13(state: CEState) -> str:
     that fits the published limit fits the real one); GlueCEStateTotalJobs = running + waiting.
     """
     return format_ldif(glue13_entries(state))
+
+
+_SERVING = {"production": "production", "draining": "draining", "queueing": "queueing",
+            "closed": "closed"}
+
+
+def glue2_entries(state: CEState) -> list[LdifEntry]:
+    """The GLUE 2.0 entries of one CE under ``GLUE2GroupID=resource,GLUE2DomainID=<site>,
+    GLUE2GroupID=grid,o=glue`` (EGI GLUE 2.0 LDAP rendering): AdminDomain, ComputingService,
+    ComputingManager, ExecutionEnvironment + specint2000 Benchmark, ComputingEndpoint,
+    ComputingShare (OtherInfo ``CREAMCEId=<ce_id>`` links it to the GLUE 1.3 CE) and its
+    MappingPolicy, one ApplicationEnvironment per software tag. Times in seconds (GLUE 2.0)."""
+    host, site = state.host, state.site
+    dom = f"GLUE2DomainID={escape_rdn(site)},GLUE2GroupID=grid,o=glue"
+    grp = f"GLUE2GroupID=resource,{dom}"
+    svc_id, man_id = f"{host}_ComputingElement", f"{host}_ComputingElement_Manager"
+    ep_id, share_id = f"{host}_org.vgrid.ce", f"{state.queue}_{host}_ComputingElement"
+    svc = f"GLUE2ServiceID={escape_rdn(svc_id)},{grp}"
+    man = f"GLUE2ManagerID={escape_rdn(man_id)},{svc}"
+    ee = f"GLUE2ResourceID={escape_rdn(host)},{svc}"
+    share = f"GLUE2ShareID={escape_rdn(share_id)},{svc}"
+    serving = _SERVING.get(state.status.lower(), "closed")
+    contact = state.contact_string or f"https://{state.ce_id.split('/', 1)[0]}/"
+    arch = {"x86_64": "amd64", "i686": "i386"}.get(state.arch or "x86_64", state.arch or "amd64")
+    out = [
+        LdifEntry(dom, {"objectClass": ["GLUE2Domain", "GLUE2AdminDomain"],
+                        "GLUE2DomainID": [site], "GLUE2EntityName": [site]}),
+        LdifEntry(grp, {"objectClass": ["GLUE2Group"], "GLUE2GroupID": ["resource"]}),
+        LdifEntry(svc, {"objectClass": ["GLUE2Service", "GLUE2ComputingService"],
+                        "GLUE2ServiceID": [svc_id], "GLUE2ServiceType": ["org.vgrid.ce"],
+                        "GLUE2ServiceQualityLevel": ["production"],
+                        "GLUE2ServiceCapability": ["executionmanagement.jobexecution"],
+                        "GLUE2ServiceAdminDomainForeignKey": [site]}),
+        LdifEntry(man, {"objectClass": ["GLUE2Manager", "GLUE2ComputingManager"],
+                        "GLUE2ManagerID": [man_id], "GLUE2ManagerProductName": [state.lrms_type],
+                        "GLUE2ManagerServiceForeignKey": [svc_id],
+                        "GLUE2ComputingManagerTotalLogicalCPUs": _s(state.total_cpus),
+                        "GLUE2ComputingManagerTotalSlots": _s(state.total_cpus)}),
+        LdifEntry(ee, {"objectClass": ["GLUE2Resource", "GLUE2ExecutionEnvironment"],
+                       "GLUE2ResourceID": [host], "GLUE2ResourceManagerForeignKey": [man_id],
+                       "GLUE2ExecutionEnvironmentPlatform": [arch],
+                       "GLUE2ExecutionEnvironmentMainMemorySize": _s(int(state.ram_mb)),
+                       "GLUE2ExecutionEnvironmentOSFamily": ["linux"],
+                       "GLUE2ExecutionEnvironmentConnectivityIn": ["FALSE"],
+                       "GLUE2ExecutionEnvironmentConnectivityOut": ["TRUE"],
+                       "GLUE2ExecutionEnvironmentLogicalCPUs": _s(state.total_cpus),
+                       "GLUE2ExecutionEnvironmentPhysicalCPUs": _s(state.total_cpus),
+                       **({"GLUE2ExecutionEnvironmentOSName": [state.os_name]}
+                          if state.os_name else {}),
+                       **({"GLUE2ExecutionEnvironmentOSVersion": [state.os_release]}
+                          if state.os_release else {})}),
+        LdifEntry(f"GLUE2BenchmarkID={escape_rdn(host + '_specint2000')},{ee}", {
+            "objectClass": ["GLUE2Benchmark"], "GLUE2BenchmarkID": [f"{host}_specint2000"],
+            "GLUE2BenchmarkType": ["specint2000"], "GLUE2BenchmarkValue": _s(int(state.si00)),
+            "GLUE2BenchmarkExecutionEnvironmentForeignKey": [host]}),
+        LdifEntry(f"GLUE2EndpointID={escape_rdn(ep_id)},{svc}", {
+            "objectClass": ["GLUE2Endpoint", "GLUE2ComputingEndpoint"],
+            "GLUE2EndpointID": [ep_id], "GLUE2EndpointURL": [contact],
+            "GLUE2EndpointInterfaceName": ["org.vgrid.ce"],
+            "GLUE2EndpointImplementationName": ["vgrid"],
+            "GLUE2EndpointQualityLevel": ["production"], "GLUE2EndpointHealthState": ["ok"],
+            "GLUE2EndpointServingState": [serving], "GLUE2EndpointServiceForeignKey": [svc_id],
+            "GLUE2EndpointCapability": ["executionmanagement.jobexecution"]}),
+        LdifEntry(share, {
+            "objectClass": ["GLUE2Share", "GLUE2ComputingShare"],
+            "GLUE2ShareID": [share_id], "GLUE2ShareServiceForeignKey": [svc_id],
+            "GLUE2ComputingShareComputingEndpointForeignKey": [ep_id],
+            "GLUE2ComputingShareExecutionEnvironmentForeignKey": [host],
+            "GLUE2ComputingShareMappingQueue": [state.queue],
+            "GLUE2ComputingShareServingState": [serving],
+            "GLUE2ComputingShareRunningJobs": _s(state.running),
+            "GLUE2ComputingShareWaitingJobs": _s(state.waiting),
+            "GLUE2ComputingShareTotalJobs": _s(state.running + state.waiting),
+            "GLUE2ComputingShareFreeSlots": _s(state.free_cpus),
+            "GLUE2ComputingShareEstimatedAverageWaitingTime": _s(int(state.ert_s)),
+            "GLUE2ComputingShareMaxWallTime": _s(int(state.max_wallclock_s)),
+            "GLUE2ComputingShareMaxRunningJobs": _s(state.total_cpus),
+            "GLUE2EntityOtherInfo": [f"CREAMCEId={state.ce_id}"]}),
+    ]
+    if state.vos:
+        out.append(LdifEntry(f"GLUE2PolicyID={escape_rdn(share_id + '_Policy')},{share}", {
+            "objectClass": ["GLUE2Policy", "GLUE2MappingPolicy"],
+            "GLUE2PolicyID": [f"{share_id}_Policy"], "GLUE2PolicyScheme": ["org.glite.standard"],
+            "GLUE2PolicyRule": [f"VO:{vo}" for vo in state.vos],
+            "GLUE2MappingPolicyShareForeignKey": [share_id]}))
+    for tag in state.software:
+        app_id = f"{tag}_{host}"
+        out.append(LdifEntry(f"GLUE2ApplicationEnvironmentID={escape_rdn(app_id)},{man}", {
+            "objectClass": ["GLUE2ApplicationEnvironment"],
+            "GLUE2ApplicationEnvironmentID": [app_id],
+            "GLUE2ApplicationEnvironmentAppName": [tag],
+            "GLUE2ApplicationEnvironmentComputingManagerForeignKey": [man_id]}))
+    return out
+
+
+def render_glue2(state: CEState) -> str:
+    """GLUE 2.0 LDIF text of one CE (see ``glue2_entries``); MaxWallTime in seconds."""
+    return format_ldif(glue2_entries(state))
+
+
+def ce_state_from_ad(ad: dict, site: str | None = None) -> CEState:
+    """A CEState from a GLUE 1.3 CE ad (the inverse of publishing: ``vgrid gip --ce URL``).
+
+    Raises KeyError if the ad has no GlueCEUniqueID.
+    """
+    ce_id = str(ad["GlueCEUniqueID"])
+    host = str(ad.get("GlueCEInfoHostName") or ce_id.split(":", 1)[0].split("/", 1)[0])
+
+    def i(name: str, default: int = 0) -> int:
+        v = ad.get(name)
+        return int(v) if isinstance(v, (int, float)) else default
+
+    vos = [r[3:] for r in ad.get("GlueCEAccessControlBaseRule") or [] if str(r)[:3] == "VO:"]
+    return CEState(
+        ce_id=ce_id, host=host, site=site or str(ad.get("GlueSiteUniqueID") or "local"),
+        queue=str(ad.get("GlueCEName") or ce_id.rsplit("-", 1)[-1]),
+        status=str(ad.get("GlueCEStateStatus") or "Production"),
+        lrms_type=str(ad.get("GlueCEInfoLRMSType") or "vwn"),
+        total_cpus=i("GlueCEInfoTotalCPUs", 1), free_cpus=i("GlueCEStateFreeCPUs"),
+        running=i("GlueCEStateRunningJobs"), waiting=i("GlueCEStateWaitingJobs"),
+        ert_s=i("GlueCEStateEstimatedResponseTime"),
+        max_wallclock_s=i("GlueCEPolicyMaxWallClockTime") * 60,
+        si00=i("GlueHostBenchmarkSI00", 1000), ram_mb=i("GlueHostMainMemoryRAMSize", 1024),
+        vos=vos, os_name=ad.get("GlueHostOperatingSystemName"),
+        os_release=ad.get("GlueHostOperatingSystemRelease"),
+        arch=ad.get("GlueHostArchitecturePlatformType"),
+        software=list(ad.get("GlueHostApplicationSoftwareRunTimeEnvironment") or []),
+        cluster_id=ad.get("GlueClusterUniqueID"),
+        contact_string=(ad.get("GlueCEInfoContactString") or [None])[0])

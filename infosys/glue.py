@@ -55,7 +55,8 @@ class Rejected:
     line: int = 0
 
     def __str__(self) -> str:
-        where = f"{self.source}:{self.line}: " if self.source else ""
+        where = (f"{self.source}:{self.line}: " if self.line else f"{self.source}: ") \
+            if self.source else ""
         return f"{where}{self.dn}: {self.reason}"
 
     def as_dict(self) -> dict:
