@@ -64,17 +64,28 @@ class BackgroundServer:
         app.config["VGRID_URL"] = self.url
         if app.config.get("VGRID_ON_BOUND"):
             app.config["VGRID_ON_BOUND"](self.url)
-        self.thread = threading.Thread(target=self.server.run, name=f"waitress {self.url}",
-                                       daemon=True)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"waitress {self.url}", daemon=True)
         self.thread.start()
 
+    def _run(self) -> None:
+        # The event loop runs here in short slices so that the sockets are closed by this same
+        # thread (closing them from another thread while it polls breaks the poll).
+        server = self.server
+        try:
+            while not self._stop.is_set():
+                server.asyncore.loop(timeout=0.05, map=server._map, count=1)
+        finally:
+            server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+            for channel in list(server._map.values()):
+                if channel is not server:
+                    channel.close()
+            server.close()
+
     def close(self, stop_app: bool = True) -> None:
-        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
-        for channel in list(self.server._map.values()):
-            if channel is not self.server:
-                channel.close()
-        self.server.close()
-        self.thread.join(timeout=5)
+        """Stop serving; then run the app's ``VGRID_ON_STOP`` (unless ``stop_app`` is False)."""
+        self._stop.set()
+        self.thread.join(timeout=10)
         if stop_app and self.app.config.get("VGRID_ON_STOP"):
             self.app.config["VGRID_ON_STOP"]()
 

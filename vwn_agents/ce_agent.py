@@ -1,0 +1,382 @@
+"""The CE agent: the site service of one CE queue in front of its node agents.
+
+It accepts jobs from the broker (POST /jobs, idempotent on the job key), parses their JDL once
+(``jdl.parse_jdl``), places each on a node agent chosen by a placement policy (default: the node
+with the fewest VWNs, ``placement.fewest_vwns``), tracks it through the node agent's VWN events
+(POST /node-events), forwards every state change to the broker's ``callback_url`` through an
+``Outbox``, cancels on request, and publishes its state as GLUE 1.3 LDIF (GET /glue, via
+``infosys.gip.render_glue13``). HTTP contract: docs/architecture.md, "CE agent".
+
+Job states here are the gLite ones the CE can see: Scheduled (accepted, no VWN running yet) ->
+Running -> Done | Aborted | Cancelled.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import requests
+from flask import Flask, Response, jsonify
+
+from infosys.clock import Clock, WallClock
+
+from .config import load, load_toml
+from .httpjson import ApiError, install_error_handlers, json_body, parse_body
+from .outbox import Outbox
+from .placement import PLACEMENTS, NodeLoad
+
+log = logging.getLogger(__name__)
+
+ENDED = {"Done", "Aborted", "Cancelled"}
+EVENT_STATE = {"running": "Running", "done": "Done", "aborted": "Aborted"}
+
+
+@dataclass
+class CEAgentConfig:
+    """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
+
+    ce_id: str = field(metadata={"help": "GlueCEUniqueID, host:port/vgrid-<lrms>-<queue>"})
+    host: str = field(metadata={"help": "GlueCEInfoHostName"})
+    site: str = field(metadata={"help": "site name (Mds-Vo-name, GlueSiteUniqueID)"})
+    queue: str = field(metadata={"help": "GlueCEName"})
+    nodes: list[str] = field(metadata={"help": "base URLs of the CE's node agents"})
+    cpus_per_node: int = field(default=1, metadata={"help": "CPUs per node (GlueCEInfoTotalCPUs = nodes x this)"})
+    si00: int = field(default=1000, metadata={"help": "GlueHostBenchmarkSI00 of one CPU"})
+    ram_mb: int = field(default=1024, metadata={"help": "GlueHostMainMemoryRAMSize (MB)"})
+    max_wallclock_s: int = field(default=86400, metadata={"help": "GlueCEPolicyMaxWallClockTime (s)"})
+    vos: list[str] = field(default_factory=list, metadata={"help": "VOs allowed (GlueCEAccessControlBaseRule VO:<vo>)"})
+    lrms_type: str = field(default="vgrid-vwn", metadata={"help": "GlueCEInfoLRMSType"})
+    status: str = field(default="Production", metadata={"help": "GlueCEStateStatus"})
+    placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name"})
+    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
+    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
+    public_url: str | None = field(default=None, metadata={
+        "help": "this agent's URL for node callbacks and GlueCEInfoContactString (default: the bound URL)"})
+    node_timeout_s: float = field(default=10.0, metadata={"help": "timeout of one node agent request (s)"})
+    retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
+    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
+    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+
+    def validate(self) -> str | None:
+        if self.placement not in PLACEMENTS:
+            return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
+        if self.cpus_per_node < 1:
+            return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
+        if self.status not in ("Production", "Queueing", "Draining", "Closed"):
+            return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "CE agent config") -> CEAgentConfig:
+        """Raises config.ConfigError naming the unknown, missing or ill-typed field."""
+        return load(cls, d, source)
+
+    @classmethod
+    def from_toml(cls, path) -> CEAgentConfig:
+        return load_toml(cls, path)
+
+
+@dataclass
+class JobRequest:
+    """Body of POST /jobs (from the broker)."""
+
+    job_id: str
+    key: str
+    jdl: str
+    filename: str = "<jdl>"
+    callback_url: str | None = None
+    input_sandbox: list[dict] = field(default_factory=list)
+    output_upload_url: str | None = None
+
+
+@dataclass
+class CEJob:
+    """A job at this CE."""
+
+    request: JobRequest
+    desc: object                      # jdl.JobDescription
+    state: str
+    node: str | None = None           # node name (from its events)
+    node_url: str | None = None
+    vwn: str | None = None
+    cpu_caps: list = field(default_factory=list)
+    capped: bool | None = None
+    cap_reason: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+
+    def record(self) -> dict:
+        return {"key": self.request.key, "job_id": self.request.job_id, "state": self.state,
+                "node": self.node, "node_url": self.node_url, "vwn": self.vwn,
+                "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
+                "exit_code": self.exit_code, "reason": self.reason}
+
+
+def parse_job_jdl(text: str, filename: str):
+    """``jdl.parse_jdl`` with its errors turned into ApiError 400 naming file:line:column."""
+    import jdl
+    try:
+        desc = jdl.parse_jdl(text, filename)
+    except jdl.JDLSyntaxError as exc:
+        raise ApiError(400, str(exc), file=exc.filename, line=exc.line, column=exc.column) from None
+    except jdl.JDLValidationError as exc:
+        problems = [p.to_json() for p in exc.problems]
+        first = exc.problems[0] if exc.problems else None
+        raise ApiError(400, str(exc), file=filename, problems=problems,
+                       line=first.line if first else None,
+                       column=first.column if first else None) from None
+    if not desc.executable:
+        raise ApiError(400, f"{filename}: the JDL has no Executable", file=filename)
+    return desc
+
+
+class CEAgent:
+    """The CE agent's logic (no HTTP)."""
+
+    def __init__(self, config: CEAgentConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or WallClock()
+        self.place = PLACEMENTS[config.placement]
+        self.nodes = [u.rstrip("/") for u in config.nodes]
+        self.jobs: dict[str, CEJob] = {}
+        self.url: str | None = config.public_url
+        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events")
+        self.http = requests.Session()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._placer = threading.Thread(target=self._place_loop, name="ce-placer", daemon=True)
+        self._placer.start()
+
+    # -- accepting and placing -------------------------------------------------------------------
+
+    def submit(self, req: JobRequest) -> tuple[CEJob, bool]:
+        """Accept a job (idempotent on key); returns (job, created). Placement is asynchronous."""
+        with self._lock:
+            if req.key in self.jobs:
+                return self.jobs[req.key], False
+        desc = parse_job_jdl(req.jdl, req.filename)
+        with self._lock:
+            if req.key in self.jobs:
+                return self.jobs[req.key], False
+            job = CEJob(req, desc, "Scheduled")
+            self.jobs[req.key] = job
+        self._wake.set()
+        return job, True
+
+    def loads(self) -> list[NodeLoad]:
+        """The CE's node agents with the number of its jobs active on each."""
+        with self._lock:
+            counts = {u: 0 for u in self.nodes}
+            for j in self.jobs.values():
+                if j.node_url in counts and j.state not in ENDED:
+                    counts[j.node_url] += 1
+            return [NodeLoad(u, i, counts[u]) for i, u in enumerate(self.nodes)]
+
+    def _place_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.config.retry_s)
+            self._wake.clear()
+            with self._lock:
+                pending = [j for j in self.jobs.values() if j.state == "Scheduled" and not j.vwn]
+            for job in pending:
+                if self._stop.is_set():
+                    return
+                self._place(job)
+
+    def _vwn_body(self, job: CEJob) -> dict:
+        d, r = job.desc, job.request
+        base = self.url or ""
+        return {"job_id": r.job_id, "key": r.key, "executable": d.executable,
+                "arguments": d.arguments or "", "environment": d.environment,
+                "std_input": d.std_input, "std_output": d.std_output, "std_error": d.std_error,
+                "input_sandbox": r.input_sandbox, "output_sandbox": d.output_sandbox,
+                "output_upload_url": r.output_upload_url,
+                "callback_url": f"{base}/node-events" if base else None}
+
+    def _place(self, job: CEJob) -> bool:
+        """Create the job's VWN on the best reachable node; False when none took it."""
+        errors = []
+        for node in self.place(self.loads()):
+            with self._lock:
+                if job.state != "Scheduled" or job.vwn:
+                    return True
+            try:
+                resp = self.http.post(f"{node.url}/vwns", json=self._vwn_body(job),
+                                      timeout=self.config.node_timeout_s)
+            except requests.RequestException as exc:
+                errors.append(f"{node.url}: {type(exc).__name__}")
+                continue
+            if resp.status_code >= 300:
+                errors.append(f"{node.url}: HTTP {resp.status_code} {resp.text[:200]}")
+                continue
+            info = resp.json()
+            with self._lock:
+                job.node_url, job.vwn = node.url, info["vwn"]
+                job.capped, job.cap_reason = info.get("capped"), info.get("cap_reason")
+                cancelled = job.state == "Cancelled"
+            if cancelled:
+                self._delete_vwn(job)
+            return True
+        with self._lock:
+            job.reason = "not placed yet: " + ("; ".join(errors) or "the CE has no node agents")
+        log.warning("%s: %s", job.request.key, job.reason)
+        return False
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def node_event(self, event: dict) -> CEJob:
+        """Apply a VWN event from a node agent and forward it to the broker."""
+        key, kind = event.get("key"), event.get("event")
+        if kind not in ("running", "caps", "done", "aborted"):
+            raise ApiError(400, f"field 'event': unknown event {kind!r}", field="event")
+        with self._lock:
+            job = self.jobs.get(key)
+            if job is None:
+                raise ApiError(404, f"no job {key!r} at CE {self.config.ce_id}", key=key)
+            if job.vwn is not None and event.get("vwn") not in (None, job.vwn):
+                raise ApiError(409, f"job {key} runs in {job.vwn}, not {event.get('vwn')}", key=key)
+            job.vwn = job.vwn or event.get("vwn")
+            job.node = event.get("node") or job.node
+            for name in ("cpu_caps", "capped", "cap_reason"):
+                if name in event:
+                    setattr(job, name, event[name])
+            if job.state in ENDED:
+                return job                      # e.g. a late event of a cancelled job
+            if kind in EVENT_STATE:
+                job.state = EVENT_STATE[kind]
+            if kind == "done":
+                job.exit_code = event.get("exit_code")
+            if kind == "aborted":
+                job.reason = event.get("reason")
+            self._forward(job, kind, event.get("time"))
+            return job
+
+    def _forward(self, job: CEJob, kind: str, t: float | None) -> None:
+        r = job.request
+        if not r.callback_url:
+            return
+        event = {"job_id": r.job_id, "key": r.key, "ce": self.config.ce_id, "node": job.node,
+                 "vwn": job.vwn, "event": kind, "exit_code": job.exit_code, "reason": job.reason,
+                 "cpu_caps": job.cpu_caps, "capped": job.capped, "cap_reason": job.cap_reason,
+                 "time": t if t is not None else self.clock.now()}
+        self.outbox.post(r.callback_url, event, order_key=r.key)
+
+    # -- cancel, state, shutdown -----------------------------------------------------------------
+
+    def get(self, key: str) -> CEJob:
+        with self._lock:
+            if key not in self.jobs:
+                raise ApiError(404, f"no job {key!r} at CE {self.config.ce_id}", key=key)
+            return self.jobs[key]
+
+    def cancel(self, key: str) -> CEJob:
+        """Kill the job's VWN (if placed); 409 when the job has already ended."""
+        job = self.get(key)
+        with self._lock:
+            if job.state in ENDED:
+                raise ApiError(409, f"job {key} is already {job.state}", key=key, state=job.state)
+            job.state, job.reason = "Cancelled", "cancelled"
+            placed = job.vwn is not None
+        if placed:
+            self._delete_vwn(job)
+        return job
+
+    def _delete_vwn(self, job: CEJob) -> None:
+        try:
+            resp = self.http.delete(f"{job.node_url}/vwns/{job.vwn}", timeout=self.config.node_timeout_s)
+            if resp.status_code >= 300:
+                log.warning("cancel of %s on %s: HTTP %s", job.vwn, job.node_url, resp.status_code)
+        except requests.RequestException as exc:
+            log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            out: dict[str, int] = {}
+            for j in self.jobs.values():
+                out[j.state] = out.get(j.state, 0) + 1
+            return out
+
+    def ce_state(self):
+        """The ``infosys.gip.CEState`` this CE publishes (running, waiting, free CPUs, ...).
+
+        TotalJobs = running + waiting; FreeCPUs = max(0, TotalCPUs - running). ERT is 0: every job
+        accepted here gets its own VWN at once (seed 004, Section 5.1), it never queues.
+        """
+        from infosys.gip import CEState
+        c, counts = self.config, self.counts()
+        total = len(self.nodes) * c.cpus_per_node
+        running = counts.get("Running", 0)
+        return CEState(ce_id=c.ce_id, host=c.host, site=c.site, queue=c.queue, status=c.status,
+                       lrms_type=c.lrms_type, total_cpus=total, free_cpus=max(0, total - running),
+                       running=running, waiting=counts.get("Scheduled", 0), ert_s=0,
+                       max_wallclock_s=c.max_wallclock_s, si00=c.si00, ram_mb=c.ram_mb,
+                       vos=list(c.vos), contact_string=self.url)
+
+    def status(self) -> dict:
+        total = len(self.nodes) * self.config.cpus_per_node
+        counts = self.counts()
+        return {"ce_id": self.config.ce_id, "url": self.url,
+                "capacity": {"total_cpus": total,
+                             "free_cpus": max(0, total - counts.get("Running", 0))},
+                "nodes": [{"url": n.url, "vwns": n.vwns} for n in self.loads()],
+                "jobs": counts}
+
+    def shutdown(self, flush_s: float = 3.0) -> None:
+        """Stop placing, deliver pending events (up to ``flush_s``)."""
+        self._stop.set()
+        self._wake.set()
+        self._placer.join(timeout=self.config.node_timeout_s + 1)
+        self.outbox.flush(flush_s)
+        self.outbox.close()
+        self.http.close()
+
+
+def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
+    """The CE agent's Flask app (HTTP contract: docs/architecture.md, "CE agent").
+
+    ``app.config["VGRID_AGENT"]`` is the ``CEAgent``; ``VGRID_ON_STOP`` its shutdown; the agent's
+    own URL (node callbacks, GlueCEInfoContactString) is ``config.public_url`` or the URL
+    ``wsgi.serve`` binds (``VGRID_ON_BOUND``).
+    """
+    agent = CEAgent(config, clock or WallClock())
+    app = Flask(f"vgrid-ce-{config.queue}")
+    app.config["VGRID_AGENT"] = agent
+    app.config["VGRID_ON_STOP"] = agent.shutdown
+    if not config.public_url:
+        app.config["VGRID_ON_BOUND"] = lambda url: setattr(agent, "url", url)
+    install_error_handlers(app)
+
+    @app.post("/jobs")
+    def post_job():
+        job, _ = agent.submit(parse_body(JobRequest, "POST /jobs"))
+        return jsonify({"state": job.state, "key": job.request.key}), 202
+
+    @app.get("/jobs")
+    def list_jobs():
+        with agent._lock:
+            return jsonify([j.record() for j in agent.jobs.values()])
+
+    @app.get("/jobs/<key>")
+    def get_job(key):
+        return jsonify(agent.get(key).record())
+
+    @app.post("/jobs/<key>/cancel")
+    def cancel_job(key):
+        return jsonify(agent.cancel(key).record())
+
+    @app.post("/node-events")
+    def node_events():
+        return jsonify(agent.node_event(json_body()).record())
+
+    @app.get("/glue")
+    def glue():
+        from infosys.gip import render_glue13
+        return Response(render_glue13(agent.ce_state()), mimetype="text/plain")
+
+    @app.get("/status")
+    def status():
+        return jsonify(agent.status())
+
+    return app
