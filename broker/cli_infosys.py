@@ -1,0 +1,247 @@
+"""``vgrid bdii start|stop|status|update``, ``vgrid info`` and ``vgrid gip`` (click adapters over
+infosys; registered by broker/cli.py).
+
+Exit codes: 0 ok; 1 the thing checked is wrong (BDII unreachable, no slapd, nothing to show);
+2 usage or input error (bad LDIF, unreadable source).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from infosys.bdii import BdiiError, bdii_status, start_bdii, stop_bdii
+from infosys.bdii_update import update_bdii
+from infosys.clock import WallClock
+from infosys.gip import ce_state_from_ad, glue2_entries, render_glue2
+from infosys.glue import AD_ID, glue13_ce_ads, vos_of
+from infosys.ism import ISM, BdiiSource, LdifFileSource
+from infosys.ldapclient import LdapError
+from infosys.ldif import LdifEntry, LdifError, parse_ldif
+from infosys.sources import SourceError, glue_url
+
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int) -> None:
+    err.print(f"vgrid: {message}", highlight=False, markup=False, soft_wrap=True)
+    raise SystemExit(code)
+
+
+def _echo_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+# -- vgrid bdii ----------------------------------------------------------------------------------
+@click.group("bdii")
+def bdii_group() -> None:
+    """A real BDII: OpenLDAP slapd with the GLUE 1.3 and 2.0 schemas (o=grid, o=glue)."""
+
+
+@bdii_group.command("start")
+@click.option("--dir", "dir_", required=True, type=click.Path(file_okay=False),
+              help="directory for slapd.conf, the databases and the pid file")
+@click.option("--port", default=0, show_default=True, help="loopback port (0 = a free one)")
+@click.option("--json", "as_json", is_flag=True, help="print {url, port, pid, dir}")
+def bdii_start(dir_: str, port: int, as_json: bool) -> None:
+    """Start slapd in DIR on 127.0.0.1 (or report the one already running there)."""
+    try:
+        server = start_bdii(dir_, port=port)
+    except BdiiError as e:
+        _fail(str(e), 1)
+    if as_json:
+        _echo_json({"url": server.url, "port": server.port, "pid": server.pid, "dir": server.dir})
+    else:
+        click.echo(server.url)
+
+
+@bdii_group.command("stop")
+@click.option("--dir", "dir_", required=True, type=click.Path(file_okay=False))
+def bdii_stop(dir_: str) -> None:
+    """Stop the slapd of DIR by its PID (exit 1 if none was running)."""
+    if not stop_bdii(dir_):
+        _fail(f"no BDII running in {dir_}", 1)
+    click.echo(f"stopped the BDII in {dir_}")
+
+
+@bdii_group.command("status")
+@click.option("--dir", "dir_", required=True, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def bdii_status_cmd(dir_: str, as_json: bool) -> None:
+    """Show the BDII running in DIR (exit 1 if none)."""
+    server = bdii_status(dir_)
+    if as_json:
+        _echo_json(None if server is None else
+                   {"url": server.url, "port": server.port, "pid": server.pid, "dir": server.dir})
+    elif server is not None:
+        click.echo(f"{server.url} pid {server.pid}")
+    if server is None:
+        if not as_json:
+            err.print(f"vgrid: no BDII running in {dir_}", highlight=False, markup=False)
+        raise SystemExit(1)
+
+
+def _fetch_ce(url: str, timeout_s: float) -> str:
+    try:
+        r = requests.get(glue_url(url), timeout=timeout_s)
+    except requests.RequestException as e:
+        raise SourceError(f"{glue_url(url)}: {type(e).__name__}: {e}") from None
+    if r.status_code != 200:
+        raise SourceError(f"{glue_url(url)}: HTTP {r.status_code}")
+    return r.text
+
+
+def load_source(source: str, glue2: bool, timeout_s: float = 10.0) -> list[LdifEntry]:
+    """Entries of one provider: an LDIF file, ``-`` (stdin) or a CE agent URL (GET /glue).
+
+    With ``glue2``, a CE agent's GLUE 1.3 CEs are also published as GLUE 2.0 (render_glue2).
+    Raises SourceError / LdifError.
+    """
+    if source.startswith(("http://", "https://")):
+        entries = parse_ldif(_fetch_ce(source, timeout_s), source=glue_url(source))
+        if glue2:
+            ads, _ = glue13_ce_ads(entries)
+            for ad in ads:
+                if AD_ID in ad and ad[AD_ID] == ad["GlueCEUniqueID"]:
+                    entries += glue2_entries(ce_state_from_ad(ad))
+        return entries
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"{source}: cannot read: {e}") from None
+    return parse_ldif(text, source="<stdin>" if source == "-" else source)
+
+
+@bdii_group.command("update")
+@click.option("--bdii", "bdii_url", required=True, metavar="LDAP_URL", help="ldap://host:port")
+@click.option("--from", "sources", required=True, multiple=True, metavar="SOURCE",
+              help="LDIF file, '-' for stdin, or a CE agent URL (its GET /glue); repeatable")
+@click.option("--glue2/--no-glue2", default=True, show_default=True,
+              help="also publish CE agents' CEs as GLUE 2.0")
+@click.option("--json", "as_json", is_flag=True)
+def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, as_json: bool) -> None:
+    """Load provider output into the BDII by difference (add, modify, delete)."""
+    entries: list[LdifEntry] = []
+    for s in sources:
+        try:
+            entries += load_source(s, glue2)
+        except LdifError as e:
+            _fail(str(e), 2)
+        except SourceError as e:
+            _fail(str(e), 2)
+    try:
+        report = update_bdii(bdii_url, entries)
+    except LdapError as e:
+        _fail(str(e), 1)
+    if as_json:
+        _echo_json(report.as_dict())
+        return
+    click.echo(f"added {report.added}, modified {report.modified}, deleted {report.deleted}, "
+               f"unchanged {report.unchanged}, refused {len(report.rejected)}")
+    for r in report.rejected:
+        err.print(f"  refused: {r}", highlight=False, markup=False, soft_wrap=True)
+
+
+# -- vgrid info ----------------------------------------------------------------------------------
+def ce_row(ad: dict) -> dict:
+    """One CE (or VO view) in the JSON shape of ``vgrid info --json`` (issue 4)."""
+    return {"id": ad.get(AD_ID) or ad.get("GlueCEUniqueID"),
+            "status": ad.get("GlueCEStateStatus"),
+            "total_cpus": ad.get("GlueCEInfoTotalCPUs"),
+            "free_cpus": ad.get("GlueCEStateFreeCPUs"),
+            "running": ad.get("GlueCEStateRunningJobs"),
+            "waiting": ad.get("GlueCEStateWaitingJobs"),
+            "total_jobs": ad.get("GlueCEStateTotalJobs"),
+            "ert_s": ad.get("GlueCEStateEstimatedResponseTime"),
+            "si00": ad.get("GlueHostBenchmarkSI00"),
+            "vo": ad.get("GlueVOViewLocalID"),
+            "acbr": list(ad.get("GlueCEAccessControlBaseRule") or [])}
+
+
+def info_document(ism: ISM, vo: str | None, now: float) -> dict:
+    """``{"stale", "age_s", "rejected", "ces"}`` of the ISM's snapshot, CEs filtered by VO."""
+    snap = ism.snapshot()
+    ads = [a for a in snap.ads if vo is None or vo in vos_of(a)]
+    return {"stale": snap.stale, "age_s": round(snap.age(now), 3),
+            "rejected": [r.as_dict() for r in snap.rejected],
+            "ces": [ce_row(a) for a in ads]}
+
+
+def _table(doc: dict) -> Table:
+    t = Table(title="CEs" + ("  [stale]" if doc["stale"] else ""))
+    t.add_column("CE / VO view", no_wrap=True)
+    for col, just in (("status", "left"), ("CPUs", "right"),
+                      ("free", "right"), ("running", "right"), ("waiting", "right"),
+                      ("ERT (s)", "right"), ("SI00", "right"), ("VOs", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    for c in doc["ces"]:
+        vos = ",".join(r[3:] if r.startswith("VO:") else r for r in c["acbr"])
+        t.add_row(*[("-" if v is None else str(v)) for v in (
+            c["id"], c["status"], c["total_cpus"], c["free_cpus"], c["running"], c["waiting"],
+            c["ert_s"], c["si00"], vos)])
+    return t
+
+
+@click.command("info")
+@click.option("--bdii", "bdii_url", default=None, metavar="LDAP_URL", help="read a BDII")
+@click.option("--ldif", "ldif_files", multiple=True, type=click.Path(dir_okay=False),
+              help="read GLUE LDIF files (repeatable)")
+@click.option("--vo", default=None, help="only CEs / VO views open to this VO")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None,
+             as_json: bool) -> None:
+    """The CEs of the information system, like lcg-infosites ce."""
+    if bool(bdii_url) == bool(ldif_files):
+        _fail("give either --bdii LDAP_URL or one or more --ldif FILE", 2)
+    sources = [BdiiSource(bdii_url, timeout_s=10, retries=1)] if bdii_url else \
+        [LdifFileSource(f) for f in ldif_files]
+    clock = WallClock()
+    ism = ISM(sources, refresh_s=240, clock=clock)
+    ism.refresh()
+    doc = info_document(ism, vo, clock.now())
+    errors = ism.snapshot().errors
+    if as_json:
+        _echo_json(doc)
+    elif doc["ces"] or not errors:
+        Console(width=None if sys.stdout.isatty() else 200).print(_table(doc))
+        for r in doc["rejected"]:
+            err.print(f"rejected: {r['source']}:{r['line']}: {r['dn']}: {r['reason']}"
+                      if r["source"] else f"rejected: {r['dn']}: {r['reason']}",
+                      highlight=False, markup=False, soft_wrap=True)
+    if errors:
+        for e in errors:
+            err.print(f"vgrid: {e}", highlight=False, markup=False, soft_wrap=True)
+        raise SystemExit(2 if ldif_files else 1)  # a bad file is an input error
+
+
+# -- vgrid gip -----------------------------------------------------------------------------------
+@click.command("gip")
+@click.option("--ce", "ce_url", required=True, metavar="URL", help="a CE agent's URL")
+@click.option("--glue", type=click.Choice(["1.3", "2.0", "both"]), default="both",
+              show_default=True, help="which GLUE version(s) to print")
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True, help="seconds")
+def gip_cmd(ce_url: str, glue: str, timeout_s: float) -> None:
+    """Print a CE's GLUE LDIF: what its GIP publishes (1.3) and the same CE in GLUE 2.0."""
+    try:
+        text = _fetch_ce(ce_url, timeout_s)
+        entries = parse_ldif(text, source=glue_url(ce_url))
+    except SourceError as e:
+        _fail(str(e), 1)
+    except LdifError as e:
+        _fail(f"the CE published malformed LDIF: {e}", 1)
+    ads, rejected = glue13_ce_ads(entries)
+    for r in rejected:
+        err.print(f"vgrid: inconsistent GLUE from the CE: {r}", highlight=False, markup=False)
+    if glue in ("1.3", "both"):
+        click.echo(text.rstrip("\n") + "\n")
+    if glue in ("2.0", "both"):
+        for ad in ads:
+            if ad[AD_ID] == ad["GlueCEUniqueID"]:
+                click.echo(render_glue2(ce_state_from_ad(ad)))
+    if not ads:
+        raise SystemExit(1)
