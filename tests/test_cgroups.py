@@ -177,3 +177,29 @@ def test_stale_node_cgroups_of_dead_agents_are_swept(real_cgroups):
     removed = cgroups.sweep_stale(parent)
     assert "ghost-999999999" in removed and not stale.exists()
     assert real_cgroups.node_dir.exists()       # a live agent's cgroup is left alone
+
+
+def test_v2_driver_file_format_on_a_stand_in_tree(tmp_path):
+    """The cgroup v2 path (this kernel's cgroup2 has no cpu controller, so the kernel cannot be
+    used): plain files stand in for the unified hierarchy to check what the driver writes."""
+    root = tmp_path / "unified"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu io memory pids\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup2 {root} cgroup2 rw 0 0\n")
+    own = tmp_path / "cgroup"
+    own.write_text("0::/\n")
+    driver = cgroups.open_cpu_cgroups("wn9", mode="v2", mounts_file=str(mounts),
+                                      cgroup_file=str(own))
+    assert isinstance(driver, cgroups.CgroupV2) and driver.capped
+    assert (root / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (root / "vgrid" / "cgroup.subtree_control").read_text() == "+cpu"
+    driver.create("vwn-wn9-1")
+    driver.set_cap("vwn-wn9-1", 0.5)
+    assert (driver.path("vwn-wn9-1") / "cpu.max").read_text() == "50000 100000"
+    assert driver.read_cap("vwn-wn9-1") == 0.5
+    (driver.path("vwn-wn9-1") / "cpu.max").write_text("max 100000")
+    assert driver.read_cap("vwn-wn9-1") is None
+    (driver.path("vwn-wn9-1") / "cpu.stat").write_text("usage_usec 1500000\nnr_throttled 4\n")
+    assert driver.cpu_usage_s("vwn-wn9-1") == 1.5
+    assert driver.procs_files("vwn-wn9-1") == [str(driver.path("vwn-wn9-1") / "cgroup.procs")]

@@ -158,7 +158,7 @@ def test_uncapped_node_says_so(start_node, receiver):
     status = requests.get(f"{url}/status", timeout=5).json()
     assert status["cgroup"]["writable"] is False and status["cgroup"]["reason"]
     done = receiver.wait_event("unc1", "done")
-    assert done["capped"] is False
+    assert done["capped"] is False and "disabled by configuration" in done["cap_reason"]
 
 
 def test_post_is_idempotent_on_key(start_node, receiver):

@@ -326,7 +326,7 @@ class NodeAgent:
         event = {"job_id": r.job_id, "key": r.key, "vwn": v.vwn, "node": self.config.node,
                  "event": kind, "exit_code": v.exit_code, "reason": v.reason,
                  "cpu_caps": [list(c) for c in v.cpu_caps], "capped": v.capped,
-                 "time": self.clock.now()}
+                 "cap_reason": v.cap_reason, "time": self.clock.now()}
         self.outbox.post(r.callback_url, event, order_key=r.key)
 
     # -- departure on request -----------------------------------------------------------------
