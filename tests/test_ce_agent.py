@@ -137,6 +137,17 @@ def test_jdl_syntax_error_is_rejected_with_its_position(site, receiver):
     assert requests.get(f"{ce_url}/jobs/{key}", timeout=5).status_code == 404
 
 
+def test_jdl_validation_error_lists_the_problems(site, receiver):
+    ce_url, _, _ = site(n_nodes=0)
+    key, resp = submit(ce_url, receiver, "[\n  Executable = 5;\n]", "typed.jdl")
+    assert resp.status_code == 400
+    err = resp.json()["error"]
+    assert err["message"] == "typed.jdl:2:16: Executable must be a string"
+    assert (err["file"], err["line"], err["column"]) == ("typed.jdl", 2, 16)
+    assert err["problems"] == [{"line": 2, "column": 16, "message": "Executable must be a string"}]
+    assert requests.get(f"{ce_url}/jobs/{key}", timeout=5).status_code == 404
+
+
 def test_missing_executable_is_forwarded_as_aborted(site, receiver):
     ce_url, _, _ = site(n_nodes=1)
     key, _ = submit(ce_url, receiver, '[ Executable = "/nonexistent/foo"; ]')
@@ -163,8 +174,12 @@ def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
     receiver.wait_event(key, "done")
     ce_url2, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"])
     key2, _ = submit(ce_url2, receiver, sleep_jdl(0.1))
-    record = receiver.wait_for(lambda r: (lambda j: j if j["reason"] else None)(
-        requests.get(f"{ce_url2}/jobs/{key2}", timeout=5).json()), timeout_s=10)
+
+    def tried(_):
+        record = requests.get(f"{ce_url2}/jobs/{key2}", timeout=5).json()
+        return record if record["reason"] else None
+
+    record = receiver.wait_for(tried, timeout_s=10)
     assert record["state"] == "Scheduled" and record["reason"].startswith("not placed yet")
     assert glue_attrs(ce_url2)["GlueCEStateWaitingJobs"] == ["1"]
 

@@ -131,11 +131,14 @@ def test_events_and_output_sandbox(start_node, receiver):
     assert receiver.outputs[("out1", "std.err")] == b"warn\n"
 
 
-def test_cancel_kills_the_whole_process_tree(start_node, receiver):
-    url, agent = start_node()
+@pytest.mark.parametrize("cgroup", ["auto", "none"])
+def test_cancel_kills_the_whole_process_tree(start_node, receiver, cgroup):
+    """With a cgroup its task list is used; without one (cgroup = "none") the /proc tree."""
+    url, agent = start_node(cgroup=cgroup)
     script = "setsid sleep 300 & echo $! > pids; sleep 300 & echo $! >> pids; wait"
-    v = submit(url, receiver, "cancel1", "/bin/sh", f"-c '{script}'")
-    receiver.wait_event("cancel1", "running")
+    key = f"cancel-{cgroup}"
+    v = submit(url, receiver, key, "/bin/sh", f"-c '{script}'")
+    receiver.wait_event(key, "running")
     pids_file = agent.work_dir / v["vwn"] / "job" / "pids"
     deadline = time.monotonic() + 5
     while (not pids_file.exists() or len(pids_file.read_text().split()) < 2) \
@@ -148,7 +151,7 @@ def test_cancel_kills_the_whole_process_tree(start_node, receiver):
     assert not [p for p in pids if is_running(p)]
     if agent.cg.capped:
         assert not agent.cg.path(v["vwn"]).exists()
-    assert receiver.events_for("cancel1", "done") == []
+    assert receiver.events_for(key, "done") == []
 
 
 def test_uncapped_node_says_so(start_node, receiver):

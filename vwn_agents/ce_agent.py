@@ -291,6 +291,11 @@ class CEAgent:
         except requests.RequestException as exc:
             log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
 
+    def records(self) -> list[dict]:
+        """Every job record, in arrival order."""
+        with self._lock:
+            return [j.record() for j in self.jobs.values()]
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             out: dict[str, int] = {}
@@ -355,8 +360,7 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
 
     @app.get("/jobs")
     def list_jobs():
-        with agent._lock:
-            return jsonify([j.record() for j in agent.jobs.values()])
+        return jsonify(agent.records())
 
     @app.get("/jobs/<key>")
     def get_job(key):

@@ -174,6 +174,11 @@ class NodeAgent:
                 raise ApiError(404, f"no VWN {vwn!r} on node {self.config.node}", vwn=vwn)
             return self.vwns[vwn]
 
+    def records(self) -> list[dict]:
+        """Every VWN record (active and ended), in creation order."""
+        with self._lock:
+            return [v.record() for v in self.vwns.values()]
+
     def status(self) -> dict:
         return {"node": self.config.node, "capacity": self.config.capacity,
                 "vwns": len(self.active()), "cgroup": self.cg.describe()}
@@ -391,8 +396,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
 
     @app.get("/vwns")
     def list_vwns():
-        with agent._lock:
-            return jsonify([v.record() for v in agent.vwns.values()])
+        return jsonify(agent.records())
 
     @app.get("/vwns/<vwn>")
     def get_vwn(vwn):
