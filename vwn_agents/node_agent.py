@@ -151,6 +151,7 @@ class NodeAgent:
         self.clock = clock or WallClock()
         self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup,
                                                      config.cgroup_parent)
+        self._own_work_dir = config.work_dir is None
         self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events")
@@ -357,7 +358,10 @@ class NodeAgent:
         self.cg.kill(v.vwn)
 
     def shutdown(self, flush_s: float = 3.0) -> None:
-        """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events."""
+        """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events.
+
+        A temporary work directory the agent made itself is removed (unless ``keep_workdirs``).
+        """
         with self._lock:
             self._stopping = True
             running = self.active()
@@ -372,6 +376,8 @@ class NodeAgent:
             self.cg.close()
         except cgroups.CgroupError as exc:
             log.warning("node %s: %s", self.config.node, exc)
+        if self._own_work_dir and not self.config.keep_workdirs:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
 def create_app(config: NodeAgentConfig, clock: Clock | None = None,
