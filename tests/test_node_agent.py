@@ -248,3 +248,15 @@ def test_config_from_toml(tmp_path: Path):
     f.write_text('node = "wn1"\ncapacity = \n')
     with pytest.raises(ConfigError, match=str(f)):
         NodeAgentConfig.from_toml(f)
+
+
+def test_restarted_agent_reuses_its_work_dir(start_node, receiver, tmp_path):
+    """VWN names restart at 1; a directory left by the previous agent must not abort the job."""
+    shared = str(tmp_path / "shared-work")
+    url, _ = start_node(node="again", work_dir=shared)
+    submit(url, receiver, "again-1", "/bin/true")
+    receiver.wait_event("again-1", "done")
+    url2, agent2 = start_node(node="again", work_dir=shared)
+    v = submit(url2, receiver, "again-2", "/bin/true")
+    assert v["vwn"] == "vwn-again-1"
+    assert receiver.wait_event("again-2", "done")["exit_code"] == 0

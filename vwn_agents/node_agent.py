@@ -234,7 +234,8 @@ class NodeAgent:
     def _spec(self, v: VWN) -> Path:
         r = v.request
         vdir = self.work_dir / v.vwn
-        vdir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(vdir, ignore_errors=True)      # left by an earlier agent on this work_dir
+        vdir.mkdir(parents=True)
         spec = {"job_id": r.job_id, "workdir": str(vdir / "job"),
                 "result_file": str(vdir / "result.json"), "executable": r.executable,
                 "arguments": r.arguments, "environment": r.environment,
