@@ -22,11 +22,12 @@ def _estimates(sched, lease, resuming: bool):
     (Haizea's estimate: number of VMs x one VM's time)."""
     cfg = sched.cfg
     n = lease.n_vms
-    r_est = op_time(lease.per_vm[MEM], cfg.resume_rate) * n if resuming else 0.0
-    s_est = op_time(lease.per_vm[MEM], cfg.suspend_rate) * n
+    mem = lease.per_vm[MEM]
+    r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
+    s_est = op_time(mem, sched.suspend_rate) * n
     m_est = 0.0
     if resuming and cfg.migration == "yes":
-        m_est = n * (lease.per_vm[MEM] + lease.image_mb) / cfg.link_bandwidth_mbs("be")
+        m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be")
     return r_est, s_est, m_est
 
 
@@ -40,14 +41,16 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
     r_est, s_est, m_est = _estimates(sched, lease, resuming)
     min_dur = None
     if suspendable:
-        thr = (s_est + r_est) * (1.0 + cfg.scheduling_threshold_factor)
+        thr = (s_est + r_est) * (1.0 + sched.threshold_factor)
         min_dur = max(thr, s_est + r_est + 1.0)
     need, n = lease.per_vm, lease.n_vms
     base = r_est + remaining
     ready = None if resuming else sched.staging.be_ready(lease, now, len(sched.nodes))
     if ready is None and not resuming:
         # Fast rejection: not enough VM slots free from now for the shortest acceptable slot.
-        if not allow_future and sched.mapper.count_now(need, now, base if min_dur is None else min(base, min_dur)) < n:
+        length = base if min_dur is None else min(base, min_dur)
+        if not allow_future and (sched.mapper.count_now_upper(need, now, length) < n
+                                 or sched.mapper.count_now(need, now, length) < n):
             return False
     score = sched.host_score(lease)
     found = None

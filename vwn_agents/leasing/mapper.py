@@ -16,7 +16,6 @@ numpy. Times in seconds.
 """
 from __future__ import annotations
 
-import bisect
 import math
 
 import numpy as np
@@ -32,8 +31,9 @@ class Mapper:
 
     def __init__(self, st: SlotTable) -> None:
         self.st = st
-        self._node_cache: dict = {}
         self._global_cache: dict = {}
+        self._m: dict = {}
+        self._node_ids = np.arange(len(st.nodes), dtype=np.int64)
 
     # ------------------------------------------------------------ fixed interval (ARs)
     def map_interval(self, need: tuple, n: int, t1: float, t2: float, score=None,
@@ -65,63 +65,137 @@ class Mapper:
         return tuple(mapping)
 
     # ------------------------------------------------------------ slot intervals
-    def _node_slots(self, node: int, need: tuple) -> list[tuple]:
-        """[(a, b, j)] maximal intervals where j VMs of ``need`` fit on ``node``."""
+    def _node_slots(self, node: int, need: tuple) -> tuple[list, list]:
+        """([a...], [b...]) maximal intervals where j VMs of ``need`` fit on ``node``, for
+        j = 1..(VMs the empty node can host); a sweep over the node's reservations."""
         st = self.st
-        ver = st.node_version[node]
-        key = (node, need)
-        hit = self._node_cache.get(key)
-        if hit is not None and hit[0] == ver:
-            return hit[1]
         cap = st.nodes[node].capacity
-        m = vms_in(cap, need)
-        lst = [r for r in st.on_node(node) if r.end > r.start]
-        out = []
-        if m > 0:
-            if not lst:
-                out = [(-INF, INF, j) for j in range(1, min(m, 64) + 1)]
+        m = self._m.get((cap, need))
+        if m is None:
+            m = self._m[(cap, need)] = min(vms_in(cap, need), 64)
+        if m <= 0:
+            return [], []
+        lst = st._by_node[node]
+        if not lst:
+            return [-INF] * m, [INF] * m
+        if len(lst) == 1:
+            r = lst[0]
+            u = r.use[node]
+            k = min(vms_in((cap[0] - u[0], cap[1] - u[1], cap[2] - u[2], cap[3] - u[3]), need), m)
+            if r.end <= r.start or k >= m:
+                return [-INF] * m, [INF] * m
+            k = max(k, 0)
+            return ([-INF] * k + [-INF, r.end] * (m - k)), ([INF] * k + [r.start, INF] * (m - k))
+        if m == 1:
+            blocked = []
+            for r in lst:
+                if r.end <= r.start:
+                    continue
+                u = r.use[node]
+                if (u[0] + need[0] > cap[0] or u[1] + need[1] > cap[1] or u[2] + need[2] > cap[2]
+                        or u[3] + need[3] > cap[3]):
+                    blocked.append((r.start, r.end))
+                else:
+                    break
             else:
-                pts = sorted({r.start for r in lst} | {r.end for r in lst})
-                segs = [(-INF, pts[0], m)]
-                for i, p in enumerate(pts):
-                    q = pts[i + 1] if i + 1 < len(pts) else INF
-                    used = [0, 0, 0, 0]
-                    for r in lst:
-                        if r.start <= p < r.end:
-                            u = r.use[node]
-                            used[0] += u[0]; used[1] += u[1]; used[2] += u[2]; used[3] += u[3]
-                    free = (cap[0] - used[0], cap[1] - used[1], cap[2] - used[2], cap[3] - used[3])
-                    segs.append((p, q, min(vms_in(free, need), m)))
-                for j in range(1, min(m, 64) + 1):
-                    start = None
-                    for a, b, k in segs:
-                        if k >= j:
-                            if start is None:
-                                start = a
-                            end = b
-                        elif start is not None:
-                            out.append((start, end, j))
-                            start = None
-                    if start is not None:
-                        out.append((start, end, j))
-        self._node_cache[key] = (ver, out)
-        return out
+                # every reservation alone leaves no room: free = complement of their union
+                blocked.sort()
+                A, B = [-INF], []
+                cur_end = -INF
+                for a, b in blocked:
+                    if a > cur_end:
+                        if cur_end != -INF or a > -INF:
+                            B.append(a)
+                            A.append(b)
+                        cur_end = b
+                    elif b > cur_end:
+                        cur_end = b
+                        A[-1] = b
+                if not blocked:
+                    return [-INF], [INF]
+                B.append(INF)
+                return A, B
+        dims = [i for i in range(4) if need[i] > 0]
+        delta: dict = {}
+        for r in lst:
+            if r.end <= r.start:
+                continue
+            u = r.use[node]
+            d = delta.get(r.start)
+            if d is None:
+                delta[r.start] = d = [0.0] * len(dims)
+            e = delta.get(r.end)
+            if e is None:
+                delta[r.end] = e = [0.0] * len(dims)
+            for k, i in enumerate(dims):
+                d[k] += u[i]
+                e[k] -= u[i]
+        used = [0.0] * len(dims)
+        A: list = []
+        B: list = []
+        open_at = [-INF] * (m + 1)  # open_at[j]: start of the current free interval of slot j
+        level = m
+        for t in sorted(delta):
+            d = delta[t]
+            k_new = m
+            for k, i in enumerate(dims):
+                used[k] += d[k]
+                free = cap[i] - used[k]
+                fit = int(free // need[i] + 1e-9) if free > 0 else 0
+                if fit < k_new:
+                    k_new = fit
+            if k_new < 0:
+                k_new = 0
+            if k_new < level:
+                for j in range(k_new + 1, level + 1):
+                    if open_at[j] < t:
+                        A.append(open_at[j])
+                        B.append(t)
+            elif k_new > level:
+                for j in range(level + 1, k_new + 1):
+                    open_at[j] = t
+            level = k_new
+        for j in range(1, level + 1):
+            A.append(open_at[j])
+            B.append(INF)
+        return A, B
 
     def slot_arrays(self, need: tuple):
-        """(A, B, NODE) numpy arrays of all slot intervals for ``need`` (cached)."""
+        """(A, B, NODE, memo) numpy arrays of all slot intervals for ``need`` (cached; only
+        nodes whose reservations changed are recomputed)."""
         st = self.st
-        hit = self._global_cache.get(need)
-        if hit is not None and hit[0] == st.version:
-            return hit[1]
-        A, B, N = [], [], []
-        for node in range(len(st.nodes)):
-            for a, b, _ in self._node_slots(node, need):
-                A.append(a)
-                B.append(b)
-                N.append(node)
-        arrays = (np.array(A, dtype=float), np.array(B, dtype=float), np.array(N, dtype=np.int64), {})
-        self._global_cache = {need: (st.version, arrays)}
-        return arrays
+        g = self._global_cache.get(need)
+        if g is not None and g["version"] == st.version:
+            return g["arrays"]
+        if g is None or g["seen_dirty"] is not None:
+            if g is None:
+                g = {"per_node": [None] * len(st.nodes), "dirty": set(range(len(st.nodes)))}
+                self._global_cache[need] = g
+        # collect the nodes changed since this need's last build
+        g["dirty"] |= st.dirty_nodes
+        for other_need, other in self._global_cache.items():
+            if other is not g:
+                other["dirty"] |= st.dirty_nodes
+        st.dirty_nodes = set()
+        per_node = g["per_node"]
+        for node in g["dirty"]:
+            per_node[node] = self._node_slots(node, need)
+        g["dirty"] = set()
+        flat_a: list = []
+        flat_b: list = []
+        lens = []
+        for a, b in per_node:
+            flat_a += a
+            flat_b += b
+            lens.append(len(a))
+        A = np.array(flat_a, dtype=float)
+        B = np.array(flat_b, dtype=float)
+        N = np.repeat(self._node_ids, lens)
+        g["arrays"] = (A, B, N, {})
+        g["version"] = st.version
+        g["shrink"] = st.shrink_version
+        g["seen_dirty"] = True
+        return g["arrays"]
 
     def count_now(self, need: tuple, now: float, length: float) -> int:
         """VM slots free over [now, now + length) -- O(log n) after one build per change."""
@@ -131,6 +205,19 @@ class Mapper:
             b_now = np.sort(B[(A <= now) & (B > now)])
             memo.clear()
             memo[now] = b_now
+        return len(b_now) - int(np.searchsorted(b_now, now + length, side="left"))
+
+    def count_now_upper(self, need: tuple, now: float, length: float) -> int:
+        """An upper bound of ``count_now`` without rebuilding: valid because reservations
+        added since the last build can only lower the count (falls back to ``count_now``
+        if any reservation was removed or moved since)."""
+        g = self._global_cache.get(need)
+        if g is None or g.get("shrink") != self.st.shrink_version or "arrays" not in g:
+            return self.count_now(need, now, length)
+        memo = g["arrays"][3]
+        b_now = memo.get(now)
+        if b_now is None:
+            return self.count_now(need, now, length)
         return len(b_now) - int(np.searchsorted(b_now, now + length, side="left"))
 
     # ------------------------------------------------------------ earliest start
@@ -146,25 +233,24 @@ class Mapper:
         the chosen slots stop being free (start + duration when the full length fits), or None.
         """
         A, B, NODE, _ = self.slot_arrays(need)
-        if len(A) == 0:
-            return None
-        mask = np.ones(len(A), dtype=bool)
+        need_len = duration if min_duration is None else min(duration, min_duration)
+        keep = (B - A) >= need_len
         if only_nodes is not None:
             allowed = np.zeros(len(self.st.nodes), dtype=bool)
             allowed[list(only_nodes)] = True
-            mask &= allowed[NODE]
+            keep &= allowed[NODE]
+        A, B, NODE = A[keep], B[keep], NODE[keep]
+        if len(A) == 0:
+            return None
         ready_arr = None
-        cands = {now}
+        parts = [np.array([now])]
         if ready is not None:
             ready_arr = np.asarray(ready, dtype=float)
-            cands.update(float(r) for r in ready_arr if r > now and r < INF)
+            parts.append(ready_arr[(ready_arr > now) & (ready_arr < INF)])
         if allow_future:
-            cands.update(float(a) for a in A[mask] if a > now)
-            if ready_arr is not None:
-                cands.update(float(r) for r in ready_arr if r > now and r < INF)
-        S = np.array(sorted(cands), dtype=float)
-        need_len = duration if min_duration is None else min(duration, min_duration)
-        ok = mask[None, :] & (A[None, :] <= S[:, None]) & (B[None, :] >= S[:, None] + need_len) & (B[None, :] > S[:, None])
+            parts.append(A[A > now])
+        S = np.unique(np.concatenate(parts))
+        ok = (A[None, :] <= S[:, None]) & (B[None, :] >= S[:, None] + need_len) & (B[None, :] > S[:, None])
         if ready_arr is not None:
             ok &= ready_arr[NODE][None, :] <= S[:, None]
         counts = ok.sum(axis=1)
@@ -184,6 +270,18 @@ class Mapper:
 
     def _pick(self, idx, NODE, B, n, score, by_end):
         """Choose n slots among ``idx``: latest end first (by_end) or by host score."""
+        if score is None or by_end:
+            nodes = NODE[idx]
+            ends = B[idx]
+            if by_end:
+                order = np.lexsort((nodes, -ends))[:n]
+            else:
+                per = np.bincount(nodes)
+                order = np.lexsort((-ends, nodes, -per[nodes]))[:n]
+            mapping = tuple(sorted(int(x) for x in nodes[order]))
+            if by_end:
+                return mapping, [int(k) for k in np.asarray(idx)[order]]
+            return mapping
         rows = [(int(NODE[k]), float(B[k]), int(k)) for k in idx]
         if by_end:
             rows.sort(key=lambda r: (-r[1], r[0]))
@@ -208,4 +306,4 @@ def vm_use(mapping: tuple, per_vm: tuple) -> dict:
     return {node: vec_scale(per_vm, k) for node, k in counts.items()}
 
 
-__all__ = ["Mapper", "vm_use", "bisect"]
+__all__ = ["Mapper", "vm_use"]

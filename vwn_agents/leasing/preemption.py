@@ -17,7 +17,7 @@ import math
 
 from .config import LeaseConfig
 from .mapper import vm_use
-from .model import MEM, Lease
+from .model import MEM, Lease, LeaseType
 from .slottable import Reservation, ResKind
 
 
@@ -49,11 +49,10 @@ def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
 
 def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
     """Whether a best-effort lease may be suspended under ``suspension``."""
-    if not lease.preemptible or not lease.is_be:
+    if not lease.preemptible or lease.type is not LeaseType.BEST_EFFORT:
         return False
-    if cfg.suspension == "all":
-        return True
-    return cfg.suspension == "serial-only" and lease.n_vms == 1
+    mode = cfg._values["suspension"]
+    return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
 
 
 def scheduling_threshold(lease: Lease, mapping: tuple, cfg: LeaseConfig, resuming: bool) -> float:

@@ -49,6 +49,9 @@ class LeaseScheduler:
         self.leases: dict[int, Lease] = {}
         self.future: frozenset = frozenset()
         self._dirty = False
+        self.suspend_rate = config.suspend_rate
+        self.resume_rate = config.resume_rate
+        self.threshold_factor = config.scheduling_threshold_factor
         self._handlers = {
             ResKind.TRANSFER: (self._start_transfer, self._end_transfer),
             ResKind.MIGRATE: (self._noop, self._noop),

@@ -84,7 +84,9 @@ class SlotTable:
         self._undo: list | None = None
         self._depth = 0
         self.version = 0
+        self.shrink_version = 0  # bumped when resources may have been freed (remove / move)
         self.node_version = [0] * len(nodes)
+        self.dirty_nodes: set = set(range(len(nodes)))
 
     # ------------------------------------------------------------------ transactions
     def begin(self) -> int:
@@ -187,12 +189,15 @@ class SlotTable:
         for n in res.use:
             self._by_node[n].append(res)
             self.node_version[n] += 1
+            self.dirty_nodes.add(n)
         self.version += 1
 
     def _unindex_nodes(self, res: Reservation) -> None:
         self.version += 1
+        self.shrink_version += 1
         for n in res.use:
             self.node_version[n] += 1
+            self.dirty_nodes.add(n)
             lst = self._by_node[n]
             for i, r in enumerate(lst):
                 if r is res:
