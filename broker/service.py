@@ -153,8 +153,10 @@ class Broker:
     @staticmethod
     def _ce_url(ad) -> str | None:
         for k, v in ad.items():
-            if k.lower() == "glueceinfocontactstring" and isinstance(v, str) and v.startswith("http"):
-                return v.rstrip("/")
+            if k.lower() == "glueceinfocontactstring":  # multi-valued in the GLUE 1.3 schema
+                for value in ([v] if isinstance(v, str) else v or []):
+                    if isinstance(value, str) and value.startswith(("http://", "https://")):
+                        return value.rstrip("/")
         return None
 
     def _dispatch(self, job: Job, desc, ce_id: str, url: str | None) -> bool:

@@ -85,4 +85,4 @@ def test_broker_sigkill_loses_no_accepted_job(site):
     group.stop(broker, signal.SIGKILL)
     group.start("broker", "broker-restarted", cfg)
     jobs = wait_ended(client, keys, timeout=90)
-    assert {j["state"] for j in jobs.values()} == {"Done"}, jobs
+    assert {j["state"] for j in jobs.values()} == {"Done"}, [(j["state"], j["reason"], j["history"]) for j in jobs.values()]

@@ -92,10 +92,21 @@ def test_input_sandbox_download_failure_names_the_file(tmp_path, receiver):
     assert "404" in result["error"]
 
 
+def test_upload_retried_while_receiver_fails_then_delivered(tmp_path, receiver):
+    # A transient failure (HTTP 503, e.g. a broker restarting) is retried, not fatal.
+    receiver.fail_puts = 2
+    result, _ = run_wrapper(tmp_path, executable="/bin/sh", arguments="-c 'echo y > o'",
+                            output_sandbox=["o"], output_upload_url=f"{receiver.url}/jobs/retry/output",
+                            transfer_patience_s=20.0)
+    assert result["error"] is None and result["uploaded"] == ["o"]
+    assert receiver.outputs[("retry", "o")] == b"y\n"
+
+
 def test_upload_failure_is_an_error(tmp_path):
     result, _ = run_wrapper(tmp_path, executable="/bin/sh", arguments="-c 'echo x > o'",
-                            output_sandbox=["o"], output_upload_url="http://127.0.0.1:9/nothing")
-    assert result["error"].startswith("OutputSandbox o: upload to http://127.0.0.1:9/nothing/o")
+                            output_sandbox=["o"], output_upload_url="http://127.0.0.1:9/nothing",
+                            transfer_patience_s=1.0)
+    assert result["error"].startswith("OutputSandbox o: upload to http://127.0.0.1:9/nothing/o failed for 1 s")
     assert "job exit code 0" in result["error"]
 
 

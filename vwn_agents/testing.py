@@ -5,6 +5,7 @@ node or CE agent alone.
 
 - ``POST /events`` and ``POST /jobs/<key>/events``: JSON events, kept in ``.events`` in arrival order;
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
+  ``fail_puts`` likewise for the next n output uploads;
 - ``PUT /jobs/<key>/output/<name>``: output sandbox files, kept in ``.outputs[(key, name)]``;
 - ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads).
 """
@@ -26,6 +27,7 @@ class Receiver:
         self.outputs: dict[tuple[str, str], bytes] = {}
         self.inputs: dict[str, bytes] = {}
         self.fail_events = 0
+        self.fail_puts = 0
         self._cond = threading.Condition()
         self.app = self._make_app()
         self.server = BackgroundServer(self.app)
@@ -50,6 +52,9 @@ class Receiver:
         @app.put("/jobs/<key>/output/<name>")
         def put_output(key, name):
             with self._cond:
+                if self.fail_puts > 0:
+                    self.fail_puts -= 1
+                    return jsonify({"error": {"message": "receiver told to fail"}}), 503
                 self.outputs[(key, name)] = request.get_data()
                 self._cond.notify_all()
             return jsonify({"ok": True}), 201

@@ -38,7 +38,10 @@ import requests
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 HTTP_TIMEOUT_S = 30
-UPLOAD_ATTEMPTS = 3
+#: Default of the spec's ``transfer_patience_s``: how long (s) an output upload that fails for a
+#: transient reason (connection refused, timeout, HTTP 5xx) is retried, e.g. while the broker
+#: restarts; HTTP 4xx fails at once.
+TRANSFER_PATIENCE_S = 300.0
 
 
 class WrapperError(Exception):
@@ -113,11 +116,13 @@ def download_inputs(items: list[dict], workdir: Path) -> None:
             raise WrapperError(f"InputSandbox {name}: download from {url} failed: {exc}") from None
 
 
-def upload_outputs(names: list[str], workdir: Path, base_url: str | None) -> tuple[list, list]:
+def upload_outputs(names: list[str], workdir: Path, base_url: str | None,
+                   patience_s: float = TRANSFER_PATIENCE_S) -> tuple[list, list]:
     """PUT each existing OutputSandbox file to ``{base_url}/{name}``.
 
-    Returns (uploaded, missing) name lists; raises WrapperError when an upload fails
-    ``UPLOAD_ATTEMPTS`` times.
+    Returns (uploaded, missing) name lists. A transient failure (connection, timeout, HTTP 5xx)
+    is retried with backoff for ``patience_s`` seconds (the broker may be restarting);
+    raises WrapperError on HTTP 4xx or when that patience runs out.
     """
     uploaded, missing = [], []
     for name in names:
@@ -129,8 +134,9 @@ def upload_outputs(names: list[str], workdir: Path, base_url: str | None) -> tup
         if not base_url:
             raise WrapperError("OutputSandbox given but no output_upload_url")
         url = f"{base_url.rstrip('/')}/{quote(name, safe='')}"
-        last = None
-        for attempt in range(UPLOAD_ATTEMPTS):
+        deadline = time.monotonic() + patience_s
+        delay, last = 0.2, None
+        while True:
             try:
                 with open(path, "rb") as fh:
                     resp = requests.put(url, data=fh, timeout=HTTP_TIMEOUT_S)
@@ -138,11 +144,15 @@ def upload_outputs(names: list[str], workdir: Path, base_url: str | None) -> tup
                     uploaded.append(name)
                     break
                 last = f"HTTP {resp.status_code}"
+                if resp.status_code < 500:
+                    raise WrapperError(f"OutputSandbox {name}: upload to {url} refused: {last}")
             except requests.RequestException as exc:
                 last = str(exc)
-            time.sleep(0.2 * (attempt + 1))
-        else:
-            raise WrapperError(f"OutputSandbox {name}: upload to {url} failed: {last}")
+            if time.monotonic() + delay > deadline:
+                raise WrapperError(f"OutputSandbox {name}: upload to {url} failed for "
+                                   f"{patience_s:g} s: {last}")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
     return uploaded, missing
 
 
@@ -206,7 +216,8 @@ def run(spec: dict) -> dict:
         download_inputs(spec.get("input_sandbox") or [], workdir)
         result.update(run_job(spec, workdir))
         result["uploaded"], result["missing_outputs"] = upload_outputs(
-            spec.get("output_sandbox") or [], workdir, spec.get("output_upload_url"))
+            spec.get("output_sandbox") or [], workdir, spec.get("output_upload_url"),
+            float(spec.get("transfer_patience_s", TRANSFER_PATIENCE_S)))
     except WrapperError as exc:
         result["error"] = str(exc)
         if result["exit_code"] is not None:
