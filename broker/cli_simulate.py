@@ -1,0 +1,131 @@
+"""``vgrid simulate TRACE``: run the lease engine on a trace in simulated time (issue 5).
+
+A thin click adapter over ``vwn_agents.leasing``: read the trace (Haizea LWF XML or text, or
+SWF), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
+the site embedded in an LWF), read the TOML configuration, optionally inject advance
+reservations from an LWF, simulate with a progress bar on a TTY, and report a table, or
+``--json``, and with ``--out DIR`` the per-lease CSV and PNG plots.
+
+Exit codes: 0 ok; 1 the engine failed an internal check (over-commit); 2 usage or input error.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from vwn_agents.leasing import (ConfigError, LeaseConfig, OverCommitError, TraceError, load_config, read_site,
+                                read_trace, simulate, uniform_site)
+
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int):
+    err_console.print(f"[bold red]vgrid:[/] {message.replace('[', chr(92) + '[')}", highlight=False)
+    raise SystemExit(code)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v.is_integer():
+            return f"{v:,.0f}"
+        return f"{v:,.4f}" if abs(v) < 10 else f"{v:,.2f}"
+    return str(v)
+
+
+@click.command("simulate")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--site", "site_file", type=click.Path(dir_okay=False), default=None,
+              help="site description (LWF-style XML <site>)")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="number of identical nodes")
+@click.option("--cpus-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+              help="CPUs per node (100 CPU units each)")
+@click.option("--mem-per-node", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="memory per node, MB")
+@click.option("--swf-cpus-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+              help="SWF conversion: processors per VM (the shared haizea/blue files are already divided)")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML configuration (Haizea option names; see docs/leasing.md)")
+@click.option("--inject-ar", "inject", type=click.Path(dir_okay=False), default=None,
+              help="LWF with advance reservations to add to the trace")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write leases.csv and PNG plots (utilization, Gantt, disk) into DIR")
+def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_per_node, config_file, inject,
+                 as_json, out_dir) -> None:
+    """Simulate the lease engine on TRACE (Haizea LWF or SWF) and report leases and metrics."""
+    if site_file and nodes:
+        _fail("give either --site or --nodes, not both", 2)
+    try:
+        config = load_config(config_file) if config_file else LeaseConfig()
+        workload = read_trace(trace, cpus_per_node=swf_cpus_per_node, memory_mb=mem_per_node)
+        leases = list(workload.leases)
+        if inject:
+            offset = max((l.id for l in leases), default=0)
+            leases += read_trace(inject, id_offset=offset).leases
+        if site_file:
+            site = read_site(site_file)
+        elif nodes:
+            site = uniform_site(nodes, cpus_per_node, mem_per_node)
+        elif workload.nodes:
+            site = workload.nodes
+        else:
+            _fail(f"{trace} has no <site>; give --nodes N (and --cpus-per-node, --mem-per-node) or --site FILE", 2)
+    except (TraceError, ConfigError) as exc:
+        _fail(str(exc), 2)
+    result = _run(leases, site, config, show_progress=sys.stderr.isatty() and not as_json)
+    report = result.report()
+    if out_dir:
+        from vwn_agents.leasing.plots import write_outputs
+        try:
+            written = write_outputs(result.scheduler, report, out_dir)
+        except OSError as exc:
+            _fail(f"{out_dir}: cannot write: {exc.strerror}", 2)
+        if not as_json:
+            err_console.print(f"wrote {len(written)} files into {out_dir}")
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    _print_tables(report, len(site))
+
+
+def _run(leases, site, config, show_progress: bool):
+    try:
+        if not show_progress:
+            return simulate(leases, site, config)
+        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as progress:
+            task = progress.add_task("leases", total=len(leases))
+            return simulate(leases, site, config, progress=lambda done, total: progress.update(task, completed=done))
+    except OverCommitError as exc:
+        _fail(f"internal check failed: {exc}", 1)
+
+
+def _print_tables(report: dict, n_nodes: int) -> None:
+    console = Console()
+    leases = report["leases"]
+    if len(leases) <= 50:
+        t = Table(title="Leases")
+        for col in ("id", "type", "state", "submit_s", "start_s", "end_s", "nodes", "wait_s", "suspensions",
+                    "transfers"):
+            t.add_column(col, justify="right" if col not in ("type", "state", "nodes") else "left")
+        for rec in leases:
+            t.add_row(*[_fmt(rec[c]) if c != "nodes" else " ".join(rec[c]) for c in
+                        ("id", "type", "state", "submit_s", "start_s", "end_s", "nodes", "wait_s", "suspensions",
+                         "transfers")])
+        console.print(t)
+    m = Table(title=f"Metrics ({len(leases)} leases, {n_nodes} nodes)")
+    m.add_column("metric")
+    m.add_column("value", justify="right")
+    for k, v in report["metrics"].items():
+        if k == "peak_disk_mb_per_node":
+            v = max(v.values(), default=0.0)
+            k = "peak_disk_mb (max over nodes)"
+        m.add_row(k, _fmt(v))
+    console.print(m)
