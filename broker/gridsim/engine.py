@@ -138,42 +138,83 @@ class CandidateBoard:
         self.feedback = feedback
         self.rank_uses_feedback = rank_uses_feedback
         self.candidates: list[Candidate] = []
-        self._index: dict[str, int] = {}
-        self._evaluated: dict[str, tuple[object, bool, float | None]] = {}
+        self._index: dict[str, int] = {}        # CE id -> index in candidates
+        self._raws: list = []                    # the raw ad dicts of the last snapshot
+        self._ids: list[str] = []                # their CE ids
+        self._cand_at: list[int | None] = []     # their index in candidates (None: no match)
+        self._positions: dict[str, int] | None = None  # CE id -> position in the snapshot
+        self._dispatched: set[str] = set()       # CEs dispatched to since the last refresh
+        # per CE: (raw ad dict, matches, rank, published jobs, capacity) of the last ad seen
+        self._evaluated: dict[str, tuple[object, bool, float | None, int, float]] = {}
 
-    def _n_jobs(self, ce_id: str, ad) -> int:
-        return published_jobs(ad) + (self.feedback.get(ce_id) if self.feedback else 0)
+    def _evaluate(self, ce_id: str, ad) -> tuple[object, bool, float | None, int, float]:
+        raw = getattr(ad, "ad", ad)  # an AdView's underlying dict: same object = same data
+        seen = self._evaluated.get(ce_id)
+        if seen is None or seen[0] is not raw:
+            ok = jdl.matches(self.job, ad)
+            seen = (raw, ok, jdl.rank_value(self.job, ad) if ok else None,
+                    published_jobs(raw), ce_capacity(raw))
+            self._evaluated[ce_id] = seen
+        return seen
+
+    def _n_jobs(self, ce_id: str) -> int:
+        published = self._evaluated[ce_id][3]
+        return published + self.feedback.get(ce_id) if self.feedback is not None else published
 
     def refresh(self, ads: Sequence) -> None:
-        """Rebuild from the ads of a new ISM snapshot (dicts or AdViews of dicts)."""
-        old = {c.ce_id: c for c in self.candidates}
-        cands = []
+        """Rebuild from the ads of a new ISM snapshot (dicts or AdViews of dicts).
+
+        Fast path: when the snapshot lists the same CEs in the same order as the last one,
+        only the ads that were replaced and the CEs with a feedback count are looked at again.
+        """
+        raws = [getattr(ad, "ad", ad) for ad in ads]  # an AdView's dict: same object, same data
+        if len(raws) == len(self._raws) and self._positions is not None:
+            stale = {p for p, (a, b) in enumerate(zip(raws, self._raws)) if a is not b}
+            stale.update(self._positions[ce] for ce in self._dispatched)
+            if self._patch(ads, raws, sorted(stale)):
+                return
+        self._rebuild(ads, raws)
+
+    def _patch(self, ads: Sequence, raws: list, stale: list[int]) -> bool:
+        """Rebuild the candidates at positions ``stale``; False if a CE's match status changed."""
+        for p in stale:
+            ce_id = ads[p]["GlueCEUniqueID"]
+            old = self._cand_at[p]
+            if ce_id != self._ids[p]:
+                return False
+            raw, ok, rank, _, capacity = self._evaluate(ce_id, ads[p])
+            if ok != (old is not None):
+                return False
+            if ok:
+                self.candidates[old] = Candidate(ce_id, ads[p], rank, self._n_jobs(ce_id), capacity)
+        self._raws = raws
+        self._dispatched = set()
+        return True
+
+    def _rebuild(self, ads: Sequence, raws: list) -> None:
+        cands, cand_at, ids = [], [], []
         for ad in ads:
             ce_id = ad["GlueCEUniqueID"]
-            raw = getattr(ad, "ad", ad)  # an AdView's underlying dict: same object = same data
-            seen = self._evaluated.get(ce_id)
-            if seen is None or seen[0] is not raw:
-                seen = (raw, jdl.matches(self.job, ad), jdl.rank_value(self.job, ad))
-                self._evaluated[ce_id] = seen
-            if not seen[1]:
-                continue
-            n_jobs = self._n_jobs(ce_id, ad)
-            prev = old.get(ce_id)
-            if prev is None or getattr(prev.ad, "ad", prev.ad) is not raw or prev.n_jobs != n_jobs:
-                prev = Candidate(ce_id, ad, seen[2], n_jobs, ce_capacity(ad))
-            cands.append(prev)
-        self.candidates = cands
+            raw, ok, rank, _, capacity = self._evaluate(ce_id, ad)
+            ids.append(ce_id)
+            cand_at.append(len(cands) if ok else None)
+            if ok:
+                cands.append(Candidate(ce_id, ad, rank, self._n_jobs(ce_id), capacity))
+        self.candidates, self._cand_at, self._ids, self._raws = cands, cand_at, ids, raws
         self._index = {c.ce_id: i for i, c in enumerate(cands)}
+        self._positions = {ce: p for p, ce in enumerate(ids)} if len(set(ids)) == len(ids) else None
+        self._dispatched = set()
 
     def dispatched(self, ce_id: str) -> None:
         """The feedback counter of ``ce_id`` changed: refresh its N_j (and its Rank when the Rank
         reads ``other.VGridDispatchedSinceRefresh``)."""
+        self._dispatched.add(ce_id)
         if self.feedback is None and not self.rank_uses_feedback:
             return
         i = self._index[ce_id]
         c = self.candidates[i]
         rank = jdl.rank_value(self.job, c.ad) if self.rank_uses_feedback else c.rank
-        self.candidates[i] = Candidate(ce_id, c.ad, rank, self._n_jobs(ce_id, c.ad), c.capacity)
+        self.candidates[i] = Candidate(ce_id, c.ad, rank, self._n_jobs(ce_id), c.capacity)
 
 
 def simulate(ces: Sequence[CESpec], jobs: Sequence[Job], config: SimConfig,
