@@ -64,7 +64,7 @@ def disk_series(sched) -> dict[int, list[tuple[float, float]]]:
                     events.append((seg.start, n, lease.image_mb))
                     events.append((seg.end, n, -lease.image_mb))
     per_node: dict = {}
-    for t, n, d in sorted(events, key=lambda e: (e[0], e[2] < 0)):
+    for t, n, d in sorted(events, key=lambda e: (e[0], e[2] > 0)):
         lst = per_node.setdefault(n, [])
         level = (lst[-1][1] if lst else 0.0) + d
         lst.append((t, level))

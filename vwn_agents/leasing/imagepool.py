@@ -34,6 +34,8 @@ class PoolEntry:
     lease_id: int | None = None
     arrived: bool = False
     last_use: float = 0.0
+    key: object = None
+    evicted_by: Reservation | None = None  # the transfer whose arrival evicts this image
 
     def ready_by(self) -> float:
         """Latest time at which the image is guaranteed on the node (s)."""
@@ -64,7 +66,7 @@ class ImagePools:
         """An entry for ``image_id`` on ``node`` guaranteed there by ``t_start`` (reuse or
         piggybacking on a scheduled transfer whose deadline <= t_start), else None."""
         e = self.pools[node].get(self.key(image_id, lease_id))
-        if e is None or e.ready_by() > t_start:
+        if e is None or e.evicted_by is not None or e.ready_by() > t_start:
             return None
         return e
 
@@ -73,7 +75,8 @@ class ImagePools:
         return e if e is not None and not e.arrived else None
 
     def used_mb(self, node: int) -> float:
-        return sum(e.mb for e in self.pools[node].values())
+        """MB the pool will hold (images flagged for eviction excluded)."""
+        return sum(e.mb for e in self.pools[node].values() if e.evicted_by is None)
 
     # ------------------------------------------------------------ changes (undoable)
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
@@ -95,8 +98,8 @@ class ImagePools:
         if self.capacity_mb > 0:
             need = self.used_mb(node) + mb - self.capacity_mb
             if need > 0:
-                victims = sorted((e for e in pool.values() if e.arrived and e.expire <= arrival and not
-                                  self._pinned_later(e, arrival)), key=lambda e: (e.last_use, e.expire))
+                victims = sorted((e for e in pool.values() if e.evicted_by is None and e.expire <= arrival),
+                                 key=lambda e: (e.last_use, e.expire))
                 freed, chosen = 0.0, []
                 for v in victims:
                     if freed >= need:
@@ -106,26 +109,41 @@ class ImagePools:
                 if freed < need:
                     return None
                 for v in chosen:
-                    self._drop(node, v, arrival)
+                    if transfer is None:
+                        self._drop(node, v, arrival)
+                    else:
+                        self._flag(pool, v, transfer)
         old = pool.get(key)
         entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id}, None if self.reuse else lease_id,
-                          arrived=transfer is None, last_use=t_end)
+                          arrived=transfer is None, last_use=t_end, key=key)
         pool[key] = entry
         self.st.on_rollback(lambda: self._restore(pool, key, old))
         return entry
 
-    @staticmethod
-    def _pinned_later(e: PoolEntry, t: float) -> bool:
-        return e.expire > t
+    def _flag(self, pool: dict, entry: PoolEntry, transfer: Reservation) -> None:
+        """Mark ``entry`` to leave the pool when ``transfer`` arrives; it moves to a key of its
+        own so that a new copy of the same image can be planned meanwhile."""
+        old_key = entry.key
+        new_key = ("evicting", old_key, transfer.id)
+        del pool[old_key]
+        pool[new_key] = entry
+        self.st.set(entry, "key", new_key)
+        self.st.set(entry, "evicted_by", transfer)
+
+        def undo():
+            pool.pop(new_key, None)
+            pool[old_key] = entry
+        self.st.on_rollback(undo)
+
+    def has_arrived(self, node: int, image_id: str, lease_id: int) -> bool:
+        """Whether a copy of ``image_id`` pinned by the lease is on the node now."""
+        return any(e.arrived and e.image_id == image_id and lease_id in e.users for e in self.pools[node].values())
 
     def _drop(self, node: int, entry: PoolEntry, when: float) -> None:
         pool = self.pools[node]
-        key = self.key(entry.image_id, entry.lease_id if entry.lease_id is not None else 0)
-        if not self.reuse:
-            key = (entry.image_id, entry.lease_id)
-        if pool.get(key) is entry:
-            del pool[key]
-            self.st.on_rollback(lambda: pool.__setitem__(key, entry))
+        if pool.get(entry.key) is entry:
+            del pool[entry.key]
+            self.st.on_rollback(lambda: pool.__setitem__(entry.key, entry))
             if entry.arrived:
                 self.disk_events.append((when, node, -entry.mb))
 
@@ -147,7 +165,13 @@ class ImagePools:
     def arrived(self, transfer: Reservation, now: float) -> None:
         """A transfer finished: its image is now on its destination nodes."""
         for node in transfer.dest:
-            for e in self.pools[node].values():
+            pool = self.pools[node]
+            for key, e in list(pool.items()):
+                if e.evicted_by is transfer:
+                    del pool[key]
+                    if e.arrived:
+                        self.disk_events.append((now, node, -e.mb))
+            for e in pool.values():
                 if e.transfer is transfer:
                     e.arrived = True
                     e.transfer = None
@@ -173,3 +197,11 @@ class ImagePools:
                 if e.transfer is transfer:
                     del pool[key]
                     self.st.on_rollback(lambda p=pool, k=key, v=e: p.__setitem__(k, v))
+                elif e.evicted_by is transfer:
+                    self.st.set(e, "evicted_by", None)
+                    old_key = e.key[1]
+                    if old_key not in pool:  # back under its own key
+                        del pool[key]
+                        pool[old_key] = e
+                        self.st.set(e, "key", old_key)
+                        self.st.on_rollback(lambda p=pool, k=key, o=old_key, v=e: (p.pop(o, None), p.__setitem__(k, v)))

@@ -204,11 +204,7 @@ class LeaseScheduler:
     def _images_present(self, lease: Lease, mapping: tuple) -> bool:
         if not self.staging.enabled:
             return True
-        for node in set(mapping):
-            e = self.pools.pools[node].get(self.pools.key(lease.image_id, lease.id))
-            if e is None or not e.arrived:
-                return False
-        return True
+        return all(self.pools.has_arrived(node, lease.image_id, lease.id) for node in set(mapping))
 
     def _end_vm(self, res: Reservation, t: float) -> None:
         lease = res.lease
