@@ -148,7 +148,8 @@ def simulate_grid_cmd(ces_spec, workload, policy, feedback, ism_refresh_s, vwns,
     k = _vwns(vwns)
     ces = load_ces(ces_spec)
     jobs = load_jobs(workload, ces, seed)
-    extra = {"jdl": Path(jdl_file).read_text(encoding="utf-8")} if jdl_file else {}
+    extra = ({"jdl": Path(jdl_file).read_text(encoding="utf-8"), "jdl_filename": jdl_file}
+             if jdl_file else {})
     config = SimConfig(policy=policy, feedback=feedback == "on", ism_refresh_s=ism_refresh_s,
                        vwns=k, vwn_overhead=vwn_overhead, vwn_startup_s=vwn_startup_s, seed=seed,
                        fuzzy_factor=fuzzy_factor, **extra)

@@ -58,7 +58,8 @@ class SimConfig:
     N_j; ``ism_refresh_s`` R > 0 (s); ``vwns`` None for FCFS LRMS CEs, else the maximum number
     K of virtual worker nodes per CE; ``vwn_overhead`` F (fraction of C per VWN);
     ``vwn_startup_s`` (s); ``seed`` for tie-breaks, Fuzzy draws and Poisson workloads;
-    ``fuzzy_factor`` (> 0); ``jdl`` the JDL text every job carries.
+    ``fuzzy_factor`` (> 0); ``jdl`` the JDL text every job carries, ``jdl_filename`` its name
+    in error messages.
     """
 
     policy: str = "sfete"
@@ -70,6 +71,7 @@ class SimConfig:
     seed: int = 0
     fuzzy_factor: float = 1.0
     jdl: str = DEFAULT_JDL
+    jdl_filename: str = "<gridsim job>"
 
     def __post_init__(self) -> None:
         if not self.ism_refresh_s > 0:
@@ -231,7 +233,7 @@ def simulate(ces: Sequence[CESpec], jobs: Sequence[Job], config: SimConfig,
     clock = SimulatedClock(0.0)
     feedback = FeedbackCounters()
     ism = ISM([SimulatedGlueSource(ces, models)], config.ism_refresh_s, clock, feedback=feedback)
-    board = CandidateBoard(jdl.parse_jdl(config.jdl, "<gridsim job>"),
+    board = CandidateBoard(jdl.parse_jdl(config.jdl, config.jdl_filename),
                            feedback if config.feedback else None,
                            DISPATCHED.lower() in config.jdl.lower())
     rng = random.Random(f"gridsim:{config.seed}")
