@@ -71,17 +71,27 @@ def _caps_text(caps) -> str:
 
 
 def jobs_table(jobs: list[dict], title: str | None = None) -> Table:
-    t = Table(title=title)
-    for col in ("job id", "state", "CE", "node", "VWN", "CPU caps (cores)", "exit", "StdOutput / reason"):
+    """One row per job; the job column shows the key, the caption the id prefix."""
+    prefixes = sorted({j["id"].rsplit("/jobs/", 1)[0] for j in jobs if j.get("id")})
+    caption = "job id = " + " | ".join(f"{p}/jobs/<key>" for p in prefixes) if prefixes else None
+    t = Table(title=title, caption=caption)
+    for col in ("job key", "state", "CE", "node", "VWN", "CPU caps over time (cores)", "exit",
+                "StdOutput (1st line) / reason"):
         t.add_column(col, overflow="fold")
     for j in jobs:
-        tail = j.get("stdout_head") if j.get("state") == "Done" else (j.get("reason") or "")
+        tail = j.get("stdout_head") if j.get("state") in ("Done", "Cleared") else (j.get("reason") or "")
         caps = _caps_text(j.get("cpu_caps"))
         if j.get("cpu_capped") is False:
             caps += " (uncapped)"
-        t.add_row(j["id"], j["state"], j.get("ce") or "-", j.get("node") or "-", j.get("vwn") or "-",
+        t.add_row(j["key"], j["state"], j.get("ce") or "-", j.get("node") or "-", j.get("vwn") or "-",
                   caps, "-" if j.get("exit_code") is None else str(j["exit_code"]), tail or "")
     return t
+
+
+def out_console() -> Console:
+    """stdout console; wide enough in pipes that ids and caps are not folded."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=200)
 
 
 @main.command()
@@ -101,7 +111,7 @@ def status(job_ids: tuple[str, ...], broker_url: str | None, as_json: bool) -> N
     if as_json:
         click.echo(json.dumps({"jobs": jobs}, indent=2))
     else:
-        Console().print(jobs_table(jobs))
+        out_console().print(jobs_table(jobs))
 
 
 @main.command()
@@ -179,7 +189,7 @@ def list_match(jdl_file: str, broker_url: str | None, ldif: tuple[str, ...], bdi
     for c in res["ces"]:
         t.add_row(c["id"], "undefined" if c["rank"] is None else f"{c['rank']:g}",
                   "-" if c["sfete"] is None else f"{c['sfete']:.3g}", str(c["n_j"]), f"{c['capacity']:g}")
-    Console().print(t)
+    out_console().print(t)
     if not res["ces"]:
         raise SystemExit(1)
 

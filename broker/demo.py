@@ -109,10 +109,10 @@ def watch(client: BrokerClient, keys: list[str], timeout_s: float, console: Cons
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
              use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0) -> bool:
     """Run the demo; True when every job ended Done with exit code 0."""
-    from .cli import jobs_table  # the same table `vgrid status` prints
+    from .cli import jobs_table, out_console  # the same table `vgrid status` prints
 
     err = Console(stderr=True)
-    out = Console()
+    out = out_console()
     jdir = Path(jobs_dir) if jobs_dir else REPO_EXAMPLES
     files = sorted(jdir.glob("*.jdl"))
     if not files:

@@ -1,0 +1,93 @@
+"""`vgrid demo` as a user runs it: a real process tree, JSON output, exit codes, Ctrl-C cleanup."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .paths import EXAMPLES, SHARED_JDL
+
+pytestmark = pytest.mark.slow
+
+
+def demo(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "broker.cli", "demo", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_demo_json_all_done(tmp_path):
+    shutil.copy(SHARED_JDL / "01_hostname_nobrackets.jdl", tmp_path)
+    shutil.copy(EXAMPLES / "06_cpu_burn_short.jdl", tmp_path)
+    shutil.copy(EXAMPLES / "burn.sh", tmp_path)
+    p = demo("--json", "--jobs", str(tmp_path), "--ism-refresh", "2")
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and len(doc["jobs"]) == 2
+    for j in doc["jobs"]:
+        assert set(j) >= {"id", "state", "ce", "node", "vwn", "cpu_caps", "exit_code", "stdout_head", "reason"}
+        assert j["state"] == "Done" and j["exit_code"] == 0 and j["cpu_caps"]
+        assert all(isinstance(c, float) for c in j["cpu_caps"])
+
+
+def test_demo_exit_1_when_a_job_fails_and_bad_jdl_is_reported(tmp_path):
+    (tmp_path / "fails.jdl").write_text('Executable = "/bin/false";\n')
+    (tmp_path / "broken.jdl").write_text('Executable = "/bin/true"\nArguments = "x";\n')
+    p = demo("--json", "--jobs", str(tmp_path), "--ism-refresh", "2")
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 1
+    doc = json.loads(out)
+    by_file = {os.path.basename(j["file"]): j for j in doc["jobs"]}
+    assert by_file["fails.jdl"]["state"] == "Done" and by_file["fails.jdl"]["exit_code"] == 1
+    assert by_file["broken.jdl"]["state"] == "Rejected"
+    assert "broken.jdl:2:" in by_file["broken.jdl"]["reason"]
+    assert doc["ok"] is False
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is not alive
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _processes_with_cmdline(argv):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:-1] == [a.encode() for a in argv] and _alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_ctrl_c_stops_every_service(tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "sleep.jdl").write_text('Executable = "/bin/sleep";\nArguments = "61.5";\n')
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = demo("--jobs", str(jobs), "--ism-refresh", "2", env=env)
+    deadline = time.monotonic() + 60
+    ready = []
+    while time.monotonic() < deadline and len(ready) < 7:  # 4 node agents, 2 CE agents, 1 broker
+        ready = list(tmp_path.glob("vgrid-demo-*/*.ready"))
+        time.sleep(0.2)
+    assert len(ready) == 7, "demo services did not all start"
+    pids = [json.loads(r.read_text())["pid"] for r in ready]
+    time.sleep(3)  # let the job start in its VWN
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and "interrupted" in err
+    assert not [pid for pid in pids if _alive(pid)]
+    time.sleep(0.5)
+    assert not _processes_with_cmdline(["/bin/sleep", "61.5"]), "the job's process survived the demo"
+    assert not list(tmp_path.glob("vgrid-demo-*")), "the demo's temporary directory was left behind"
