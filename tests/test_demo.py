@@ -83,7 +83,10 @@ def test_ctrl_c_stops_every_service(tmp_path):
         time.sleep(0.2)
     assert len(ready) == 7, "demo services did not all start"
     pids = [json.loads(r.read_text())["pid"] for r in ready]
-    time.sleep(3)  # let the job start in its VWN
+    deadline = time.monotonic() + 30
+    while not _processes_with_cmdline(["/bin/sleep", "61.5"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with_cmdline(["/bin/sleep", "61.5"]), "the job never started in its VWN"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and "interrupted" in err
