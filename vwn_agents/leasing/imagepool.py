@@ -13,10 +13,11 @@ when images really arrive and leave.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
-from .slottable import Reservation, ResState, SlotTable
+from .slottable import Reservation, SlotTable
 
 
 @dataclass(eq=False)
@@ -36,14 +37,14 @@ class PoolEntry:
     last_use: float = 0.0
     key: object = None
     evicted_by: Reservation | None = None  # the transfer whose arrival evicts this image
+    available_from: float = -math.inf
 
     def ready_by(self) -> float:
-        """Latest time at which the image is guaranteed on the node (s)."""
-        if self.arrived or self.transfer is None:
-            return -math.inf
-        t = self.transfer
-        # AR transfers may still move (EDF/JIT) but never past their deadline.
-        return t.deadline if t.deadline is not None and t.state is ResState.SCHEDULED else t.end
+        """Time from which the image is guaranteed on the node (s): the deadline of an AR
+        transfer (EDF/JIT may move it, never past its deadline), the end of a best-effort
+        transfer, -inf for an image that was already there. Decisions rely only on this
+        guarantee, so EDF and EDF/JIT take the same decisions."""
+        return self.available_from
 
 
 class ImagePools:
@@ -56,23 +57,23 @@ class ImagePools:
         self.capacity_mb = capacity_mb
         self.remove_on_expire = remove_on_expire
         self.pools: list[dict] = [dict() for _ in range(n_nodes)]
+        self._keys = itertools.count(1)
         self.disk_events: list[tuple] = []
 
     # ------------------------------------------------------------ queries
-    def key(self, image_id: str, lease_id: int):
-        return image_id if self.reuse else (image_id, lease_id)
-
     def usable(self, node: int, image_id: str, lease_id: int, t_start: float) -> PoolEntry | None:
-        """An entry for ``image_id`` on ``node`` guaranteed there by ``t_start`` (reuse or
-        piggybacking on a scheduled transfer whose deadline <= t_start), else None."""
-        e = self.pools[node].get(self.key(image_id, lease_id))
-        if e is None or e.evicted_by is not None or e.ready_by() > t_start:
-            return None
-        return e
-
-    def arriving(self, node: int, image_id: str, lease_id: int) -> PoolEntry | None:
-        e = self.pools[node].get(self.key(image_id, lease_id))
-        return e if e is not None and not e.arrived else None
+        """The entry for ``image_id`` on ``node`` guaranteed there earliest, if by ``t_start``
+        (reuse, or piggybacking on a scheduled transfer whose deadline <= t_start), else None.
+        Without reuse only the lease's own entries count."""
+        best = None
+        for e in self.pools[node].values():
+            if e.image_id != image_id or e.evicted_by is not None:
+                continue
+            if not self.reuse and e.lease_id != lease_id:
+                continue
+            if e.ready_by() <= t_start and (best is None or e.ready_by() < best.ready_by()):
+                best = e
+        return best
 
     def used_mb(self, node: int) -> float:
         """MB the pool will hold (images flagged for eviction excluded)."""
@@ -94,7 +95,7 @@ class ImagePools:
         """Algorithm 4, transfer branch: a new entry arriving at ``arrival`` and pinned until
         ``t_end``. Evicts unpinned images if the pool is full; None if there is no room."""
         pool = self.pools[node]
-        key = self.key(image_id, lease_id)
+        key = next(self._keys)
         if self.capacity_mb > 0:
             need = self.used_mb(node) + mb - self.capacity_mb
             if need > 0:
@@ -112,28 +113,13 @@ class ImagePools:
                     if transfer is None:
                         self._drop(node, v, arrival)
                     else:
-                        self._flag(pool, v, transfer)
-        old = pool.get(key)
+                        self.st.set(v, "evicted_by", transfer)
         entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id}, None if self.reuse else lease_id,
-                          arrived=transfer is None, last_use=t_end, key=key)
+                          arrived=transfer is None, last_use=t_end, key=key,
+                          available_from=-math.inf if transfer is None else arrival)
         pool[key] = entry
-        self.st.on_rollback(lambda: self._restore(pool, key, old))
+        self.st.on_rollback(lambda: pool.pop(key, None))
         return entry
-
-    def _flag(self, pool: dict, entry: PoolEntry, transfer: Reservation) -> None:
-        """Mark ``entry`` to leave the pool when ``transfer`` arrives; it moves to a key of its
-        own so that a new copy of the same image can be planned meanwhile."""
-        old_key = entry.key
-        new_key = ("evicting", old_key, transfer.id)
-        del pool[old_key]
-        pool[new_key] = entry
-        self.st.set(entry, "key", new_key)
-        self.st.set(entry, "evicted_by", transfer)
-
-        def undo():
-            pool.pop(new_key, None)
-            pool[old_key] = entry
-        self.st.on_rollback(undo)
 
     def has_arrived(self, node: int, image_id: str, lease_id: int) -> bool:
         """Whether a copy of ``image_id`` pinned by the lease is on the node now."""
@@ -146,13 +132,6 @@ class ImagePools:
             self.st.on_rollback(lambda: pool.__setitem__(entry.key, entry))
             if entry.arrived:
                 self.disk_events.append((when, node, -entry.mb))
-
-    @staticmethod
-    def _restore(pool: dict, key, old) -> None:
-        if old is None:
-            pool.pop(key, None)
-        else:
-            pool[key] = old
 
     def release(self, entry: PoolEntry, lease_id: int, now: float) -> None:
         """A lease no longer needs ``entry`` (unscheduled or ended)."""
@@ -199,9 +178,3 @@ class ImagePools:
                     self.st.on_rollback(lambda p=pool, k=key, v=e: p.__setitem__(k, v))
                 elif e.evicted_by is transfer:
                     self.st.set(e, "evicted_by", None)
-                    old_key = e.key[1]
-                    if old_key not in pool:  # back under its own key
-                        del pool[key]
-                        pool[old_key] = e
-                        self.st.set(e, "key", old_key)
-                        self.st.on_rollback(lambda p=pool, k=key, o=old_key, v=e: (p.pop(o, None), p.__setitem__(k, v)))

@@ -48,6 +48,7 @@ class LeaseScheduler:
         self.queue: list[Lease] = []
         self.leases: dict[int, Lease] = {}
         self.future: frozenset = frozenset()
+        self.transfer_log: list[tuple] = []  # (lease id, image, dest nodes, start s, end s) as started
         self._dirty = False
         self.suspend_rate = config.suspend_rate
         self.resume_rate = config.resume_rate
@@ -177,6 +178,7 @@ class LeaseScheduler:
         pass
 
     def _start_transfer(self, res: Reservation, t: float) -> None:
+        self.transfer_log.append((res.lease.id, res.image_id, res.dest, res.start, res.end))
         self.enactment.start_transfer(res, t)
 
     def _end_transfer(self, res: Reservation, t: float) -> None:

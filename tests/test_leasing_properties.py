@@ -1,0 +1,104 @@
+"""Hypothesis property tests of the lease engine's invariants on random small workloads.
+
+* no resource of any node is ever over-committed (SimulatedNodes raises OverCommitError, and
+  the leases' run segments are checked again here);
+* an accepted AR starts exactly at its requested time with its images already on its nodes,
+  and runs its whole duration in one piece;
+* every best-effort lease completes its full (real) duration across its running segments;
+* EDF and EDF/JIT accept the same AR sets, and EDF/JIT never starts a transfer earlier.
+"""
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from vwn_agents.leasing import LeaseConfig, LeaseState, simulate, uniform_site
+from vwn_agents.leasing.model import CPU, MEM, Lease, LeaseType, resource_vector
+
+SETTINGS = settings(max_examples=int(__import__("os").environ.get("LEASING_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def workloads(draw, ar_only=False):
+    n_nodes = draw(st.integers(1, 4))
+    cpus = draw(st.integers(1, 2))
+    leases = []
+    for i in range(draw(st.integers(1, 9))):
+        kind = "AR" if ar_only else draw(st.sampled_from(["AR", "BE", "BE", "IM"]))
+        submit = 60.0 * draw(st.integers(0, 60))
+        dur = 60.0 * draw(st.integers(1, 90))
+        real = draw(st.one_of(st.none(), st.floats(30.0, dur))) if kind != "AR" else None
+        per_vm = resource_vector(cpu=100, memory=draw(st.sampled_from([256, 512, 1024])))
+        image = draw(st.sampled_from(["a.img", "b.img", "c.img"]))
+        leases.append(Lease(
+            id=i + 1, type={"AR": LeaseType.ADVANCE_RESERVATION, "BE": LeaseType.BEST_EFFORT,
+                            "IM": LeaseType.IMMEDIATE}[kind],
+            submit_s=submit, duration_s=dur, n_vms=draw(st.integers(1, n_nodes * cpus)), per_vm=per_vm,
+            image_id=image, image_mb=float(draw(st.sampled_from([100, 600, 1024]))),
+            preemptible=kind == "BE", real_duration_s=real,
+            requested_start_s=submit + 60.0 * draw(st.integers(1, 120)) if kind == "AR" else None))
+    return n_nodes, cpus, leases
+
+
+configs = st.fixed_dictionaries({
+    "lease-preparation": st.sampled_from(["unmanaged", "imagetransfer"]),
+    "backfilling": st.sampled_from(["off", "aggressive", "conservative"]),
+    "suspension": st.sampled_from(["all", "none"]),
+    "suspendresume-exclusion": st.sampled_from(["local", "global"]),
+    "transfer-mechanism": st.sampled_from(["unicast", "multicast"]),
+    "diskimage-reuse": st.sampled_from(["none", "image-caches"]),
+    "migration": st.sampled_from(["no", "yes", "yes-notransfer"]),
+    "ar-transfer-strategy": st.sampled_from(["edf", "edf-jit"]),
+})
+
+
+def check_no_overcommit(leases, site):
+    for node in site:
+        spans = [(seg.start, seg.end, l.per_vm, seg.nodes.count(node.index))
+                 for l in leases for seg in l.segments if node.index in seg.nodes]
+        for t, _, _, _ in spans:
+            cpu = sum(p[CPU] * k for s, e, p, k in spans if s <= t < e)
+            mem = sum(p[MEM] * k for s, e, p, k in spans if s <= t < e)
+            assert cpu <= node.capacity[CPU] and mem <= node.capacity[MEM], (node.name, t)
+
+
+@SETTINGS
+@given(workloads(), configs)
+def test_invariants(work, opts):
+    n_nodes, cpus, leases = work
+    site = uniform_site(n_nodes, cpus, 1024 * cpus)
+    result = simulate(leases, site, LeaseConfig(opts))  # OverCommitError would fail the test
+    done = list(result.scheduler.leases.values())
+    check_no_overcommit(done, site)
+    for lease in done:
+        if lease.is_ar and lease.state is not LeaseState.REJECTED:
+            assert lease.state is LeaseState.DONE
+            assert lease.start_s == lease.requested_start_s
+            assert lease.ar_on_time, lease
+            assert len(lease.segments) == 1
+            assert lease.segments[0].end - lease.segments[0].start == lease.duration_s
+        elif lease.is_be:
+            assert lease.state is LeaseState.DONE, lease
+            assert abs(lease.time_run - lease.effective_duration_s) < 1e-6
+            total = sum(s.end - s.start for s in lease.segments)
+            assert total >= lease.effective_duration_s - 1e-6
+        elif lease.state is not LeaseState.REJECTED:  # immediate
+            assert lease.state is LeaseState.DONE and len(lease.segments) == 1
+
+
+@SETTINGS
+@given(workloads(ar_only=True), st.sampled_from(["unicast", "multicast"]), st.sampled_from(["none", "image-caches"]))
+def test_edf_and_edf_jit_accept_the_same_ars_and_jit_is_never_earlier(work, mechanism, reuse):
+    n_nodes, cpus, leases = work
+    site = uniform_site(n_nodes, cpus, 1024 * cpus)
+    base = {"lease-preparation": "imagetransfer", "transfer-mechanism": mechanism, "diskimage-reuse": reuse,
+            "imagetransfer-bandwidth": 40.0}
+    runs = {}
+    for strategy in ("edf", "edf-jit"):
+        fresh = [Lease(l.id, l.type, l.submit_s, l.duration_s, l.n_vms, l.per_vm, l.image_id, l.image_mb,
+                       l.preemptible, l.requested_start_s) for l in leases]
+        runs[strategy] = simulate(fresh, site, LeaseConfig({**base, "ar-transfer-strategy": strategy})).scheduler
+    accepted = {s: {l.id for l in r.leases.values() if l.state is not LeaseState.REJECTED} for s, r in runs.items()}
+    assert accepted["edf"] == accepted["edf-jit"]
+    edf = {(lid, img, dest): start for lid, img, dest, start, _ in runs["edf"].transfer_log}
+    jit = {(lid, img, dest): start for lid, img, dest, start, _ in runs["edf-jit"].transfer_log}
+    assert edf.keys() == jit.keys()
+    for key, start in jit.items():
+        assert start >= edf[key] - 1e-9
