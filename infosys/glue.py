@@ -106,30 +106,75 @@ def _rdns(dn: str) -> tuple[tuple[str, str], tuple[str, str]]:
     return out[0], out[1]
 
 
-def _type_entry(entry: EntryLike, types: SchemaTypes) -> _Typed:
-    """Typed attributes of an entry; raises ValueError naming the bad attribute."""
-    attrs: dict[str, object] = {}
-    for name, values in entry.attrs.items():
+_KIND_BY_CLASS = (("gluece", "ce"), ("gluecluster", "cluster"), ("gluesubcluster", "subcluster"),
+                  ("gluevoview", "view"), ("gluecesebind", "bind"))
+_KIND_BY_RDN = {"glueceuniqueid": "ce", "glueclusteruniqueid": "cluster",
+                "gluesubclusteruniqueid": "subcluster", "gluevoviewlocalid": "view",
+                "gluecesebindseuniqueid": "bind"}
+
+
+def _object_classes(entry: EntryLike) -> set[str]:
+    vals = entry.attrs.get("objectClass")
+    if vals is None:
+        vals = [v for k, vs in entry.attrs.items() if k.lower() == "objectclass" for v in vs]
+    return {v.lower() for v in vals}
+
+
+def _entry_kind(entry: EntryLike) -> tuple[str | None, set[str]]:
+    """What GLUE 1.3 object an entry is (by objectClass, else by its RDN attribute)."""
+    classes = _object_classes(entry)
+    for cls, kind in _KIND_BY_CLASS:
+        if cls in classes:
+            return kind, classes
+    if not classes:
+        rdn_attr = entry.dn.split("=", 1)[0].strip().lower()
+        return _KIND_BY_RDN.get(rdn_attr), classes
+    return None, classes
+
+
+def _spec(types: SchemaTypes, name: str) -> tuple[str, str | None, bool]:
+    """(ad key, kind or None if unknown or objectClass, single-valued) of an attribute name."""
+    spec = types.cache.get(name)
+    if spec is None:
+        t = types.get(name)
         if name.lower() == "objectclass":
+            spec = (name, "skip", False)
+        else:
+            canon = _CANONICAL_OVERRIDES.get(name.lower()) or (t.name if t else name)
+            spec = (canon, t.kind if t else None, t.single_value if t else False)
+        types.cache[name] = spec
+    return spec
+
+
+def _type_entry(entry: EntryLike, types: SchemaTypes, classes: set[str]) -> _Typed:
+    """Typed attributes of an entry; raises ValueError naming the bad attribute.
+
+    Value lists are shared with the entry, not copied (ads are read-only)."""
+    attrs: dict[str, object] = {}
+    cache = types.cache
+    for name, values in entry.attrs.items():
+        spec = cache.get(name) or _spec(types, name)
+        canon, kind, single = spec
+        if kind == "string":
+            if single:
+                if len(values) != 1:
+                    raise ValueError(f"{canon} is single-valued but has {len(values)} values")
+                attrs[canon] = values[0]
+            else:
+                attrs[canon] = values
+        elif kind == "integer" and single and len(values) == 1:
+            try:
+                attrs[canon] = int(values[0])
+            except ValueError:
+                raise ValueError(f"{canon}: {values[0]!r} is not an integer") from None
+        elif kind == "skip":
             continue
-        attrs[canonical_name(name, types)] = types.convert(name, values)
-    classes = {v.lower() for k, vs in entry.attrs.items() if k.lower() == "objectclass"
-               for v in vs}
+        elif kind is None:
+            attrs[canon] = values[0] if len(values) == 1 else values
+        else:
+            attrs[canon] = types.convert(name, values)
     rdn, parent = _rdns(entry.dn)
     return _Typed(entry, attrs, classes, rdn, parent)
-
-
-def _kind(t: _Typed) -> str | None:
-    c = t.classes
-    for cls, kind in (("gluece", "ce"), ("gluecluster", "cluster"),
-                      ("gluesubcluster", "subcluster"), ("gluevoview", "view"),
-                      ("gluecesebind", "bind")):
-        if cls in c:
-            return kind
-    by_rdn = {"glueceuniqueid": "ce", "glueclusteruniqueid": "cluster",
-              "gluesubclusteruniqueid": "subcluster", "gluevoviewlocalid": "view",
-              "gluecesebindseuniqueid": "bind"}
-    return by_rdn.get(t.rdn[0]) if not c else None
 
 
 def _rejected(entry: EntryLike, reason: str) -> Rejected:
@@ -174,13 +219,14 @@ def _classify(entries: Iterable[EntryLike], types: SchemaTypes, rejected: list[R
     views: dict[str, list[_Typed]] = {}
     binds: dict[str, list[_Typed]] = {}
     for entry in entries:
-        try:
-            t = _type_entry(entry, types)
-        except ValueError as e:
-            if _looks_relevant(entry):
-                rejected.append(_rejected(entry, str(e)))
+        kind, classes = _entry_kind(entry)
+        if kind is None:
             continue
-        kind = _kind(t)
+        try:
+            t = _type_entry(entry, types, classes)
+        except ValueError as e:
+            rejected.append(_rejected(entry, str(e)))
+            continue
         if kind == "ce":
             ces.append(t)
         elif kind == "cluster":
@@ -211,11 +257,6 @@ def _classify(entries: Iterable[EntryLike], types: SchemaTypes, rejected: list[R
         else:
             clusters[cid].subclusters.append(sc)
     return ces, clusters, views, binds
-
-
-def _looks_relevant(entry: EntryLike) -> bool:
-    classes = {v.lower() for k, vs in entry.attrs.items() if k.lower() == "objectclass" for v in vs}
-    return bool(classes & {"gluece", "gluecluster", "gluesubcluster", "gluevoview", "gluecesebind"})
 
 
 def glue13_ce_ads(entries: Iterable[EntryLike], types: SchemaTypes = GLUE_TYPES

@@ -6,13 +6,16 @@ files and LDAP servers go through the same GLUE assembly.
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import threading
 import time
 from urllib.parse import urlsplit
 
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
-from infosys.ldif import LdifEntry
+from infosys.ldif import LdifEntry, LdifError, parse_ldif_stream
 from infosys.schema import AttributeType, SchemaTypes, kind_of
 
 
@@ -127,3 +130,50 @@ def _own_or_inherited(info, infos, depth: int = 0):
             seq, ssyn = _own_or_inherited(sup, infos, depth + 1)
             eq, syn = eq or seq, syn or ssyn
     return eq, syn
+
+
+def ldapsearch_available() -> bool:
+    """True if OpenLDAP's ``ldapsearch`` (Debian ldap-utils) is on PATH."""
+    return shutil.which("ldapsearch") is not None
+
+
+def search_entries_ldapsearch(url: str, base: str, search_filter: str, page_size: int = 1000,
+                              timeout_s: float = 30.0) -> list[LdifEntry]:
+    """The same search as ``search_entries``, run by OpenLDAP's ``ldapsearch`` (C, ldap-utils):
+    anonymous, paged (``-E pr=<page_size>/noprompt``), network and server time limits of
+    ``timeout_s``; its LDIF output goes through :func:`infosys.ldif.parse_ldif`.
+
+    About ten times faster than decoding in ldap3 for large BDIIs (benchmarks/ism_refresh.py).
+    Returns [] when ``base`` does not exist; raises LdapError otherwise.
+    """
+    t = max(1, math.ceil(timeout_s))
+    cmd = ["ldapsearch", "-x", "-LLL", "-o", "ldif-wrap=no", "-o", f"nettimeout={t}",
+           "-l", str(t), "-z", "none", "-E", f"pr={page_size}/noprompt", "-H", url,
+           "-b", base, search_filter]
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise LdapError("ldapsearch not found: apt-get install -y ldap-utils") from None
+    watchdog = threading.Timer(t * 3 + 5, proc.kill)
+    watchdog.start()
+    try:
+        entries = parse_ldif_stream(proc.stdout, source=url)
+        stderr = proc.stderr.read()
+        code = proc.wait()
+    except LdifError as e:
+        proc.kill()
+        proc.wait()
+        raise LdapError(f"{url}: unreadable ldapsearch output: {e}") from None
+    finally:
+        watchdog.cancel()
+        proc.stdout.close()
+        proc.stderr.close()
+    if code == 32:  # noSuchObject
+        return []
+    for e in entries:  # a line of ldapsearch's output means nothing to a reader: name the DN
+        e.line = 0
+    if code != 0:
+        msg = stderr.decode("utf-8", "replace").strip().replace("\n", "; ")
+        raise LdapError(f"{url}: ldapsearch exit {code}{' (timed out)' if code < 0 else ''}: "
+                        f"{msg[-300:]}")
+    return entries

@@ -40,6 +40,8 @@ class SchemaTypes:
 
     def __init__(self, types: Iterable[AttributeType]) -> None:
         self._by_lower: dict[str, AttributeType] = {t.name.lower(): t for t in types}
+        self.cache: dict[str, tuple] = {}
+        """Per-spelling lookups memoised by consumers (infosys.glue); safe to clear."""
 
     def __len__(self) -> int:
         return len(self._by_lower)

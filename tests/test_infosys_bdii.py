@@ -183,3 +183,17 @@ def test_counters_between_refreshes_under_concurrent_dispatch(bdii):
     assert fc.removed + fc.get(ce) == sum(done)
     ism.refresh()
     assert fc.get(ce) == 0
+
+
+def test_ldap3_and_ldapsearch_clients_give_the_same_ads(bdii):
+    from infosys.ldapclient import ldapsearch_available
+    if not ldapsearch_available():
+        pytest.skip("ldapsearch not installed (apt-get install -y ldap-utils)")
+    entries = fixtures() + [e for i in range(3) for e in glue13_entries(vgrid_ce(i))]
+    entries += glue2_entries(vgrid_ce(9))
+    update_bdii(bdii.url, entries)
+    a = BdiiSource(bdii.url, client="ldap3", page_size=4)
+    b = BdiiSource(bdii.url, client="ldapsearch", page_size=4)
+    ads_a, ads_b = a.fetch(), b.fetch()
+    assert len(ads_a) == 7 and ads_a == ads_b
+    assert [str(r) for r in a.rejected] == [str(r) for r in b.rejected]

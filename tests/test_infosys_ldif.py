@@ -92,3 +92,24 @@ def test_format_then_parse_round_trips(records):
     entries = [LdifEntry(dn, attrs) for dn, attrs in records]
     back = parse_ldif(format_ldif(entries, width=40))
     assert [(e.dn, e.attrs) for e in back] == [(e.dn, e.attrs) for e in entries]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=3))
+def test_stream_parse_equals_parse_at_any_chunk_size(chunk, extra_blank):
+    import io
+    from infosys.ldif import parse_ldif_stream
+    text = ("version: 1\n# c\n" + ("\n\n" + "\n" * extra_blank).join(
+        (DATA / "synthetic_site.ldif").read_text().split("\n\n")) + "\n# trailer\n")
+    want = parse_ldif(text, "s")
+    got = parse_ldif_stream(io.BytesIO(text.encode()), "s", chunk_size=chunk)
+    assert [(e.dn, e.attrs, e.line) for e in got] == [(e.dn, e.attrs, e.line) for e in want]
+
+
+def test_stream_parse_reports_the_exact_line_of_an_error():
+    import io
+    from infosys.ldif import parse_ldif_stream
+    text = "dn: o=a\no: a\n\n" * 50 + "dn: o=b\nbroken line\n"
+    with pytest.raises(LdifError) as ei:
+        parse_ldif_stream(io.BytesIO(text.encode()), "big.ldif", chunk_size=16)
+    assert ei.value.line == 152 and str(ei.value).startswith("big.ldif:152:")
