@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
-import requests
 from rich.console import Console
 from rich.table import Table
 
 from infosys.bdii import BdiiError, bdii_status, start_bdii, stop_bdii
 from infosys.bdii_update import update_bdii
 from infosys.clock import WallClock
-from infosys.gip import ce_state_from_ad, glue2_entries, render_glue2
-from infosys.glue import AD_ID, glue13_ce_ads, vos_of
+from infosys.gip import ce_state_from_ad, render_glue2
+from infosys.glue import AD_ID, glue13_ce_ads
 from infosys.ism import ISM, BdiiSource, LdifFileSource
 from infosys.ldapclient import LdapError
 from infosys.ldif import LdifEntry, LdifError, parse_ldif
+from infosys.providers import fetch_ce_glue, load_source
 from infosys.sources import SourceError, glue_url
+from infosys.summary import snapshot_summary
 
 err = Console(stderr=True)
 
@@ -86,37 +86,6 @@ def bdii_status_cmd(dir_: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-def _fetch_ce(url: str, timeout_s: float) -> str:
-    try:
-        r = requests.get(glue_url(url), timeout=timeout_s)
-    except requests.RequestException as e:
-        raise SourceError(f"{glue_url(url)}: {type(e).__name__}: {e}") from None
-    if r.status_code != 200:
-        raise SourceError(f"{glue_url(url)}: HTTP {r.status_code}")
-    return r.text
-
-
-def load_source(source: str, glue2: bool, timeout_s: float = 10.0) -> list[LdifEntry]:
-    """Entries of one provider: an LDIF file, ``-`` (stdin) or a CE agent URL (GET /glue).
-
-    With ``glue2``, a CE agent's GLUE 1.3 CEs are also published as GLUE 2.0 (render_glue2).
-    Raises SourceError / LdifError.
-    """
-    if source.startswith(("http://", "https://")):
-        entries = parse_ldif(_fetch_ce(source, timeout_s), source=glue_url(source))
-        if glue2:
-            ads, _ = glue13_ce_ads(entries)
-            for ad in ads:
-                if AD_ID in ad and ad[AD_ID] == ad["GlueCEUniqueID"]:
-                    entries += glue2_entries(ce_state_from_ad(ad))
-        return entries
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SourceError(f"{source}: cannot read: {e}") from None
-    return parse_ldif(text, source="<stdin>" if source == "-" else source)
-
-
 @bdii_group.command("update")
 @click.option("--bdii", "bdii_url", required=True, metavar="LDAP_URL", help="ldap://host:port")
 @click.option("--from", "sources", required=True, multiple=True, metavar="SOURCE",
@@ -148,30 +117,6 @@ def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, as_json: b
 
 
 # -- vgrid info ----------------------------------------------------------------------------------
-def ce_row(ad: dict) -> dict:
-    """One CE (or VO view) in the JSON shape of ``vgrid info --json`` (issue 4)."""
-    return {"id": ad.get(AD_ID) or ad.get("GlueCEUniqueID"),
-            "status": ad.get("GlueCEStateStatus"),
-            "total_cpus": ad.get("GlueCEInfoTotalCPUs"),
-            "free_cpus": ad.get("GlueCEStateFreeCPUs"),
-            "running": ad.get("GlueCEStateRunningJobs"),
-            "waiting": ad.get("GlueCEStateWaitingJobs"),
-            "total_jobs": ad.get("GlueCEStateTotalJobs"),
-            "ert_s": ad.get("GlueCEStateEstimatedResponseTime"),
-            "si00": ad.get("GlueHostBenchmarkSI00"),
-            "vo": ad.get("GlueVOViewLocalID"),
-            "acbr": list(ad.get("GlueCEAccessControlBaseRule") or [])}
-
-
-def info_document(ism: ISM, vo: str | None, now: float) -> dict:
-    """``{"stale", "age_s", "rejected", "ces"}`` of the ISM's snapshot, CEs filtered by VO."""
-    snap = ism.snapshot()
-    ads = [a for a in snap.ads if vo is None or vo in vos_of(a)]
-    return {"stale": snap.stale, "age_s": round(snap.age(now), 3),
-            "rejected": [r.as_dict() for r in snap.rejected],
-            "ces": [ce_row(a) for a in ads]}
-
-
 def _table(doc: dict) -> Table:
     t = Table(title="CEs" + ("  [stale]" if doc["stale"] else ""))
     t.add_column("CE / VO view", no_wrap=True)
@@ -203,7 +148,7 @@ def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None,
     clock = WallClock()
     ism = ISM(sources, refresh_s=240, clock=clock)
     ism.refresh()
-    doc = info_document(ism, vo, clock.now())
+    doc = snapshot_summary(ism.snapshot(), clock.now(), vo)
     errors = ism.snapshot().errors
     if as_json:
         _echo_json(doc)
@@ -228,7 +173,7 @@ def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None,
 def gip_cmd(ce_url: str, glue: str, timeout_s: float) -> None:
     """Print a CE's GLUE LDIF: what its GIP publishes (1.3) and the same CE in GLUE 2.0."""
     try:
-        text = _fetch_ce(ce_url, timeout_s)
+        text = fetch_ce_glue(ce_url, timeout_s)
         entries = parse_ldif(text, source=glue_url(ce_url))
     except SourceError as e:
         _fail(str(e), 1)

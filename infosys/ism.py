@@ -34,6 +34,9 @@ GLITE_DEFAULT_REFRESH_S = 240.0
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ISM", "Snapshot", "AdView", "ad_id", "DISPATCHED", "GLITE_DEFAULT_REFRESH_S",
+           "SourceError", "StaticSource", "LdifFileSource", "HttpLdifSource", "BdiiSource"]
+
 
 def ad_id(ad: Mapping) -> str:
     """The key of an ad: ``VGridAdID`` if present, else its GlueCEUniqueID."""

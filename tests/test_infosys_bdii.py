@@ -197,3 +197,25 @@ def test_ldap3_and_ldapsearch_clients_give_the_same_ads(bdii):
     ads_a, ads_b = a.fetch(), b.fetch()
     assert len(ads_a) == 7 and ads_a == ads_b
     assert [str(r) for r in a.rejected] == [str(r) for r in b.rejected]
+
+
+def test_feeder_keeps_a_failed_providers_last_output(bdii):
+    from infosys.providers import BdiiFeeder
+    from tests.test_infosys_ism import GipServer
+    gip = GipServer(vgrid_ce(4, waiting=3))
+    try:
+        feeder = BdiiFeeder(bdii.url, [gip.url, str(DATA / "synthetic_site.ldif")], interval_s=60)
+        report, errors = feeder.run_once()
+        assert errors == [] and report.rejected == []
+        ids = {a[AD_ID] for a in BdiiSource(bdii.url).fetch()}
+        assert vgrid_ce(4).ce_id in ids and LONG in ids
+        gip.close()
+        report, errors = feeder.run_once()
+        assert len(errors) == 1 and "/glue" in errors[0]
+        assert report.deleted == 0 and vgrid_ce(4).ce_id in {
+            a[AD_ID] for a in BdiiSource(bdii.url).fetch()}
+        stop_bdii(bdii.dir)
+        report, errors = feeder.run_once()
+        assert report is None and any("cannot connect" in e for e in errors)
+    finally:
+        gip.close()
