@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import nodes as n
 from .operators import BINARY, UNARY, identical, to_bool
-from .values import ERROR, UNDEFINED, ClassAd, MappingAd
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32
 
 SCOPE_WORDS = {"other", "target", "my", "self", "parent"}
 
@@ -55,7 +55,7 @@ def attr_value(ad, name: str, lname: str, ctx: Ctx):
     key = (id(ad), lname)
     active = ctx.active
     if key in active:
-        return ERROR  # circular definition
+        return UNDEFINED  # circular definition: undefined, as HTCondor
     if ad is not ctx.ad:
         top = _top(ad)
         if top is ctx.other and top is not ctx.me:
@@ -159,9 +159,10 @@ def _c_subscript(node: n.Subscript):
         if b is UNDEFINED or i is UNDEFINED:
             return UNDEFINED
         if type(b) is list:
-            if type(i) is not int or not 0 <= i < len(b):
+            if type(i) is not int:
                 return ERROR
-            return b[i]
+            i = int32(i)
+            return b[i] if 0 <= i < len(b) else ERROR
         if (type(b) is ClassAd or type(b) is MappingAd) and type(i) is str:
             v = attr_value(b, i, i.lower(), ctx)
             return UNDEFINED if v is None else v

@@ -13,7 +13,7 @@ import time as _time
 
 from . import regex as rx
 from .operators import BINARY, eq, fold, identical, to_bool
-from .values import ERROR, UNDEFINED, ClassAd, MappingAd, wrap64
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32, real_to_int, strtod, wrap64
 from .printer import unparse_value
 
 FUNCTIONS: dict = {}
@@ -80,19 +80,22 @@ def _if_then_else(ctx, fns):
 
 # ---- lists --------------------------------------------------------------------------------
 
-def _member_with(cmp):
+def _member_with(cmp, strict: bool):
+    """member (== semantics; undefined/error x propagate) or identicalMember (=?=)."""
     def member(*args):
         if len(args) != 2:
             return ERROR
         x, lst = args
         if lst is UNDEFINED:
             return UNDEFINED
+        if type(x) is list or type(x) is ClassAd or type(x) is MappingAd:
+            return ERROR
+        if strict and x is UNDEFINED:
+            return UNDEFINED
         if type(lst) is not list:
             return ERROR
-        if x is ERROR or type(x) is list or type(x) is ClassAd or type(x) is MappingAd:
+        if strict and x is ERROR:
             return ERROR
-        if x is UNDEFINED:
-            return UNDEFINED
         for item in lst:
             if cmp(x, item) is True:
                 return True
@@ -100,24 +103,40 @@ def _member_with(cmp):
     return member
 
 
-FUNCTIONS["member"] = _member_with(eq)
-FUNCTIONS["identicalmember"] = _member_with(identical)
+FUNCTIONS["member"] = _member_with(eq, True)
+FUNCTIONS["identicalmember"] = _member_with(identical, False)
+
+
+_COMPARE_OPS = {"<", "<=", "==", "!=", ">", ">=", "is", "isnt"}
 
 
 def _compare_all(quantifier):
+    """anyCompare/allCompare(op, list, x): stops at the first element that decides; an
+    undefined comparison counts as false, an error comparison gives error (as HTCondor)."""
+    want = quantifier == "any"
+
     def f(*args):
         if len(args) != 3:
             return ERROR
         op, lst, x = args
-        if op is UNDEFINED or lst is UNDEFINED:
+        if op is UNDEFINED:
             return UNDEFINED
-        if type(op) is not str or type(lst) is not list:
+        if type(op) is not str or op.lower() not in _COMPARE_OPS:
             return ERROR
-        impl = BINARY.get(op.lower())
-        if impl is None:
+        if lst is UNDEFINED:
+            return UNDEFINED
+        if type(lst) is not list:
             return ERROR
-        results = [impl(item, x) is True for item in lst]
-        return any(results) if quantifier == "any" else all(results)
+        impl = BINARY[op.lower()]
+        for item in lst:
+            r = impl(item, x)
+            if r is ERROR:
+                return ERROR
+            if r is UNDEFINED:
+                return False
+            if r is want:
+                return want
+        return not want
     return f
 
 
@@ -132,7 +151,9 @@ def _size(*args):
     v = args[0]
     if v is UNDEFINED:
         return UNDEFINED
-    if type(v) is str or type(v) is list:
+    if type(v) is str:
+        return len(v) if v.isascii() else len(v.encode("utf-8", "surrogateescape"))
+    if type(v) is list:
         return len(v)
     if type(v) is ClassAd:
         return len(v.attrs)
@@ -183,14 +204,19 @@ def _as_text(v):
     return v if type(v) is str else unparse_value(v)
 
 
+_ASCII_UPPER = {c: c - 32 for c in range(97, 123)}
+
+
+def _ascii_upper(s: str) -> str:
+    """toupper() in the C locale: ASCII letters only, as HTCondor."""
+    return s.upper() if s.isascii() else s.translate(_ASCII_UPPER)
+
+
 @_fn("strcat")
 def _strcat(*args):
     for a in args:
-        if a is ERROR:
-            return ERROR
-    for a in args:
-        if a is UNDEFINED:
-            return UNDEFINED
+        if a is ERROR or a is UNDEFINED:
+            return a
     return "".join(_as_text(a) for a in args)
 
 
@@ -201,7 +227,7 @@ def _to_upper(*args):
     v = args[0]
     if v is UNDEFINED or v is ERROR:
         return v
-    return _as_text(v).upper()
+    return _ascii_upper(_as_text(v))
 
 
 @_fn("toLower")
@@ -211,11 +237,13 @@ def _to_lower(*args):
     v = args[0]
     if v is UNDEFINED or v is ERROR:
         return v
-    return _as_text(v).lower()
+    return fold(_as_text(v))
 
 
 @_fn("substr")
 def _substr(*args):
+    """substr(s, offset [, length]) on the UTF-8 bytes of s (HTCondor strings are bytes);
+    negative offset/length count from the end; offsets are C ints."""
     if not _arity(args, 2, 3):
         return ERROR
     if any(a is UNDEFINED for a in args):
@@ -223,18 +251,21 @@ def _substr(*args):
     s, off = args[0], args[1]
     if type(s) is not str or type(off) is not int:
         return ERROR
-    n = len(s)
+    if len(args) == 3 and type(args[2]) is not int:
+        return ERROR
+    b = s.encode("utf-8", "surrogateescape") if not s.isascii() else s
+    off, size = int32(off), len(b)
     if off < 0:
-        off = max(n + off, 0)
-    if off > n:
+        off = max(size + off, 0)
+    if off > size:
         return ""
     if len(args) == 2:
-        return s[off:]
-    ln = args[2]
-    if type(ln) is not int:
-        return ERROR
-    end = off + ln if ln >= 0 else n + ln
-    return s[off:max(end, off)]
+        part = b[off:]
+    else:
+        ln = int32(args[2])
+        end = off + ln if ln >= 0 else size + ln
+        part = b[off:max(end, off)]
+    return part if type(part) is str else part.decode("utf-8", "surrogateescape")
 
 
 # ---- regular expressions ----------------------------------------------------------------
@@ -273,22 +304,9 @@ def _regexps(*args):
 
 # ---- numbers ------------------------------------------------------------------------------
 
-def _parse_int_prefix(s: str):
-    s = s.strip()
-    i = 1 if s[:1] in "+-" else 0
-    j = i
-    while j < len(s) and s[j].isdigit() and s[j].isascii():
-        j += 1
-    if j == i:
-        return ERROR
-    return wrap64(int(s[:j]))
-
-
 def _parse_real(s: str):
-    try:
-        return float(s.strip())
-    except ValueError:
-        return ERROR
+    r = strtod(s)
+    return ERROR if r is None else r
 
 
 @_fn("int")
@@ -302,14 +320,10 @@ def _int(*args):
     if t is bool:
         return int(v)
     if t is float:
-        if math.isnan(v) or math.isinf(v):
-            return ERROR
-        return wrap64(int(v))
+        return real_to_int(v)
     if t is str:
-        r = _parse_real(v)
-        if type(r) is float and not (math.isnan(r) or math.isinf(r)):
-            return wrap64(int(r))
-        return _parse_int_prefix(v)
+        r = strtod(v)
+        return ERROR if r is None else real_to_int(r)
     return ERROR
 
 
@@ -350,8 +364,8 @@ def _rounding(how):
             return int(v)
         if t is float:
             if math.isnan(v) or math.isinf(v):
-                return ERROR
-            return wrap64(int(how(v)))
+                return real_to_int(v)
+            return real_to_int(float(how(v)))
         if t is str:
             r = _real(v)
             return f(r) if type(r) is float else ERROR
@@ -366,27 +380,33 @@ FUNCTIONS["round"] = _rounding(round)
 
 @_fn("pow")
 def _pow(*args):
+    """pow(b, e): integer when both are integers and e >= 0 (computed in double precision and
+    cast, as HTCondor does), else real; undefined arguments give error."""
     if len(args) != 2:
         return ERROR
     b, e = args
-    if b is ERROR or e is ERROR:
+    tb, te = type(b), type(e)
+    if tb is str:
+        b = strtod(b)
+    if te is str:
+        e = strtod(e)
+    if type(b) not in (int, float, bool) or type(e) not in (int, float, bool):
         return ERROR
-    if b is UNDEFINED or e is UNDEFINED:
-        return UNDEFINED
-    if type(b) not in (int, float) or type(e) not in (int, float):
-        return ERROR
-    if type(b) is int and type(e) is int and e >= 0:
-        return wrap64(pow(b, e)) if e < 4096 or abs(b) <= 1 else _pow_big(b, e)
+    r = _real_pow(float(b), float(e))
+    if tb is int and te is int and e >= 0:
+        return real_to_int(r)
+    return r
+
+
+def _real_pow(b: float, e: float) -> float:
     try:
-        return math.pow(float(b), float(e))
-    except (OverflowError, ValueError):
+        return math.pow(b, e)
+    except OverflowError:
+        return math.inf if b > 0 or float(e).is_integer() and int(e) % 2 == 0 else -math.inf
+    except ValueError:
         if b == 0 and e < 0:
             return math.inf
-        return ERROR
-
-
-def _pow_big(b: int, e: int) -> int:
-    return wrap64(pow(b, e, 1 << 64))
+        return math.nan
 
 
 @_fn("time")

@@ -21,23 +21,22 @@ _sep: ";"
 attr_def: attr_name "=" expr
 ?attr_name: NAME | QNAME
 
-?expr: or_expr
-     | or_expr "?" expr ":" expr    -> ternary
-     | or_expr ELVIS expr           -> elvis
-?or_expr: and_expr | or_expr _OROR and_expr       -> or_op
-?and_expr: bor_expr | and_expr _ANDAND bor_expr   -> and_op
-?bor_expr: bxor_expr | bor_expr BOR bxor_expr    -> binop
-?bxor_expr: band_expr | bxor_expr BXOR band_expr -> binop
-?band_expr: eq_expr | band_expr BAND eq_expr     -> binop
-?eq_expr: rel_expr | eq_expr EQOP rel_expr       -> binop
-?rel_expr: shift_expr | rel_expr RELOP shift_expr -> binop
-?shift_expr: add_expr | shift_expr SHIFTOP add_expr -> binop
-?add_expr: mul_expr | add_expr ADDOP mul_expr    -> binop
-?mul_expr: unary | mul_expr MULOP unary          -> binop
+?expr: binary
+     | binary "?" expr ":" expr      -> ternary
+// Binary operators are parsed as a flat operand/operator sequence and grouped by
+// precedence in jdl.parser (precedence climbing): far fewer LALR reductions per token.
+?binary: unary
+       | unary (_binop unary)+       -> flat
+_binop: OROR | ANDAND | BOR | BXOR | BAND | EQOP | RELOP | SHIFTOP | ADDOP | MULOP
 ?unary: postfix | ADDOP unary -> unop | NOTOP unary -> unop
-?postfix: primary
-        | postfix LSQB expr "]"              -> subscript
-        | postfix DOT attr_name              -> select
+?postfix: selectable
+        | postfix ELVIS selectable           -> elvis
+        | postfix ELVIS ADDOP number         -> elvis_neg
+?selectable: primary
+        | selectable LSQB expr "]"           -> subscript
+        | selectable DOT attr_name           -> select
+?number: INT -> int_lit
+       | REAL -> real_lit
 ?primary: INT                 -> int_lit
         | REAL                -> real_lit
         | STRING              -> string_lit
@@ -45,7 +44,8 @@ attr_def: attr_name "=" expr
         | FALSE               -> false_lit
         | UNDEFINED           -> undefined_lit
         | ERROR               -> error_lit
-        | attr_name           -> attr_ref
+        | NAME                -> attr_ref
+        | QNAME               -> attr_ref
         | DOT attr_name       -> abs_ref
         | NAME LPAR args RPAR -> call
         | LPAR expr RPAR      -> paren
@@ -68,8 +68,8 @@ BOR: /\|(?!\|)/
 BXOR: "^"
 BAND: /&(?!&)/
 ELVIS: "?:"
-_OROR: "||"
-_ANDAND: "&&"
+OROR: "||"
+ANDAND: "&&"
 DOT: "."
 LSQB: "["
 LPAR: "("
@@ -108,6 +108,6 @@ TERMINAL_TEXT = {
     "INT": "an integer", "REAL": "a real number", "STRING": "a string", "TRUE": "true",
     "FALSE": "false", "UNDEFINED": "undefined", "ERROR": "error", "ADDOP": "'+' or '-'",
     "NOTOP": "'!' or '~'", "MULOP": "'*', '/' or '%'", "EQOP": "'=='", "RELOP": "'<'",
-    "SHIFTOP": "'<<'", "BOR": "'|'", "BXOR": "'^'", "BAND": "'&'", "_OROR": "'||'",
-    "_ANDAND": "'&&'", "ELVIS": "'?:'", "$END": "end of input",
+    "SHIFTOP": "'<<'", "BOR": "'|'", "BXOR": "'^'", "BAND": "'&'", "OROR": "'||'",
+    "ANDAND": "'&&'", "ELVIS": "'?:'", "$END": "end of input",
 }

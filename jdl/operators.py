@@ -12,6 +12,8 @@ Source: HTCondor manual, "ClassAd Evaluation Semantics"; classad library operato
 """
 from __future__ import annotations
 
+import math
+
 from .values import ERROR, UNDEFINED, wrap64
 
 _ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
@@ -55,12 +57,21 @@ def _arith_pre(a, b):
     return None, x, y
 
 
+def _real(r: float):
+    """HTCondor's real arithmetic reports +infinity as error (-infinity and NaN stay)."""
+    return ERROR if r == _INF else r
+
+
+_INF = float("inf")
+_NAN = float("nan")
+
+
 def add(a, b):
     bad, x, y = _arith_pre(a, b)
     if bad is not None:
         return bad
     r = x + y
-    return wrap64(r) if type(r) is int else r
+    return wrap64(r) if type(r) is int else _real(r)
 
 
 def sub(a, b):
@@ -68,7 +79,7 @@ def sub(a, b):
     if bad is not None:
         return bad
     r = x - y
-    return wrap64(r) if type(r) is int else r
+    return wrap64(r) if type(r) is int else _real(r)
 
 
 def mul(a, b):
@@ -76,19 +87,26 @@ def mul(a, b):
     if bad is not None:
         return bad
     r = x * y
-    return wrap64(r) if type(r) is int else r
+    return wrap64(r) if type(r) is int else _real(r)
 
 
 def div(a, b):
     bad, x, y = _arith_pre(a, b)
     if bad is not None:
         return bad
-    if y == 0:
-        return ERROR
     if type(x) is int and type(y) is int:
+        if y == 0:
+            return ERROR
         q = abs(x) // abs(y)
         return wrap64(q if (x < 0) == (y < 0) else -q)
-    return x / y
+    if y == 0:  # IEEE: x/0.0 is +-inf (+inf -> error) or NaN
+        if x != x or x == 0:
+            return _NAN
+        return ERROR if (x > 0) == (math.copysign(1.0, y) > 0) else -_INF
+    try:
+        return _real(x / y)
+    except OverflowError:
+        return ERROR
 
 
 def mod(a, b):
@@ -175,8 +193,6 @@ def _int_pre(a, b):
         return UNDEFINED, None, None
     if type(a) is int and type(b) is int:
         return None, a, b
-    if type(a) is bool and type(b) is bool:
-        return None, a, b
     return ERROR, None, None
 
 
@@ -195,11 +211,7 @@ def bit_xor(a, b):
     return bad if bad is not None else (x ^ y)
 
 
-def _shift_pre(a, b):
-    bad, x, y = _int_pre(a, b)
-    if bad is None and (type(x) is bool or type(y) is bool):
-        return ERROR, None, None
-    return bad, x, y
+_shift_pre = _int_pre
 
 
 def shl(a, b):
@@ -208,13 +220,26 @@ def shl(a, b):
 
 
 def shr(a, b):
+    """Arithmetic shift; HTCondor shifts a negative value bit by bit (count <= 0: unchanged,
+    >= 63: -1) and a non-negative one with the x86 count mask (y & 63)."""
     bad, x, y = _shift_pre(a, b)
-    return bad if bad is not None else x >> (y & 63)
+    if bad is not None:
+        return bad
+    if x >= 0:
+        return x >> (y & 63)
+    if y <= 0:
+        return x
+    return -1 if y >= 63 else x >> y
 
 
 def ushr(a, b):
+    """Logical shift: (x >> y) & ~(-1 << (64 - y)) with x86 count masks, as HTCondor."""
     bad, x, y = _shift_pre(a, b)
-    return bad if bad is not None else wrap64((x & ((1 << 64) - 1)) >> (y & 63))
+    if bad is not None:
+        return bad
+    if x >= 0:
+        return x >> (y & 63)
+    return (x >> (y & 63)) & ((1 << ((64 - y) & 63)) - 1)
 
 
 def neg(a):

@@ -13,10 +13,11 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import nodes as n
 from .errors import JDLSyntaxError
+from .fastparse import MAX_DEPTH, FastParseError, parse_defs
 from .grammar import TERMINAL_TEXT, lark_parser
 from .values import ERROR, UNDEFINED, wrap64
 
-MAX_DEPTH = 400  # nesting of ( [ { beyond this is rejected (keeps evaluation off the C stack)
+
 MAX_INT = (1 << 63) - 1
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "\\": "\\", '"': '"',
@@ -134,11 +135,26 @@ class _Builder(Transformer):
         low = op.lower()
         return n.Binary(low if low in ("is", "isnt") else op, c[0], c[2], c[0].line, c[0].column)
 
-    def and_op(self, c):
-        return n.Binary("&&", c[0], c[1], c[0].line, c[0].column)
-
-    def or_op(self, c):
-        return n.Binary("||", c[0], c[1], c[0].line, c[0].column)
+    def flat(self, c):
+        """Group `operand (op operand)+` by precedence (all binary operators are left-assoc)."""
+        operands, ops = [c[0]], []
+        for i in range(1, len(c), 2):
+            op = str(c[i])
+            low = op.lower()
+            if low in ("is", "isnt"):
+                op = low
+            p = _PREC[op]
+            while ops and _PREC[ops[-1]] >= p:
+                right = operands.pop()
+                left = operands.pop()
+                operands.append(n.Binary(ops.pop(), left, right, left.line, left.column))
+            ops.append(op)
+            operands.append(c[i + 1])
+        while ops:
+            right = operands.pop()
+            left = operands.pop()
+            operands.append(n.Binary(ops.pop(), left, right, left.line, left.column))
+        return operands[0]
 
     def ternary(self, c):
         return n.Conditional(c[0], c[1], c[2], c[0].line, c[0].column)
@@ -146,7 +162,16 @@ class _Builder(Transformer):
     def elvis(self, c):
         return n.Conditional(c[0], None, c[2], c[0].line, c[0].column)
 
+    def elvis_neg(self, c):
+        op = c[2]
+        rhs = n.Unary(str(op), c[3], op.line, op.column)
+        return n.Conditional(c[0], None, rhs, c[0].line, c[0].column)
 
+
+_PREC = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5,
+         "==": 6, "!=": 6, "=?=": 6, "=!=": 6, "is": 6, "isnt": 6,
+         "<": 7, "<=": 7, ">": 7, ">=": 7, "<<": 8, ">>": 8, ">>>": 8,
+         "+": 9, "-": 9, "*": 10, "/": 10, "%": 10}
 _BUILDER = _Builder()
 _OPEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|/\*(?:[^*]|\*(?!/))*\*/|//[^\n]*|#[^\n]*|[\[({]|[\])}]', re.S)
 
@@ -176,6 +201,18 @@ def parse_classad(text: str, filename: str = "<string>") -> n.RecordExpr:
     """
     _check_depth(text, filename)
     try:
+        return n.RecordExpr(parse_defs(text), 1, 1)
+    except FastParseError as e:
+        if e.depth:
+            raise JDLSyntaxError(e.message, filename, e.line, e.column, text) from None
+    except RecursionError:
+        raise JDLSyntaxError("expression nested too deeply", filename, 1, 1, text) from None
+    return _parse_with_lark(text, filename)
+
+
+def _parse_with_lark(text: str, filename: str) -> n.RecordExpr:
+    """The normative LALR parse: used when the fast parser gives up, and for error messages."""
+    try:
         defs = lark_parser(_BUILDER).parse(text)
     except _SyntaxProblem as e:
         raise JDLSyntaxError(e.message, filename, e.token.line, e.token.column, text) from None
@@ -187,9 +224,7 @@ def parse_classad(text: str, filename: str = "<string>") -> n.RecordExpr:
         raise
     except UnexpectedInput as e:
         raise _syntax_error(e, text, filename) from None
-    first = text.lstrip()
-    line, col = 1, 1
-    return n.RecordExpr(defs, line, col) if first is not None else None
+    return n.RecordExpr(defs, 1, 1)
 
 
 def parse_expr(text: str, filename: str = "<expr>") -> n.Node:

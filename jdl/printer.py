@@ -17,7 +17,7 @@ _PREC = {"||": 2, "&&": 3, "|": 4, "^": 5, "&": 6,
          "==": 7, "!=": 7, "=?=": 7, "=!=": 7, "is": 7, "isnt": 7,
          "<": 8, "<=": 8, ">": 8, ">=": 8, "<<": 9, ">>": 9, ">>>": 9,
          "+": 10, "-": 10, "*": 11, "/": 11, "%": 11}
-_COND, _UNARY, _POSTFIX = 1, 12, 13
+_COND, _UNARY, _ELVIS, _POSTFIX = 1, 12, 13, 14
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = {"true", "false", "undefined", "error", "is", "isnt"}
 _STR_ESC = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b",
@@ -54,6 +54,8 @@ def real_text(x: float, exact: bool = True) -> str:
         return "real(\"INF\")" if x > 0 else "real(\"-INF\")"
     if x == 0 and math.copysign(1, x) < 0:
         return "-0.0"
+    if x == 0:
+        return "0.0"
     if exact:
         r = repr(x)
         return r if ("." in r or "e" in r) else r + ".0"
@@ -92,9 +94,9 @@ def _un(x: n.Node) -> str:
     if t is n.AttrRef:
         return ("." if x.absolute else "") + name_text(x.name)
     if t is n.Select:
-        return _wrap(x.base, _POSTFIX) + "." + name_text(x.name)
+        return _base(x.base) + "." + name_text(x.name)
     if t is n.Subscript:
-        return _wrap(x.base, _POSTFIX) + "[" + _un(x.index) + "]"
+        return _base(x.base) + "[" + _un(x.index) + "]"
     if t is n.Unary:
         return x.op + _wrap(x.operand, _UNARY)
     if t is n.Binary:
@@ -103,7 +105,13 @@ def _un(x: n.Node) -> str:
         return _wrap(x.left, p) + op + _wrap(x.right, p + 1)
     if t is n.Conditional:
         if x.then is None:
-            return _wrap(x.cond, _COND + 1) + " ?: " + _wrap(x.otherwise, _COND)
+            o = x.otherwise
+            if (type(o) is n.Unary and o.op in "+-" and type(o.operand) is n.Literal
+                    and type(o.operand.value) in (int, float)):
+                rhs = _un(o)  # `a ?: -2` is accepted
+            else:
+                rhs = _wrap(o, _POSTFIX)
+            return _wrap(x.cond, _ELVIS) + " ?: " + rhs
         return (_wrap(x.cond, _COND + 1) + " ? " + _wrap(x.then, _COND) + " : "
                 + _wrap(x.otherwise, _COND))
     if t is n.Call:
@@ -120,12 +128,19 @@ def _strength(x: n.Node) -> int:
     if t is n.Binary:
         return _PREC[x.op]
     if t is n.Conditional:
-        return _COND
+        return _COND if x.then is not None else _ELVIS
     if t is n.Unary:
         return _UNARY
-    if t is n.Literal and type(x.value) in (int, float):
-        return _UNARY  # `(0).a`, `(1.5)[0]`: a number cannot take a postfix directly
+    if t is n.Literal and type(x.value) in (int, float) and _un(x).startswith("-"):
+        return _UNARY
     return _POSTFIX + 1
+
+
+def _base(x: n.Node) -> str:
+    """The base of `.name` / `[i]`: `(0).a`, since `0.a` would lex as a real."""
+    if type(x) is n.Literal and type(x.value) in (int, float):
+        return "(" + _un(x) + ")"
+    return _wrap(x, _POSTFIX)
 
 
 def _wrap(x: n.Node, need: int) -> str:

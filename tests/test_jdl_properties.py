@@ -106,3 +106,67 @@ def test_mutated_valid_jdl_never_crashes(data):
     else:
         job.requirements.evaluate({"GlueCEInfoTotalCPUs": 4, "Tags": ["X"]})
         job.rank.evaluate({})
+
+
+# ---- the fast parser against the normative lark grammar -------------------------------------
+
+def _positions(node):
+    out, stack = [], [node]
+    while stack:
+        x = stack.pop()
+        out.append((type(x).__name__, x.line, x.column))
+        stack.extend(x.children())
+        if isinstance(x, n.RecordExpr):
+            out.extend((d.name, d.line, d.column) for d in x.defs)
+    return out
+
+
+def _both(text):
+    from jdl.fastparse import FastParseError, parse_defs
+    from jdl.parser import _parse_with_lark
+    try:
+        fast = n.RecordExpr(parse_defs(text), 1, 1)
+    except FastParseError:
+        fast = None
+    try:
+        slow = _parse_with_lark(text, "t.jdl")
+    except JDLSyntaxError:
+        slow = None
+    return fast, slow
+
+
+def _assert_agree(text):
+    fast, slow = _both(text)
+    if fast is not None:
+        assert slow is not None, f"fast parser accepted what lark rejects: {text!r}"
+        assert fast == slow, text
+        assert _positions(fast) == _positions(slow), text
+    else:
+        assert slow is None, f"lark accepts what the fast parser rejects: {text!r}"
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(NAMES, exprs), min_size=1, max_size=4), st.booleans(),
+       st.sampled_from([" ", "\n", "\t", " /* c */ ", "\n// c\n", "\n# c\n"]))
+def test_fast_parser_builds_the_same_tree_as_lark(pairs, brackets, sep):
+    rec = n.RecordExpr(tuple(n.AttrDef(k, v) for k, v in pairs))
+    text = record_text(rec, indent=2).replace(" = ", sep + "=" + sep).replace(";", sep + ";")
+    if not brackets:
+        text = text[1:-1]
+    _assert_agree(text)
+
+
+@settings(max_examples=1500)
+@given(st.text(alphabet=JDL_ALPHABET, max_size=60))
+def test_fast_parser_accepts_exactly_what_lark_accepts(text):
+    _assert_agree(text)
+
+
+@settings(max_examples=1000)
+@given(st.data())
+def test_fast_parser_agrees_on_mutated_jdl(data):
+    text = VALID
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(text)))
+        text = text[:i] + data.draw(st.sampled_from(JDL_ALPHABET)) + text[i + 1:]
+    _assert_agree(text)
