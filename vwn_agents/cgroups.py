@@ -25,6 +25,7 @@ from pathlib import Path
 
 PERIOD_US = 100_000          # CFS period: 100 ms, the kernel default
 MIN_QUOTA_US = 1_000         # the kernel refuses quotas below 1 ms
+GONE = (errno.ENOENT, errno.ENODEV)   # a cgroup removed while in use answers ENODEV
 
 
 class CgroupError(RuntimeError):
@@ -83,19 +84,26 @@ def _rmdir(path: Path, wait_s: float = 2.0) -> None:
         try:
             path.rmdir()
             return
-        except FileNotFoundError:
-            return
         except OSError as exc:
+            if exc.errno in GONE:
+                return
             if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                 raise CgroupError(f"cannot remove cgroup {path}: {exc.strerror or exc}") from exc
             time.sleep(0.02)
 
 
-def _read_pids(procs: Path) -> list[int]:
+def _read(path: Path) -> str | None:
+    """Text of a cgroup file, None when the file or its cgroup is gone."""
     try:
-        return [int(x) for x in procs.read_text().split()]
-    except FileNotFoundError:
-        return []
+        return path.read_text()
+    except OSError as exc:
+        if exc.errno in GONE:
+            return None
+        raise
+
+
+def _read_pids(procs: Path) -> list[int]:
+    return [int(x) for x in (_read(procs) or "").split()]
 
 
 def _kill_loop(procs: Path, wait_s: float = 3.0) -> None:
@@ -146,10 +154,15 @@ class _Driver:
     def close(self) -> None:
         """Remove the node's parent cgroup (after every VWN has been removed)."""
         for d in self._dirs(None):
-            for child in (d.iterdir() if d.exists() else []):
-                if child.is_dir():
-                    _kill_loop(child / "cgroup.procs")
-                    _rmdir(child)
+            try:
+                children = [c for c in d.iterdir() if c.is_dir()]
+            except OSError as exc:
+                if exc.errno in GONE:
+                    continue
+                raise CgroupError(f"cannot list cgroup {d}: {exc.strerror or exc}") from exc
+            for child in children:
+                _kill_loop(child / "cgroup.procs")
+                _rmdir(child)
             _rmdir(d)
 
     def _dirs(self, vwn: str | None) -> list[Path]:
@@ -206,8 +219,9 @@ class CgroupV1(_Driver):
     def cpu_usage_s(self, vwn: str) -> float | None:
         """CPU time (s) used by the VWN's tasks so far (cpuacct.usage), None if not accounted."""
         for d in (self.path(vwn), self.acct_dir / vwn if self.acct_dir else None):
-            if d is not None and (d / "cpuacct.usage").exists():
-                return int((d / "cpuacct.usage").read_text()) / 1e9
+            text = _read(d / "cpuacct.usage") if d is not None else None
+            if text:
+                return int(text) / 1e9
         return None
 
     def throttling(self, vwn: str) -> dict[str, int]:
@@ -272,10 +286,7 @@ CpuCgroups = CgroupV1 | CgroupV2 | Uncapped
 
 
 def _read_stat(path: Path) -> dict[str, int]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
+    lines = (_read(path) or "").splitlines()
     return {k: int(v) for k, v in (ln.split() for ln in lines if len(ln.split()) == 2)}
 
 
@@ -296,11 +307,17 @@ def sweep_stale(parent_dir: Path) -> list[str]:
     directory are ignored (it is retried by the next agent that starts).
     """
     removed = []
-    for d in (parent_dir.iterdir() if parent_dir.is_dir() else []):
+    try:
+        entries = list(parent_dir.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
         pid = d.name.rsplit("-", 1)[-1]
-        if not d.is_dir() or not pid.isdigit() or _pid_alive(int(pid)):
+        if not pid.isdigit() or _pid_alive(int(pid)):
             continue
         try:
+            if not d.is_dir():
+                continue
             for child in [c for c in d.iterdir() if c.is_dir()]:
                 _kill_loop(child / "cgroup.procs")
                 _rmdir(child)
@@ -370,18 +387,20 @@ def open_cpu_cgroups(node: str, mode: str = "auto", parent: str = "vgrid",
         for m in (m for m in mounts if m.fstype == "cgroup2"):
             try:
                 driver = _try_v2(m, own, rel)
-                sweep_stale(driver.node_dir.parent)
-                return driver
             except (CgroupError, OSError) as exc:
                 reasons.append(str(exc))
+                continue
+            sweep_stale(driver.node_dir.parent)
+            return driver
         if not any(m.fstype == "cgroup2" for m in mounts):
             reasons.append("no cgroup2 filesystem is mounted")
     if mode in ("auto", "v1"):
         try:
             driver = _try_v1(mounts, own, rel)
+        except (CgroupError, OSError) as exc:
+            reasons.append(str(exc))
+        else:
             for d in driver._dirs(None):
                 sweep_stale(d.parent)
             return driver
-        except (CgroupError, OSError) as exc:
-            reasons.append(str(exc))
     return Uncapped("no writable CPU cgroup: " + "; ".join(reasons))

@@ -269,21 +269,26 @@ class NodeAgent:
     # -- the VWN's life -----------------------------------------------------------------------
 
     def _watch(self, v: VWN) -> None:
-        """Monitor thread: control lines from the wrapper, then its result."""
-        if v.proc is not None:
-            for line in v.proc.stdout:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if msg.get("event") == "running":
-                    with self._lock:
-                        v.state, v.pid = "running", msg.get("pid")
-                        self._emit(v, "running")
-            code = v.proc.wait()
-            v.proc.stdout.close()
-            self._collect(v, code)
-        self._finish(v)
+        """Monitor thread: control lines from the wrapper, then its result; always finishes."""
+        try:
+            if v.proc is not None:
+                for line in v.proc.stdout:
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if msg.get("event") == "running":
+                        with self._lock:
+                            v.state, v.pid = "running", msg.get("pid")
+                            self._emit(v, "running")
+                code = v.proc.wait()
+                v.proc.stdout.close()
+                self._collect(v, code)
+        except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported
+            log.exception("%s: monitor failed", v.vwn)
+            v.reason = v.reason or f"node agent error while watching the VWN: {exc}"
+        finally:
+            self._finish(v)
 
     def _collect(self, v: VWN, code: int) -> None:
         """Set exit_code / reason from the wrapper's result file (or its exit status)."""
@@ -308,10 +313,10 @@ class NodeAgent:
     def _finish(self, v: VWN) -> None:
         """The VWN has ended: remove its cgroup, readjust the others, report."""
         with self._lock:
-            v.cpu_time_s = self.cg.cpu_usage_s(v.vwn) if v.capped else None
             try:
+                v.cpu_time_s = self.cg.cpu_usage_s(v.vwn) if v.capped else None
                 self.cg.remove(v.vwn)
-            except cgroups.CgroupError as exc:
+            except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
             if v.cancelled:
                 v.state = "cancelled"
@@ -375,7 +380,7 @@ class NodeAgent:
         self.outbox.close()
         try:
             self.cg.close()
-        except cgroups.CgroupError as exc:
+        except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
         if self._own_work_dir and not self.config.keep_workdirs:
             shutil.rmtree(self.work_dir, ignore_errors=True)

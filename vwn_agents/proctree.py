@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -47,11 +48,12 @@ def is_running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def kill_tree(pid: int) -> list[int]:
+def kill_tree(pid: int, wait_s: float = 5.0) -> list[int]:
     """SIGKILL ``pid`` and all its descendants; returns the pids signalled.
 
     The tree is frozen first (SIGSTOP, repeated until no new descendant appears) so that nothing
-    can fork away while it is being killed.
+    can fork away while it is being killed; then waits up to ``wait_s`` until every signalled
+    process has died (is gone or a zombie).
     """
     seen: list[int] = []
     for _ in range(50):
@@ -63,6 +65,9 @@ def kill_tree(pid: int) -> list[int]:
         seen += new
     for p in seen:
         _signal(p, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while any(is_running(p) for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return seen
 
 
