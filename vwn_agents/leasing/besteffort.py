@@ -120,9 +120,18 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
 
 
 def schedule_queue(sched, now: float) -> None:
-    """One pass over the FCFS queue (Haizea's queue processing with backfilling)."""
+    """One pass over the FCFS queue (Haizea's queue processing with backfilling).
+
+    Leases that cannot take a future reservation are first checked against an upper bound of
+    the VM slots free from now (``Mapper.count_now_upper``), which is cheap and exact enough
+    to skip most of a long queue when the site is full.
+    """
     cfg = sched.cfg
     max_future = cfg.max_future_reservations
+    off = cfg.backfilling == "off"
+    quick = not sched.staging.enabled
+    mapper = sched.mapper
+    factor = 1.0 + sched.threshold_factor
     keep = []
     blocked = False
     for lease in sched.queue:
@@ -130,8 +139,18 @@ def schedule_queue(sched, now: float) -> None:
             keep.append(lease)
             continue
         allow_future = max_future > 0 and len(sched.future) < max_future
+        if quick and not allow_future:
+            length = lease.remaining_s
+            if can_suspend(lease, cfg):
+                s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
+                length = min(length, max(s_est * factor, s_est + 1.0))
+            if mapper.count_now_upper(lease.per_vm, now, length) < lease.n_vms:
+                keep.append(lease)
+                if off:
+                    blocked = True
+                continue
         if not place_besteffort(sched, lease, now, allow_future):
             keep.append(lease)
-            if cfg.backfilling == "off":
+            if off:
                 blocked = True
     sched.queue = keep

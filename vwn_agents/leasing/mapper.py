@@ -16,6 +16,7 @@ numpy. Times in seconds.
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -161,41 +162,63 @@ class Mapper:
         return A, B
 
     def slot_arrays(self, need: tuple):
-        """(A, B, NODE, memo) numpy arrays of all slot intervals for ``need`` (cached; only
-        nodes whose reservations changed are recomputed)."""
+        """(A, B, NODE, memo) numpy arrays of all slot intervals for ``need``.
+
+        Node i owns the block [i*K, (i+1)*K) of the arrays, padded with empty intervals
+        (A = +inf, B = -inf); only nodes whose reservations changed are recomputed and written
+        in place. K doubles when a node needs more room.
+        """
         st = self.st
         g = self._global_cache.get(need)
         if g is not None and g["version"] == st.version:
             return g["arrays"]
-        if g is None or g["seen_dirty"] is not None:
-            if g is None:
-                g = {"per_node": [None] * len(st.nodes), "dirty": set(range(len(st.nodes)))}
-                self._global_cache[need] = g
-        # collect the nodes changed since this need's last build
-        g["dirty"] |= st.dirty_nodes
-        for other_need, other in self._global_cache.items():
-            if other is not g:
+        n_nodes = len(st.nodes)
+        if g is None:
+            g = {"K": 4, "dirty": set(range(n_nodes)), "per_node": [([], [])] * n_nodes}
+            self._global_cache[need] = g
+            self._alloc(g, n_nodes)
+        if st.dirty_nodes:
+            for other in self._global_cache.values():
                 other["dirty"] |= st.dirty_nodes
-        st.dirty_nodes = set()
+            st.dirty_nodes = set()
         per_node = g["per_node"]
-        for node in g["dirty"]:
-            per_node[node] = self._node_slots(node, need)
+        K = g["K"]
+        dirty = sorted(g["dirty"])
+        longest = 0
+        for node in dirty:
+            ab = per_node[node] = self._node_slots(node, need)
+            longest = max(longest, len(ab[0]))
+        if longest > K:
+            while longest > K:
+                K *= 2
+            g["K"] = K
+            self._alloc(g, n_nodes)
+            dirty = range(n_nodes)
+        if dirty:
+            flat_a: list = []
+            flat_b: list = []
+            for node in dirty:
+                a, b = per_node[node]
+                flat_a += a
+                flat_a += [INF] * (K - len(a))
+                flat_b += b
+                flat_b += [-INF] * (K - len(b))
+            idx = (np.asarray(dirty, dtype=np.int64)[:, None] * K + np.arange(K)).ravel()
+            g["A"][idx] = flat_a
+            g["B"][idx] = flat_b
+        A, B = g["A"], g["B"]
         g["dirty"] = set()
-        flat_a: list = []
-        flat_b: list = []
-        lens = []
-        for a, b in per_node:
-            flat_a += a
-            flat_b += b
-            lens.append(len(a))
-        A = np.array(flat_a, dtype=float)
-        B = np.array(flat_b, dtype=float)
-        N = np.repeat(self._node_ids, lens)
-        g["arrays"] = (A, B, N, {})
+        g["arrays"] = (A, B, g["N"], {})
         g["version"] = st.version
         g["shrink"] = st.shrink_version
-        g["seen_dirty"] = True
         return g["arrays"]
+
+    @staticmethod
+    def _alloc(g: dict, n_nodes: int) -> None:
+        K = g["K"]
+        g["A"] = np.full(n_nodes * K, INF)
+        g["B"] = np.full(n_nodes * K, -INF)
+        g["N"] = np.repeat(np.arange(n_nodes, dtype=np.int64), K)
 
     def count_now(self, need: tuple, now: float, length: float) -> int:
         """VM slots free over [now, now + length) -- O(log n) after one build per change."""
@@ -205,6 +228,7 @@ class Mapper:
             b_now = np.sort(B[(A <= now) & (B > now)])
             memo.clear()
             memo[now] = b_now
+            memo[("list", now)] = b_now.tolist()
         return len(b_now) - int(np.searchsorted(b_now, now + length, side="left"))
 
     def count_now_upper(self, need: tuple, now: float, length: float) -> int:
@@ -215,10 +239,13 @@ class Mapper:
         if g is None or g.get("shrink") != self.st.shrink_version or "arrays" not in g:
             return self.count_now(need, now, length)
         memo = g["arrays"][3]
-        b_now = memo.get(now)
-        if b_now is None:
-            return self.count_now(need, now, length)
-        return len(b_now) - int(np.searchsorted(b_now, now + length, side="left"))
+        b_list = memo.get(("list", now))
+        if b_list is None:
+            b_now = memo.get(now)
+            if b_now is None:
+                return self.count_now(need, now, length)
+            b_list = memo[("list", now)] = b_now.tolist()
+        return len(b_list) - bisect.bisect_left(b_list, now + length)
 
     # ------------------------------------------------------------ earliest start
     def earliest(self, need: tuple, n: int, duration: float, now: float, min_duration: float | None = None,
