@@ -1,4 +1,4 @@
-"""GIP: the Generic Information Provider of a vgrid CE, GLUE 1.3 LDIF of its state.
+"""GIP: the Generic Information Provider of a vgrid CE, GLUE 1.3 (and 2.0) LDIF of its state.
 
 ``render_glue13(state)`` gives what a CE's resource BDII publishes, laid out as in a site BDII:
 
@@ -11,6 +11,8 @@ Every entry is valid against the Debian glue-schema package, so the text loads i
 unchanged (tests/test_infosys_bdii.py does that). Units follow GLUE 1.3: GlueCEPolicyMaxWallClockTime
 in minutes, GlueCEStateEstimatedResponseTime in seconds, GlueHostMainMemoryRAMSize in MB.
 Source: GLUE Schema 1.3 specification (OGF GLUE WG, 2007), Sections 6.1-6.3.
+``render_glue2(state)`` gives the same CE in GLUE 2.0 (OGF GFD.147; times in seconds), and
+``ce_state_from_ad(ad)`` turns a GLUE 1.3 CE ad back into a CEState (``vgrid gip --ce URL``).
 """
 from __future__ import annotations
 

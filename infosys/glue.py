@@ -63,13 +63,26 @@ class Rejected:
         return {"dn": self.dn, "reason": self.reason, "source": self.source, "line": self.line}
 
 
-@dataclass
 class _Typed:
-    entry: EntryLike
-    attrs: dict[str, object]
-    classes: set[str]
-    rdn: tuple[str, str] = ("", "")
-    parent: tuple[str, str] = ("", "")
+    """An entry with typed attributes; its first two RDNs parsed on first use."""
+
+    __slots__ = ("entry", "attrs", "classes", "_rdns")
+
+    def __init__(self, entry: EntryLike, attrs: dict[str, object],
+                 classes: frozenset[str]) -> None:
+        self.entry, self.attrs, self.classes, self._rdns = entry, attrs, classes, None
+
+    @property
+    def rdn(self) -> tuple[str, str]:
+        if self._rdns is None:
+            self._rdns = _rdns(self.entry.dn)
+        return self._rdns[0]
+
+    @property
+    def parent(self) -> tuple[str, str]:
+        if self._rdns is None:
+            self._rdns = _rdns(self.entry.dn)
+        return self._rdns[1]
 
 
 @dataclass
@@ -113,23 +126,27 @@ _KIND_BY_RDN = {"glueceuniqueid": "ce", "glueclusteruniqueid": "cluster",
                 "gluecesebindseuniqueid": "bind"}
 
 
-def _object_classes(entry: EntryLike) -> set[str]:
+_KIND_CACHE: dict[tuple, tuple[str | None, frozenset[str]]] = {}
+
+
+def _entry_kind(entry: EntryLike) -> tuple[str | None, frozenset[str]]:
+    """What GLUE 1.3 object an entry is (by objectClass, else by its RDN attribute), and its
+    lower-cased object classes. Memoised on the objectClass values (they repeat)."""
     vals = entry.attrs.get("objectClass")
     if vals is None:
         vals = [v for k, vs in entry.attrs.items() if k.lower() == "objectclass" for v in vs]
-    return {v.lower() for v in vals}
-
-
-def _entry_kind(entry: EntryLike) -> tuple[str | None, set[str]]:
-    """What GLUE 1.3 object an entry is (by objectClass, else by its RDN attribute)."""
-    classes = _object_classes(entry)
-    for cls, kind in _KIND_BY_CLASS:
-        if cls in classes:
-            return kind, classes
-    if not classes:
+    key = tuple(vals)
+    hit = _KIND_CACHE.get(key)
+    if hit is None:
+        classes = frozenset(v.lower() for v in vals)
+        kind = next((k for cls, k in _KIND_BY_CLASS if cls in classes), None)
+        hit = (kind, classes)
+        if len(_KIND_CACHE) < 10_000:
+            _KIND_CACHE[key] = hit
+    if hit[0] is None and not hit[1]:
         rdn_attr = entry.dn.split("=", 1)[0].strip().lower()
-        return _KIND_BY_RDN.get(rdn_attr), classes
-    return None, classes
+        return _KIND_BY_RDN.get(rdn_attr), hit[1]
+    return hit
 
 
 def _spec(types: SchemaTypes, name: str) -> tuple[str, str | None, bool]:
@@ -146,7 +163,7 @@ def _spec(types: SchemaTypes, name: str) -> tuple[str, str | None, bool]:
     return spec
 
 
-def _type_entry(entry: EntryLike, types: SchemaTypes, classes: set[str]) -> _Typed:
+def _type_entry(entry: EntryLike, types: SchemaTypes, classes: frozenset[str]) -> _Typed:
     """Typed attributes of an entry; raises ValueError naming the bad attribute.
 
     Value lists are shared with the entry, not copied (ads are read-only)."""
@@ -173,8 +190,7 @@ def _type_entry(entry: EntryLike, types: SchemaTypes, classes: set[str]) -> _Typ
             attrs[canon] = values[0] if len(values) == 1 else values
         else:
             attrs[canon] = types.convert(name, values)
-    rdn, parent = _rdns(entry.dn)
-    return _Typed(entry, attrs, classes, rdn, parent)
+    return _Typed(entry, attrs, classes)
 
 
 def _rejected(entry: EntryLike, reason: str) -> Rejected:

@@ -122,14 +122,17 @@ class _Unusual(Exception):
     """Internal: the fast path met something it leaves to the line-by-line parser."""
 
 
-_NAME_OK: dict[str, bool] = {}
+_VALID_LOWER: dict[str, str] = {}
+"""Attribute names seen valid by the fast path -> their lower case (never dn/changetype)."""
 
 
-def _name_ok(name: str) -> bool:
-    ok = _NAME_OK.get(name)
-    if ok is None:
-        ok = _NAME_OK[name] = bool(_ATTR.match(name)) and len(_NAME_OK) < 100_000
-    return ok
+def _validate_names(names) -> None:
+    for name in names:
+        if name not in _VALID_LOWER:
+            low = name.lower()
+            if not _ATTR.match(name) or low in ("dn", "changetype") or len(_VALID_LOWER) > 50_000:
+                raise _Unusual
+            _VALID_LOWER[name] = low
 
 
 def parse_ldif_stream(stream, source: str = "<stream>", chunk_size: int = 1 << 20
@@ -216,26 +219,25 @@ def _fast_entry(lines: list[str], start: int, source: str) -> LdifEntry:
     if not dn:
         raise _Unusual
     attrs: dict[str, list[str]] = {}
-    lows: dict[str, list[str]] = {}
-    for ln in lines[1:]:
-        name, sep, rest = ln.partition(":")
-        if not sep or not name:
-            raise _Unusual
-        vals = attrs.get(name)
-        if vals is None:
-            if not _name_ok(name):
+    get = attrs.get
+    for i in range(1, len(lines)):
+        name, sep, value = lines[i].partition(": ")
+        if not sep or ":" in name:
+            name, sep, rest = lines[i].partition(":")
+            if not sep or not name:
                 raise _Unusual
-            low = name.lower()
-            vals = lows.get(low)
-            if vals is None:
-                if low == "dn" or low == "changetype":
-                    raise _Unusual
-                vals = attrs[name] = lows[low] = []
-        c = rest[:1]
-        if c == ":" or c == "<":
-            vals.append(_fast_value(name, rest))
+            value = _fast_value(name, rest)
+        elif value[:1] == " ":
+            value = value.lstrip(" ")
+        vals = get(name)
+        if vals is None:
+            attrs[name] = [value]
         else:
-            vals.append(rest.lstrip(" "))
+            vals.append(value)
+    if not _VALID_LOWER.keys() >= attrs.keys():
+        _validate_names(attrs)
+    if len(set(map(_VALID_LOWER.__getitem__, attrs))) != len(attrs):
+        raise _Unusual  # one attribute spelt in two cases: the line parser merges in order
     return LdifEntry(dn, attrs, start, source)
 
 
