@@ -5,7 +5,9 @@
 * an accepted AR starts exactly at its requested time with its images already on its nodes,
   and runs its whole duration in one piece;
 * every best-effort lease completes its full (real) duration across its running segments;
-* EDF and EDF/JIT accept the same AR sets, and EDF/JIT never starts a transfer earlier.
+* EDF and EDF/JIT accept the same AR sets, and EDF/JIT never starts a transfer earlier -- for
+  ARs submitted together. With ARs arriving over time the sets can differ either way, because
+  a started transfer cannot move (see test_leasing_staging.py and docs/leasing.md).
 """
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -22,7 +24,7 @@ def workloads(draw, ar_only=False):
     leases = []
     for i in range(draw(st.integers(1, 9))):
         kind = "AR" if ar_only else draw(st.sampled_from(["AR", "BE", "BE", "IM"]))
-        submit = 60.0 * draw(st.integers(0, 60))
+        submit = 0.0 if ar_only else 60.0 * draw(st.integers(0, 60))
         dur = 60.0 * draw(st.integers(1, 90))
         real = draw(st.one_of(st.none(), st.floats(30.0, dur))) if kind != "AR" else None
         per_vm = resource_vector(cpu=100, memory=draw(st.sampled_from([256, 512, 1024])))

@@ -132,3 +132,19 @@ def test_edf_jit_keeps_images_on_disk_for_less_time_than_edf():
     edf = simulate(leases(), site, LeaseConfig({**BASE, "ar-transfer-strategy": "edf", "diskimage-reuse": "none"}))
     jit = simulate(leases(), site, LeaseConfig({**BASE, "ar-transfer-strategy": "edf-jit", "diskimage-reuse": "none"}))
     assert disk_integral(jit.scheduler, 10_000) < disk_integral(edf.scheduler, 10_000)
+
+
+def test_online_edf_and_edf_jit_can_differ_because_started_transfers_do_not_move():
+    """Counter-examples to "same AR sets" when ARs arrive over time (documented limitation)."""
+    def run(strategy, leases):
+        site = uniform_site(2, 1, 1024)
+        r = simulate(leases, site, LeaseConfig({**BASE, "ar-transfer-strategy": strategy}))
+        return {l.id for l in r.scheduler.leases.values() if l.state is not LeaseState.REJECTED}
+    # EDF starts transfer 1 at once and it blocks the link when AR 2 (tight deadline) arrives
+    first = lambda: [ar(1, 2000, "a.img"), ar(2, 150, "b.img", submit=50)]
+    assert run("edf", first()) == {1}
+    assert run("edf-jit", first()) == {1, 2}
+    # EDF/JIT has pushed transfer 1 to [1900, 2000): it is running when AR 3 needs the link
+    second = lambda: [ar(1, 2000, "a.img"), ar(3, 2010, "c.img", submit=1950, mb=500)]
+    assert run("edf", second()) == {1, 3}
+    assert run("edf-jit", second()) == {1}
