@@ -124,9 +124,13 @@ def run_report(ces: Sequence[CESpec], params: ReportParams,
     """Run every sweep of the report and the acceptance checks."""
     report = Report(params, tuple(ces))
     plan = _plan(params)
+    done: dict[tuple, Point] = {}  # the same configuration at the same rate runs once
     for i, (name, x, config) in enumerate(plan):
         rate = params.vwn_rate if name in ("sfete-vwn", "sfete-lrms") else x
-        report.series.setdefault(name, {})[x] = _point(ces, rate, params, config)
+        key = (rate, tuple(sorted(config.items())))
+        if key not in done:
+            done[key] = _point(ces, rate, params, config)
+        report.series.setdefault(name, {})[x] = done[key]
         if progress is not None:
             progress(i + 1, len(plan))
     report.checks = acceptance(report)
