@@ -25,7 +25,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str, code: int):
-    err_console.print(f"[bold red]vgrid:[/] {message.replace('[', chr(92) + '[')}", highlight=False)
+    err_console.print(f"[bold red]vgrid:[/] {message.replace('[', chr(92) + '[')}", highlight=False, soft_wrap=True)
     raise SystemExit(code)
 
 
