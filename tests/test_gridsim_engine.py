@@ -90,6 +90,14 @@ def test_no_matching_ce_is_a_clear_error():
         simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text))
 
 
+def test_virtual_organisation_filters_like_the_broker():
+    text = DEFAULT_JDL.replace("[", '[ VirtualOrganisation = "vgrid";', 1)
+    res = simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text))
+    assert jobs_per_ce(res) == {SMALL.ce_id: 1}
+    with pytest.raises(SimulationError):
+        simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text.replace("vgrid", "atlas")))
+
+
 def test_config_checks():
     with pytest.raises(ValueError):
         SimConfig("best")
@@ -99,6 +107,7 @@ def test_config_checks():
 
 def _ad(i, waiting, running, cpus, si00, status="Production"):
     return {"GlueCEUniqueID": f"ce{i}:8443/q", "GlueCEStateStatus": status,
+            "GlueCEAccessControlBaseRule": ["VO:atlas"] if cpus % 2 else ["VO:cms"],
             "GlueCEInfoTotalCPUs": cpus, "GlueHostBenchmarkSI00": si00,
             "GlueCEStateWaitingJobs": waiting, "GlueCEStateRunningJobs": running,
             "GlueCEStateTotalJobs": waiting + running}
@@ -110,11 +119,12 @@ ads_st = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(1,
 
 
 @settings(max_examples=40, deadline=None)
-@given(ads_st, ads_st, st.lists(st.integers(0, 5), min_size=12, max_size=12), st.booleans())
-def test_candidate_board_equals_the_live_matchmaker(first, second, dispatch, feedback_on):
+@given(ads_st, ads_st, st.lists(st.integers(0, 5), min_size=12, max_size=12), st.booleans(),
+       st.sampled_from(["", 'VirtualOrganisation = "atlas";']))
+def test_candidate_board_equals_the_live_matchmaker(first, second, dispatch, feedback_on, vo):
     # The simulator's incremental candidates must be exactly what broker.matchmaker builds from
     # the ISM's ads for every job: one code path.
-    job = jdl.parse_jdl(DEFAULT_JDL, "job.jdl")
+    job = jdl.parse_jdl(DEFAULT_JDL.replace("[", "[ " + vo, 1), "job.jdl")
     counters = FeedbackCounters()
     source = StaticSource([_ad(i, *a) for i, a in enumerate(first)])
     ism = ISM([source], 10.0, feedback=counters)

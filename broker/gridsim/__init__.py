@@ -8,5 +8,8 @@ Layers (one concern per module):
 - :mod:`.engine`: the event loop: ISM refreshes, matchmaking with :mod:`broker.selection`,
   feedback counters, dispatch;
 - :mod:`.metrics`: delay, makespan, queue time, job share per CE;
-- :mod:`.report`: the sweeps and figures 8a, 8b, 9, 10 and 11 of seed 004.
+- :mod:`.report`: the sweeps behind seed 004's Figures 8-11 and issue 6's acceptance checks;
+- :mod:`.figures`: those figures as PNG (matplotlib, Agg).
+
+Command line: ``vgrid simulate-grid`` and ``vgrid report`` (:mod:`broker.cli_gridsim`).
 """

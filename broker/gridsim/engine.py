@@ -28,6 +28,7 @@ from infosys.clock import SimulatedClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import DISPATCHED, ISM
 
+from broker.matchmaker import vo_allowed
 from broker.selection import Candidate, ce_capacity, policy_by_name, published_jobs
 
 from .ce_models import CEEventQueue, make_ce
@@ -42,6 +43,9 @@ DEFAULT_JDL = """[
   Rank = -other.GlueCEStateWaitingJobs;
 ]
 """
+
+#: The one VO of the simulated grid; it gets all of every CE (seed 004 Section 6.2).
+SIMULATED_VO = "vgrid"
 
 ProgressFn = Callable[[int, int], None]
 
@@ -112,6 +116,7 @@ class SimulatedGlueSource:
         running, waiting = model.running, model.waiting
         return {"VGridAdID": spec.ce_id, "GlueCEUniqueID": spec.ce_id,
                 "GlueCEStateStatus": "Production", "GlueCEInfoTotalCPUs": spec.cpus,
+                "GlueCEAccessControlBaseRule": [f"VO:{SIMULATED_VO}"],
                 "GlueHostBenchmarkSI00": spec.si00, "GlueCEStateRunningJobs": running,
                 "GlueCEStateWaitingJobs": waiting, "GlueCEStateTotalJobs": running + waiting,
                 "GlueCEStateFreeCPUs": max(0, spec.cpus - running)}
@@ -127,7 +132,8 @@ class SimulatedGlueSource:
 class CandidateBoard:
     """The matchmaker's candidates for the workload's one JDL, kept up to date incrementally.
 
-    ``refresh`` takes the ads the ISM offers to matching (``ISM.candidates``: AdViews of the
+    Filtering is the matchmaker's: the VO rule (``broker.matchmaker.vo_allowed``) and
+    ``jdl.matches``. ``refresh`` takes the ads the ISM offers to matching (``ISM.candidates``: AdViews of the
     snapshot). Equivalent to building, for every job, ``Candidate(ce_id, ad, jdl.rank_value(job, ad),
     published_jobs(ad) + feedback.get(ce_id), ce_capacity(ad))`` for each ad of the snapshot
     that ``jdl.matches`` (as :class:`broker.matchmaker.Matchmaker` does), but only recomputes
@@ -153,7 +159,7 @@ class CandidateBoard:
         raw = getattr(ad, "ad", ad)  # an AdView's underlying dict: same object = same data
         seen = self._evaluated.get(ce_id)
         if seen is None or seen[0] is not raw:
-            ok = jdl.matches(self.job, ad)
+            ok = vo_allowed(ad, self.job.virtual_organisation) and jdl.matches(self.job, ad)
             seen = (raw, ok, jdl.rank_value(self.job, ad) if ok else None,
                     published_jobs(raw), ce_capacity(raw))
             self._evaluated[ce_id] = seen
