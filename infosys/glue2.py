@@ -175,11 +175,13 @@ def _share_ad(share_id: str, share: dict, ep: dict, idx, many_eps: bool) -> dict
                 or ep.get("GLUE2EndpointServingState") or "").lower()
 
     def put(name, value):
-        """Set a GLUE 1.3 attribute; a GLUE 2.0 list goes to a single-valued one as its first."""
-        if isinstance(value, list):
-            t = GLUE_TYPES.get(name)
-            if t is not None and t.single_value:
-                value = value[0] if value else None
+        """Set a GLUE 1.3 attribute in its GLUE 1.3 type: a list goes to a single-valued one as
+        its first value, a string to an integer or boolean one converted (ValueError if bad)."""
+        t = GLUE_TYPES.get(name)
+        if isinstance(value, list) and t is not None and t.single_value:
+            value = value[0] if value else None
+        if isinstance(value, str) and t is not None and t.kind != "string":
+            value = GLUE_TYPES.convert(name, [value])
         if value is not None:
             ad[name] = value
 
