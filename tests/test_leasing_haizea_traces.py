@@ -125,3 +125,23 @@ def test_suspension_off_cancels_and_requeues():
     assert be.suspensions == 0 and len(be.segments) == 2
     assert be.segments[0].end == ar.start_s  # ran until the AR, then was killed
     assert be.segments[1].end - be.segments[1].start == pytest.approx(3600)  # restarted from scratch
+
+
+def test_serial_best_effort_schedules_each_vm_on_its_own():
+    # wait.lwf: 4-VM leases on 4 nodes; serially each VM is its own lease, same outcome order
+    parallel, _ = run("wait.lwf", transfer_mechanism="unicast")
+    serial, result = run("wait.lwf", besteffort_mode="serial", transfer_mechanism="unicast")
+    report = result.report()
+    assert len(report["leases"]) == 8
+    assert all(rec["state"] == "Done" for rec in report["leases"])
+    assert all(len(rec["nodes"]) >= 1 for rec in report["leases"])
+    assert report["metrics"]["all_best_effort_s"] <= max(l.end_s for l in parallel.values())
+
+
+def test_serial_vms_start_as_soon_as_one_node_is_free():
+    # reservation.lwf: lease 2 (4 VMs) no longer waits for lease 1's node: 3 VMs start at once
+    leases, result = run("reservation.lwf", besteffort_mode="serial")
+    second = leases[2]
+    assert second.start_s < leases[1].end_s
+    assert sum(len(seg.nodes) for seg in second.segments) == 4  # four one-VM runs
+    assert second.end_s < leases[1].end_s  # the fourth VM ran on a node freed by the first three

@@ -20,6 +20,11 @@ from .staging import processor_sharing_ends
 TYPE_NAMES = {LeaseType.ADVANCE_RESERVATION: "AR", LeaseType.BEST_EFFORT: "BE", LeaseType.IMMEDIATE: "IM"}
 
 
+def reported(sched) -> list:
+    """The leases as submitted (serial best-effort requests as one record, not per VM)."""
+    return [l for l in sched.leases.values() if l.parent_id is None]
+
+
 def lease_record(lease, nodes) -> dict:
     start, end = lease.start_s, lease.end_s
     used = sorted({nodes[n].name for seg in lease.segments for n in seg.nodes})
@@ -58,7 +63,7 @@ def disk_series(sched) -> dict[int, list[tuple[float, float]]]:
     """Per node, [(t, MB used from t)]: pool images plus full local copies of running VMs."""
     events = list(sched.pools.disk_events)
     if sched.cfg.diskimage_copy == "copy" and sched.staging.enabled:
-        for lease in sched.leases.values():
+        for lease in reported(sched):
             for seg in lease.segments:
                 for n in seg.nodes:
                     events.append((seg.start, n, lease.image_mb))
@@ -97,7 +102,7 @@ def ar_satisfaction(sched) -> dict[int, float]:
 def report(sched) -> dict:
     """``{"leases": [...], "metrics": {...}}`` as ``vgrid simulate --json`` prints it."""
     nodes = sched.nodes
-    leases = sorted(sched.leases.values(), key=lambda l: l.id)
+    leases = sorted(reported(sched), key=lambda l: l.id)
     be = [l for l in leases if l.is_be]
     be_done = [l for l in be if l.end_s is not None and l.state is LeaseState.DONE]
     started = [l for l in be if l.start_s is not None]

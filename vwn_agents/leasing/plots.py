@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .accounting import disk_series, utilization_series  # noqa: E402
+from .accounting import disk_series, reported, utilization_series  # noqa: E402
 from .model import CPU  # noqa: E402
 
 GANTT_MAX_LEASES = 300
@@ -30,7 +30,7 @@ def write_outputs(sched, report: dict, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [_leases_csv(report, out / "leases.csv")]
     written += _utilization(sched, out)
-    if len(sched.leases) <= GANTT_MAX_LEASES and len(sched.nodes) <= GANTT_MAX_NODES:
+    if len(reported(sched)) <= GANTT_MAX_LEASES and len(sched.nodes) <= GANTT_MAX_NODES:
         written.append(_gantt(sched, out / "gantt.png"))
     disk = disk_series(sched)
     if disk:
@@ -51,7 +51,7 @@ def _leases_csv(report: dict, path: Path) -> Path:
 
 def _utilization(sched, out: Path) -> list[Path]:
     total = sum(n.capacity[CPU] for n in sched.nodes)
-    series = utilization_series(sched.leases.values(), total)
+    series = utilization_series(reported(sched), total)
     csv_path = out / "utilization.csv"
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -75,7 +75,7 @@ def _utilization(sched, out: Path) -> list[Path]:
 def _gantt(sched, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.45 * len(sched.nodes) + 1)))
     cmap = plt.get_cmap("tab20")
-    for lease in sched.leases.values():
+    for lease in reported(sched):
         color = cmap(lease.id % 20)
         for seg in lease.segments:
             for node in sorted(set(seg.nodes)):

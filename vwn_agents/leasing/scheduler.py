@@ -15,6 +15,8 @@ move earlier.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import itertools
 
 from .ar import schedule_ar
 from .besteffort import place_besteffort, schedule_queue
@@ -48,6 +50,8 @@ class LeaseScheduler:
         self.queue: list[Lease] = []
         self.leases: dict[int, Lease] = {}
         self.future: frozenset = frozenset()
+        self.children: dict[int, list[Lease]] = {}  # serial best-effort: parent id -> one-VM leases
+        self._sub_ids = itertools.count(10**12)
         self.transfer_log: list[tuple] = []  # (lease id, image, dest nodes, start s, end s) as started
         self._dirty = False
         self.suspend_rate = config.suspend_rate
@@ -79,10 +83,42 @@ class LeaseScheduler:
             if not place_besteffort(self, lease, now, allow_future=False, immediate=True):
                 lease.state = LeaseState.REJECTED
                 lease.reject_reason = "cannot start now"
+        elif self.cfg.besteffort_mode == "serial" and lease.n_vms > 1:
+            self._submit_serial(lease)
         else:
             lease.state = LeaseState.QUEUED
             self.requeue(lease)
         return lease
+
+    def _submit_serial(self, lease: Lease) -> None:
+        """Seeds 000/001 serial requests: each VM becomes a one-VM lease scheduled on its own;
+        the parent lease is reported with their first start and last end."""
+        lease.state = LeaseState.QUEUED
+        subs = []
+        for _ in range(lease.n_vms):
+            sub = dataclasses.replace(lease, id=next(self._sub_ids), n_vms=1, parent_id=lease.id,
+                                      segments=[], state=LeaseState.QUEUED)
+            self.leases[sub.id] = sub
+            subs.append(sub)
+            self.requeue(sub)
+        self.children[lease.id] = subs
+
+    def _child_finished(self, child: Lease) -> None:
+        parent = self.leases.get(child.parent_id)
+        subs = self.children.get(child.parent_id, [])
+        if parent is None or not all(s.done for s in subs):
+            if parent is not None and parent.start_s is None:
+                parent.state = LeaseState.ACTIVE
+            return
+        parent.state = LeaseState.DONE
+        starts = [s.start_s for s in subs if s.start_s is not None]
+        parent.start_s = min(starts) if starts else None
+        parent.end_s = max(s.end_s for s in subs)
+        parent.segments = [seg for s in subs for seg in s.segments]
+        parent.suspensions = sum(s.suspensions for s in subs)
+        parent.transfers = sum(s.transfers for s in subs)
+        parent.mb_transferred = sum(s.mb_transferred for s in subs)
+        parent.time_run = max(s.time_run for s in subs)
 
     def cancel(self, lease_id: int) -> Lease:
         """Cancel a lease: stop its VMs, drop its reservations. KeyError if unknown."""
@@ -256,6 +292,8 @@ class LeaseScheduler:
         self.enactment.stop_vms(lease, t)
         nodes = {n for seg in lease.segments for n in seg.nodes}
         self.pools.lease_ended(lease.id, nodes, t)
+        if lease.parent_id is not None:
+            self._child_finished(lease)
 
     def _close_running(self, lease: Lease, t: float) -> None:
         vm = self.vm_reservation(lease)
