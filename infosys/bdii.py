@@ -162,11 +162,19 @@ def start_bdii(dir_: str | Path, port: int = 0, timeout_s: float = 15.0,
         pid = _read_pid(dir_)
     if pid is None:
         raise BdiiError(f"slapd started but wrote no pid file in {dir_}")
-    _wait_ready(url, port, dir_, max(1.0, deadline - time.monotonic()))
     server = BdiiServer(url=url, port=port, pid=pid, dir=str(dir_))
     (dir_ / "bdii.json").write_text(json.dumps(asdict(server)))
-    from infosys.bdii_update import ensure_base
-    ensure_base(url)
+    try:
+        _wait_ready(url, port, dir_, max(1.0, deadline - time.monotonic()))
+        from infosys.bdii_update import ensure_base
+        from infosys.ldapclient import LdapError
+        try:
+            ensure_base(url)
+        except LdapError as e:
+            raise BdiiError(f"slapd in {dir_} answers but refused the base entries: {e}") from None
+    except BdiiError:
+        stop_bdii(dir_)
+        raise
     return server
 
 

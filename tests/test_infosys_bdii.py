@@ -219,3 +219,12 @@ def test_feeder_keeps_a_failed_providers_last_output(bdii):
         assert report is None and any("cannot connect" in e for e in errors)
     finally:
         gip.close()
+
+
+def test_start_errors_are_clear_and_leave_nothing_running(bdii, tmp_path):
+    from infosys.bdii import BdiiError
+    with pytest.raises(BdiiError, match="slapd failed to start|did not answer"):
+        start_bdii(tmp_path / "other", port=bdii.port)  # the port is taken
+    assert bdii_status(tmp_path / "other") is None
+    with pytest.raises(BdiiError, match="apt-get install"):
+        start_bdii(tmp_path / "third", schema_dir=tmp_path / "no-schemas")
