@@ -394,7 +394,7 @@ def _pow(*args):
         return ERROR
     r = _real_pow(float(b), float(e))
     if tb is int and te is int and e >= 0:
-        return real_to_int(r)
+        return real_to_int(r + 0.5)  # HTCondor: (long long)(pow(b, e) + 0.5), so (-2)^3 = -7
     return r
 
 
