@@ -86,6 +86,18 @@ def bdii_status_cmd(dir_: str, as_json: bool) -> None:
         raise SystemExit(1)
 
 
+def _update_with_progress(bdii_url: str, entries: list[LdifEntry]):
+    """update_bdii with a rich progress bar on a terminal, quiet in pipes."""
+    if not sys.stderr.isatty():
+        return update_bdii(bdii_url, entries)
+    from rich.progress import Progress
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("loading the BDII", total=len(entries))
+        return update_bdii(bdii_url, entries,
+                           progress=lambda done, total: bar.update(task, completed=done,
+                                                                   total=total))
+
+
 @bdii_group.command("update")
 @click.option("--bdii", "bdii_url", required=True, metavar="LDAP_URL", help="ldap://host:port")
 @click.option("--from", "sources", required=True, multiple=True, metavar="SOURCE",
@@ -104,7 +116,7 @@ def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, as_json: b
         except SourceError as e:
             _fail(str(e), 2)
     try:
-        report = update_bdii(bdii_url, entries)
+        report = _update_with_progress(bdii_url, entries)
     except LdapError as e:
         _fail(str(e), 1)
     if as_json:

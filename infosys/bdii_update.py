@@ -11,7 +11,7 @@ update goes on: a bad provider entry never stops the others.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import ldap3
 
@@ -117,10 +117,12 @@ def _wanted(entries: Iterable[LdifEntry], report: UpdateReport) -> dict[str, Ldi
 
 
 def update_bdii(url: str, entries: Iterable[LdifEntry], timeout_s: float = 30.0,
-                bind_dn: str | None = None, password: str | None = None) -> UpdateReport:
+                bind_dn: str | None = None, password: str | None = None,
+                progress: Callable[[int, int], None] | None = None) -> UpdateReport:
     """Make the BDII at ``url`` hold exactly ``entries`` (plus base and parent entries).
 
-    Raises LdapError if the server cannot be reached; refused entries are in the report.
+    ``progress(done, total)`` is called as wanted entries are compared/sent. Raises LdapError
+    if the server cannot be reached; refused entries are in the report.
     """
     report = UpdateReport()
     wanted = _wanted(entries, report)
@@ -132,12 +134,15 @@ def update_bdii(url: str, entries: Iterable[LdifEntry], timeout_s: float = 30.0,
                 current[norm_dn(e.dn)] = e
         _delete(conn, [current[n] for n in current if n not in wanted], report)
         failed: set[str] = set()
-        for n in sorted(wanted, key=lambda k: k.count(",")):
+        order = sorted(wanted, key=lambda k: k.count(","))
+        for i, n in enumerate(order, start=1):
             e = wanted[n]
             if n in current:
                 _modify(conn, current[n], e, report, failed)
             else:
                 _add(conn, e, report, failed)
+            if progress is not None and (i % 200 == 0 or i == len(order)):
+                progress(i, len(order))
     finally:
         conn.unbind()
     return report

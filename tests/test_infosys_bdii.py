@@ -104,7 +104,10 @@ def test_gip_glue13_and_glue2_are_schema_valid_and_convert_units(bdii):
 
 def test_update_by_difference(bdii):
     a, b = vgrid_ce(1, waiting=1), vgrid_ce(2, waiting=2)
-    first = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b))
+    calls = []
+    first = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b),
+                        progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1][0] == calls[-1][1] >= 7
     assert first.added == 7 and first.modified == 0 and first.deleted == 0  # 3 + 3 + site MDS
     a.waiting = 9
     second = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b))
