@@ -7,7 +7,8 @@ loopback port (no systemd, the system's slapd configuration untouched), waits un
 and creates the suffix entries plus ``Mds-Vo-name=local,o=grid`` and ``GLUE2GroupID=grid,o=glue``.
 ``stop_bdii(dir)`` stops it by the PID in ``<dir>/slapd.pid``.
 
-As in a production BDII, reads are anonymous. Writes are accepted without a bind from
+The databases skip fsync (``dbnosync``): a BDII's content is rebuilt from its providers at every
+update cycle. As in a production BDII, reads are anonymous. Writes are accepted without a bind from
 127.0.0.1 only (``allow update_anon`` + a peername ACL): the updater (``vgrid bdii update``) is the
 only writer and the server listens on the loopback interface only.
 Needs Debian packages: slapd ldap-utils glue-schema.
@@ -82,7 +83,7 @@ def slapd_conf(dir_: Path, schema_dir: Path = SCHEMA_DIR) -> str:
         db = dir_ / ("db-" + suffix.split("=")[1])
         lines += [
             "", "database mdb", f'suffix "{suffix}"', f"directory {db}",
-            "maxsize 4294967296", "lastmod off", "index objectClass eq",
+            "maxsize 4294967296", "dbnosync", "lastmod off", "index objectClass eq",
             "index GlueCEUniqueID,GlueClusterUniqueID,GlueSubClusterUniqueID eq"
             if suffix == "o=grid" else "index GLUE2ShareID,GLUE2EndpointID eq",
         ]
