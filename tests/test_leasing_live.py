@@ -1,0 +1,81 @@
+"""The lease engine in live time driving a real node agent over loopback HTTP."""
+import itertools
+import sys
+import time
+
+import pytest
+import requests
+
+from vwn_agents.leasing import LeaseConfig
+from vwn_agents.leasing.live import LeaseEngine
+from vwn_agents.node_agent import NodeAgentConfig, create_app
+from vwn_agents.testing import Receiver
+from vwn_agents.wsgi import BackgroundServer
+
+_names = itertools.count(1)
+
+
+@pytest.fixture
+def node(tmp_path):
+    receiver = Receiver()
+    app = create_app(NodeAgentConfig.from_dict({"node": f"le{next(_names)}", "work_dir": str(tmp_path / "w"),
+                                                "retry_initial_s": 0.05, "cgroup": "none"}))
+    server = BackgroundServer(app)
+    yield server.url, receiver
+    server.close()
+    receiver.close()
+
+
+def body(receiver, key, seconds):
+    return {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "executable": sys.executable,
+            "arguments": f"-c 'import time; time.sleep({seconds})'", "callback_url": f"{receiver.url}/events",
+            "output_upload_url": f"{receiver.url}/jobs/{key}/output"}
+
+
+def pump(engine, receiver, until, timeout=20.0):
+    """Forward the node agent's events to the engine (as a CE agent does) until ``until()``."""
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = list(receiver.events)
+        for ev in events[seen:]:
+            engine.job_event(ev)
+        seen = len(events)
+        engine.tick()
+        if until():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_jobs_queue_on_a_full_node_and_start_when_it_frees(node):
+    url, receiver = node
+    engine = LeaseEngine([(url, 1, 2048)], LeaseConfig({"backfilling": "aggressive"}))
+    first = engine.submit_job("j1", body(receiver, "j1", 0.3), duration_s=60)
+    second = engine.submit_job("j2", body(receiver, "j2", 0.1), duration_s=60)
+    assert first["state"] == "Active" and first["vwns"]
+    assert second["state"] in ("Queued", "Scheduled") and not second["vwns"]
+    pump(engine, receiver, lambda: engine.status("j2")["state"] == "Done")
+    s1, s2 = engine.status("j1"), engine.status("j2")
+    assert s1["state"] == "Done" and s2["end_s"] > s2["start_s"] >= s1["end_s"]
+    assert [e["event"] for e in receiver.events_for("j2")] == ["running", "done"]
+
+
+def test_wall_clock_limit_deletes_the_vwn(node):
+    url, receiver = node
+    engine = LeaseEngine([(url, 1, 2048)])
+    vwn = engine.submit_job("long", body(receiver, "long", 30), duration_s=0.5)["vwns"][0]
+    pump(engine, receiver, lambda: engine.status("long")["state"] == "Done")
+    record = requests.get(f"{url}/vwns/{vwn}", timeout=10).json()
+    assert record["state"] != "running" and record.get("reason") == "cancelled"
+
+
+def test_cancel_and_immediate_rejection(node):
+    url, receiver = node
+    engine = LeaseEngine([(url, 1, 2048)])
+    vwn = engine.submit_job("a", body(receiver, "a", 30), duration_s=60)["vwns"][0]
+    im = engine.submit_job("b", body(receiver, "b", 1), duration_s=60, immediate=True)
+    assert im["state"] == "Rejected"
+    assert engine.cancel("a")["state"] == "Cancelled"
+    record = requests.get(f"{url}/vwns/{vwn}", timeout=10).json()
+    assert record["state"] != "running" and record.get("reason") == "cancelled"

@@ -1,0 +1,131 @@
+"""The lease engine in live time, for a CE agent: jobs become leases on real node agents.
+
+The same ``LeaseScheduler`` as in simulation, with a ``WallClock`` and ``NodeAgentEnactment``.
+How a CE agent uses it (it owns the HTTP front end; this class is thread-safe):
+
+    engine = LeaseEngine([("http://127.0.0.1:8501", 1, 2048), ...], LeaseConfig(...))
+    engine.start(interval_s=1.0)          # or call engine.tick() from its own loop
+    engine.submit_job(key, body)          # body = the node agent's POST /vwns JSON for this job
+    engine.job_event(event)               # every VWN event a node agent posts ("done"/"aborted"
+                                          # end the lease early; others are ignored)
+    engine.status(key)                    # {"lease_id","state","nodes","vwns","start_s","end_s"}
+    engine.cancel(key)
+
+By default a job is a best-effort lease of one VM (one node's CPU share of ``cpu`` = 100 per
+core, ``memory_mb``) for ``duration_s`` (its wall-clock limit: when the reservation ends the
+VWN is deleted). ``start_s`` makes it an advance reservation; ``immediate=True`` an immediate
+lease. Node agents cannot suspend VWNs, so preempted best-effort jobs are cancelled and
+requeued. Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
+software.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+
+from infosys.clock import WallClock
+
+from .config import LeaseConfig
+from .enactment import NodeAgentEnactment
+from .model import Lease, LeaseType, Node, resource_vector
+from .scheduler import LeaseScheduler
+
+
+class LeaseEngine:
+    """Live lease engine for a CE agent (see module doc).
+
+    ``nodes``: ``[(node_agent_url, cpus, memory_mb)]``. Raises ValueError on an empty list.
+    """
+
+    def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
+                 clock=None, session=None, default_duration_s: float = 86400.0) -> None:
+        if not nodes:
+            raise ValueError("the lease engine needs at least one node agent")
+        self.clock = clock or WallClock()
+        self.config = (config or LeaseConfig()).with_options(lease_preparation="unmanaged")
+        site = [Node(i, url, (int(round(cpus * 100)), int(mem), 10**12, 10**12))
+                for i, (url, cpus, mem) in enumerate(nodes)]
+        self._bodies: dict[int, dict] = {}
+        self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session)
+        self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
+        self.default_duration_s = default_duration_s
+        self._ids = itertools.count(1)
+        self._by_key: dict[str, Lease] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _payload(self, lease: Lease, vm: int) -> dict:
+        body = dict(self._bodies[lease.id])
+        if lease.n_vms > 1:
+            body["key"] = f"{body['key']}-{vm}"
+        return body
+
+    def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
+                   duration_s: float | None = None, start_s: float | None = None,
+                   immediate: bool = False) -> dict:
+        """Make a lease for job ``key`` (idempotent on ``key``) and schedule what is due now.
+        Returns ``status(key)``."""
+        with self._lock:
+            if key not in self._by_key:
+                now = self.clock.now()
+                ltype = (LeaseType.ADVANCE_RESERVATION if start_s is not None else
+                         LeaseType.IMMEDIATE if immediate else LeaseType.BEST_EFFORT)
+                lease = Lease(next(self._ids), ltype, now, duration_s or self.default_duration_s, vms,
+                              resource_vector(cpu=cpu, memory=memory_mb), "node-software", 0.0,
+                              preemptible=ltype is LeaseType.BEST_EFFORT, requested_start_s=start_s)
+                self._bodies[lease.id] = dict(body, key=key)
+                self._by_key[key] = lease
+                self.scheduler.submit(lease)
+                self.scheduler.process(now)
+            return self.status(key)
+
+    def job_event(self, event: dict) -> None:
+        """A VWN event from a node agent; "done" and "aborted" end the job's lease."""
+        if event.get("event") not in ("done", "aborted"):
+            return
+        key = str(event.get("key", ""))
+        with self._lock:
+            lease = self._by_key.get(key) or self._by_key.get(key.rsplit("-", 1)[0])
+            if lease is None or lease.done:
+                return
+            self.enactment.report_end(lease.id, min(float(event.get("time") or self.clock.now()), self.clock.now()))
+            self.scheduler.process(self.clock.now())
+
+    def tick(self) -> None:
+        """Start and end what is due now (call every second or so)."""
+        with self._lock:
+            self.scheduler.process(self.clock.now())
+
+    def cancel(self, key: str) -> dict:
+        """Cancel a job's lease (its VWNs are deleted). KeyError if the key is unknown."""
+        with self._lock:
+            self.scheduler.cancel(self._by_key[key].id)
+            self.scheduler.process(self.clock.now())
+            return self.status(key)
+
+    def status(self, key: str) -> dict:
+        """``{"lease_id","state","nodes","vwns","start_s","end_s","reason"}``; KeyError if unknown."""
+        with self._lock:
+            lease = self._by_key[key]
+            vwns = self.enactment.vwns.get(lease.id, [])
+            nodes = sorted({self.scheduler.nodes[n].name for n in lease.mapping}) if lease.mapping else []
+            return {"lease_id": lease.id, "state": lease.state.value, "nodes": nodes,
+                    "vwns": [v for _, v in vwns], "start_s": lease.start_s, "end_s": lease.end_s,
+                    "reason": lease.reject_reason}
+
+    def start(self, interval_s: float = 1.0) -> None:
+        """Run ``tick()`` every ``interval_s`` seconds in a daemon thread until ``stop()``."""
+        def loop():
+            while not self._stop.wait(interval_s):
+                try:
+                    self.tick()
+                except Exception:  # a node agent being down must not kill the ticker
+                    continue
+        self._thread = threading.Thread(target=loop, name="lease-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
