@@ -247,3 +247,23 @@ def test_a_source_bug_is_reported_not_raised():
 def test_refresh_interval_must_be_positive():
     with pytest.raises(ValueError):
         ISM([], refresh_s=0)
+
+
+def test_ads_and_feedback_work_in_jdl_requirements_and_rank():
+    import jdl
+    from infosys.glue import glue13_ce_ads
+    from infosys.ldif import parse_ldif
+    ads, _ = glue13_ce_ads(parse_ldif((DATA / "synthetic_site.ldif").read_text()))
+    ism = ISM([StaticSource(ads)], refresh_s=240, clock=SimulatedClock())
+    ism.refresh(0)
+    ism.feedback.increment("ce01.example:8443/cream-pbs-long/dteam", 3)
+    job = jdl.parse_jdl(
+        '[Executable = "/bin/true";\n'
+        ' Requirements = other.GlueCEStateStatus == "Production" &&\n'
+        '   member("VO:dteam", other.GlueCEAccessControlBaseRule) &&\n'
+        '   anyMatch(other.CloseStorageElements, name == "se01.example");\n'
+        ' Rank = -(other.GlueCEStateWaitingJobs + other.VGridDispatchedSinceRefresh);]', "x.jdl")
+    views = {v.key: v for v in ism.candidates(0)}
+    assert [k for k, v in views.items() if jdl.matches(job, v)] == [
+        "ce01.example:8443/cream-pbs-long/dteam"]
+    assert jdl.rank_value(job, views["ce01.example:8443/cream-pbs-long/dteam"]) == -4
