@@ -86,3 +86,11 @@ def test_report_writes_figures_and_exit_code_follows_checks(tmp_path):
     assert len(doc["checks"]) == 6
     assert res.exit_code == (0 if all(c["passed"] for c in doc["checks"]) else 1)
     assert set(doc["series"]["sfete"]) == {"5.0", "20.0"}
+
+
+def test_report_input_errors_exit_2(tmp_path):
+    for args in (("--rates", ""), ("--rates", "5,x"), ("--vwns", "0"), ("--ces", "missing.toml")):
+        res = CliRunner().invoke(report_cmd, ["--out", str(tmp_path), "--seeds", "1", "--jobs", "5",
+                                              *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert "Traceback" not in res.output

@@ -35,6 +35,13 @@ class ReportParams:
     vwn_startup_s: float = 30.0
     share_tolerance: float = 0.05
 
+    def __post_init__(self) -> None:
+        for name in ("rates", "ablation_refresh_s", "vwns"):
+            if not getattr(self, name):
+                raise ValueError(f"report: {name} needs at least one value")
+        if self.seeds < 1 or self.jobs < 1:
+            raise ValueError("report: seeds and jobs must be >= 1")
+
 
 @dataclass
 class Point:
