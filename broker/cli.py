@@ -45,7 +45,35 @@ def handle_errors(fn):
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Commands other modules provide, imported only when used (keeps `vgrid serve` fast to start).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "jdl": ("broker.cli_jdl", "jdl_group"),
+    "bdii": ("broker.cli_infosys", "bdii_group"),
+    "info": ("broker.cli_infosys", "info_cmd"),
+    "gip": ("broker.cli_infosys", "gip_cmd"),
+    "simulate": ("broker.cli_simulate", "simulate_cmd"),
+    "simulate-grid": ("broker.cli_gridsim", "simulate_grid_cmd"),
+    "report": ("broker.cli_gridsim", "report_cmd"),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose LAZY_COMMANDS are imported on first use."""
+
+    def list_commands(self, ctx):
+        present = [n for n, (m, _) in LAZY_COMMANDS.items() if importlib.util.find_spec(m)]
+        return sorted(set(super().list_commands(ctx)) | set(present))
+
+    def get_command(self, ctx, name):
+        if name in LAZY_COMMANDS and name not in self.commands:
+            module, attr = LAZY_COMMANDS[name]
+            if importlib.util.find_spec(module) is None:
+                return None
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vgrid")
 def main() -> None:
     """vgrid: gLite-style grid meta-scheduler with virtual worker nodes and VM leases."""
@@ -234,25 +262,6 @@ def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_
                   ism_refresh_s=ism_refresh_s, timeout_s=timeout_s)
     raise SystemExit(0 if ok else 1)
 
-
-def _register_optional() -> None:
-    """Add the command groups other modules provide, when present."""
-    for module, names in (("broker.cli_jdl", [("jdl_group", "jdl")]),
-                          ("broker.cli_infosys", [("bdii_group", "bdii"), ("info_cmd", "info"),
-                                                  ("gip_cmd", "gip")]),
-                          ("broker.cli_simulate", [("simulate_cmd", "simulate")]),
-                          ("broker.cli_gridsim", [("simulate_grid_cmd", "simulate-grid"),
-                                                  ("report_cmd", "report")])):
-        if importlib.util.find_spec(module) is None:
-            continue
-        mod = importlib.import_module(module)
-        for attr, name in names:
-            cmd = getattr(mod, attr, None)
-            if cmd is not None:
-                main.add_command(cmd, name)
-
-
-_register_optional()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -46,18 +46,22 @@ def _toml_list(items: list[str]) -> str:
 def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir: Path,
                bdii_url: str = "", match_expiry_s: float = 30.0) -> str:
     """Start node agents, CE agents and the broker; returns the broker URL."""
-    ce_urls = []
-    for ce in ce_layout(n_ces):
-        node_urls = []
+    layout = ce_layout(n_ces)
+    specs = []
+    for ce in layout:
         for node in ce["nodes"]:
-            svc = group.start("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
-                                            f'work_dir = "{state_dir / node}"\n')
-            node_urls.append(svc.url)
-        cfg = (f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
-               f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
-               f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
-               f'vos = ["dteam", "vgrid"]\nport = 0\n')
-        ce_urls.append(group.start("ce", ce["name"], cfg).url)
+            specs.append(("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
+                                        f'work_dir = "{state_dir / node}"\n'))
+    nodes = {svc.name: svc.url for svc in group.start_many(specs)}
+    specs = []
+    for ce in layout:
+        node_urls = [nodes[n] for n in ce["nodes"]]
+        specs.append(("ce", ce["name"],
+                      f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
+                      f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
+                      f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
+                      f'vos = ["dteam", "vgrid"]\nport = 0\n'))
+    ce_urls = [svc.url for svc in group.start_many(specs)]
     broker_cfg = (f'port = 0\nstate_dir = "{state_dir / "broker"}"\nce_urls = {_toml_list(ce_urls)}\n'
                   f'ism_refresh_s = {float(ism_refresh_s)}\nmatch_expiry_s = {float(match_expiry_s)}\n')
     if bdii_url:

@@ -57,6 +57,18 @@ class ServiceGroup:
 
     def start(self, kind: str, name: str, config: str) -> Service:
         """Write ``config`` (TOML text), start ``vgrid serve KIND``, wait until it listens."""
+        return self.start_many([(kind, name, config)])[0]
+
+    def start_many(self, specs: list[tuple[str, str, str]]) -> list[Service]:
+        """Start several services at once (kind, name, TOML text); wait until all listen.
+
+        Raises ServiceError (with the tail of the failed service's log) if one does not start;
+        the ones that did start stay in the group and are stopped with it.
+        """
+        launched = [self._launch(*spec) for spec in specs]
+        return [self._wait_ready(*item) for item in launched]
+
+    def _launch(self, kind: str, name: str, config: str):
         cfg = self.workdir / f"{name}.toml"
         cfg.write_text(config)
         ready = self.workdir / f"{name}.ready"
@@ -67,10 +79,13 @@ class ServiceGroup:
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.workdir)
-        deadline = time.monotonic() + self.start_timeout_s
+        return kind, name, proc, ready, log, time.monotonic() + self.start_timeout_s
+
+    def _wait_ready(self, kind, name, proc, ready: Path, log: Path, deadline: float) -> Service:
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
+                proc.wait()
                 tail = log.read_text(errors="replace")[-2000:]
                 raise ServiceError(f"{name} ({kind}) did not start; its log ends with:\n{tail}")
             time.sleep(0.05)

@@ -32,8 +32,11 @@ def wait_ended(client, keys, timeout=120):
     raise AssertionError(f"jobs did not end: {[(j['key'], j['state']) for j in client.jobs(keys)]}")
 
 
-@pytest.fixture
-def site(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """One site for the module (starting 7 processes costs seconds); the SIGKILL test runs last
+    and leaves a restarted broker behind."""
+    tmp_path = tmp_path_factory.mktemp("site")
     with ServiceGroup(tmp_path) as group:
         url = start_site(group, n_ces=2, ism_refresh_s=2.0, state_dir=tmp_path, match_expiry_s=3.0)
         yield group, BrokerClient(url), tmp_path
