@@ -163,3 +163,9 @@ def test_issue6_acceptance_holds_on_a_reduced_sweep():
                                                      ablation_refresh_s=(30, 480), vwns=(2, 8, 16)))
     assert [c["check"] for c in report.checks if not c["passed"]] == []
     assert len(report.checks) == 6
+
+
+def test_jobs_before_time_zero_and_empty_workloads():
+    res = simulate([SMALL, BIG], [Job(1, "u", -50.0, 1000.0), Job(2, "u", 3.0, 1000.0)], SimConfig("max"))
+    assert all(j.end_s is not None for j in res.jobs)
+    assert run_metrics(simulate([SMALL], [], SimConfig("sfete")))["makespan_s"] == 0.0

@@ -236,7 +236,8 @@ def simulate(ces: Sequence[CESpec], jobs: Sequence[Job], config: SimConfig,
     index = {spec.ce_id: i for i, spec in enumerate(ces)}
     options = {"fuzzy_factor": config.fuzzy_factor} if config.policy.lower() == "fuzzy" else {}
     policy = policy_by_name(config.policy, **options)
-    clock = SimulatedClock(0.0)
+    ordered = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
+    clock = SimulatedClock(min(0.0, ordered[0].submit_s) if ordered else 0.0)
     feedback = FeedbackCounters()
     ism = ISM([SimulatedGlueSource(ces, models)], config.ism_refresh_s, clock, feedback=feedback)
     board = CandidateBoard(jdl.parse_jdl(config.jdl, config.jdl_filename),
@@ -244,12 +245,11 @@ def simulate(ces: Sequence[CESpec], jobs: Sequence[Job], config: SimConfig,
                            DISPATCHED.lower() in config.jdl.lower())
     rng = random.Random(f"gridsim:{config.seed}")
     events = CEEventQueue(models)
-    ordered = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
-    refresh_s, last_refresh, refreshes = config.ism_refresh_s, -1, 0
+    refresh_s, last_refresh, refreshes = config.ism_refresh_s, None, 0
     for n, job in enumerate(ordered):
         t = job.submit_s
         k = int(t // refresh_s)
-        if k > last_refresh:
+        if last_refresh is None or k > last_refresh:
             boundary = k * refresh_s
             events.run_until(boundary)
             clock.advance_to(max(clock.now(), boundary))
