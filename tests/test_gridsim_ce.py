@@ -117,3 +117,14 @@ def test_fcfs_runtime_is_work_over_speed_and_cpus_bound(arr, cpus):
     assert concurrency([j for j in jobs if j.end_s > j.start_s]) <= cpus
     starts = [j.start_s for j in sorted(jobs, key=lambda j: (j.submit_s, j.job_id))]
     assert starts == sorted(starts)  # first come, first served
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0, 1e7), st.lists(st.tuples(st.floats(0, 10), st.floats(0, 1e-3) | st.floats(0, 1e4)),
+                                  min_size=1, max_size=20), st.integers(1, 4))
+def test_fair_share_terminates_with_tiny_jobs_late_in_time(t0, arr, k):
+    # Far from t = 0 a tiny remaining work can be below the clock's resolution; the CE must
+    # still finish it (a regression: the event loop used to fire at the same instant forever).
+    jobs = run(FairShareVwn(CESpec("ce", 2, 3000.0), k), [(t0 + t, w) for t, w in arr])
+    assert all(j.end_s is not None and j.end_s >= j.submit_s for j in jobs)

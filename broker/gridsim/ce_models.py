@@ -155,12 +155,18 @@ class FairShareVwn:
             t = min(t, self._t + max(0.0, self._working[0][0] - self._v) / self.rate())
         return t
 
+    def _finished(self, tag: float, tol: float, now: float) -> bool:
+        """A job with finish tag ``tag`` is done: its remaining work is within rounding, or so
+        small that finishing it would not move the clock (now + remaining / rate == now)."""
+        left = tag - self._v
+        return left <= tol or now + left / self.rate() <= now
+
     def fire(self, now: float) -> list[Job]:
         """Close the VWNs whose jobs finished by ``now``, start booted jobs, fill free VWN slots."""
         self._sync(now)
         done = []
         tol = _EPS * max(1.0, abs(self._v))
-        while self._working and self._working[0][0] <= self._v + tol:
+        while self._working and self._finished(self._working[0][0], tol, now):
             job = heapq.heappop(self._working)[2]
             job.end_s = now
             done.append(job)
