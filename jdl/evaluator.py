@@ -29,11 +29,28 @@ class Ctx:
 
 
 def compile_expr(node: n.Node):
-    """Closure fn(ctx) -> value for `node`, compiled once and cached on the node."""
+    """Closure fn(ctx) -> value for `node`, compiled once and cached on the node.
+
+    Descendants are compiled first, bottom-up without recursion, so a long operator chain
+    (`a || b || ...` over thousands of CEs) never exhausts the Python stack.
+    """
     fn = node._fn
-    if fn is None:
-        fn = node._fn = _COMPILERS[type(node)](node)
-    return fn
+    if fn is not None:
+        return fn
+    order, stack, spine = [], [node], set()
+    while stack:
+        x = stack.pop()
+        if x._fn is None:
+            order.append(x)
+            stack.extend(x.children())
+            if type(x) is n.Binary and type(x.left) is n.Binary:
+                spine.add(id(x.left))  # compiled as part of its parent's chain
+    for x in reversed(order):
+        if x._fn is None and id(x) not in spine:
+            x._fn = _COMPILERS[type(x)](x)
+    if node._fn is None:
+        node._fn = _COMPILERS[type(node)](node)
+    return node._fn
 
 
 def evaluate(node: n.Node, ad=None, other=None):
@@ -176,17 +193,60 @@ def _c_unary(node: n.Unary):
 
 
 def _c_binary(node: n.Binary):
-    o = node.op
-    lf, rf = compile_expr(node.left), compile_expr(node.right)
-    if o == "&&":
-        return _and(lf, rf)
-    if o == "||":
-        return _or(lf, rf)
-    op = BINARY[o]
-    if type(node.right) is n.Literal:  # the common `other.X == "lit"` / `>= 4`
-        rv = node.right.value
-        return lambda ctx: op(lf(ctx), rv)
-    return lambda ctx: op(lf(ctx), rf(ctx))
+    """Left-nested chains (`a + b + c`, `a || b || c`) become one loop over their steps."""
+    steps = []
+    x = node
+    while type(x) is n.Binary:
+        steps.append((x.op, compile_expr(x.right), x.right))
+        x = x.left
+    base = compile_expr(x)
+    steps.reverse()
+    if len(steps) == 1:
+        o, rf, rnode = steps[0]
+        if o == "&&":
+            return _and(base, rf)
+        if o == "||":
+            return _or(base, rf)
+        op = BINARY[o]
+        if type(rnode) is n.Literal:  # the common `other.X == "lit"` / `>= 4`
+            rv = rnode.value
+            return lambda ctx: op(base(ctx), rv)
+        return lambda ctx: op(base(ctx), rf(ctx))
+    plan = tuple((_STEP.get(o) or BINARY[o], o in _STEP, rf) for o, rf, _ in steps)
+
+    def chain(ctx):
+        v = base(ctx)
+        for op, lazy, rf in plan:
+            v = op(v, rf, ctx) if lazy else op(v, rf(ctx))
+        return v
+    return chain
+
+
+def _and_step(a, rf, ctx):
+    if a is False:
+        return False
+    a = to_bool(a)
+    if a is ERROR or a is False:
+        return a
+    b = to_bool(rf(ctx))
+    if b is ERROR or a is True:
+        return b
+    return False if b is False else UNDEFINED
+
+
+def _or_step(a, rf, ctx):
+    if a is True:
+        return True
+    a = to_bool(a)
+    if a is ERROR or a is True:
+        return a
+    b = to_bool(rf(ctx))
+    if b is ERROR or a is False:
+        return b
+    return True if b is True else UNDEFINED
+
+
+_STEP = {"&&": _and_step, "||": _or_step}
 
 
 def _and(lf, rf):

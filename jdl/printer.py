@@ -99,10 +99,16 @@ def _un(x: n.Node) -> str:
         return _base(x.base) + "[" + _un(x.index) + "]"
     if t is n.Unary:
         return x.op + _wrap(x.operand, _UNARY)
-    if t is n.Binary:
+    if t is n.Binary:  # left-nested chains are printed in a loop (no deep recursion)
+        spine = []
+        while type(x.left) is n.Binary and _PREC[x.left.op] >= _PREC[x.op]:
+            spine.append(x)
+            x = x.left
         p = _PREC[x.op]
-        op = f" {x.op} "
-        return _wrap(x.left, p) + op + _wrap(x.right, p + 1)
+        parts = [_wrap(x.left, p), f" {x.op} ", _wrap(x.right, p + 1)]
+        for b in reversed(spine):
+            parts += [f" {b.op} ", _wrap(b.right, _PREC[b.op] + 1)]
+        return "".join(parts)
     if t is n.Conditional:
         if x.then is None:
             o = x.otherwise
