@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from itertools import islice
 from dataclasses import dataclass, field
 
 _ATTR = re.compile(r"^([A-Za-z][A-Za-z0-9-]*(?:;[A-Za-z0-9-]+)*|[0-9]+(?:\.[0-9]+)+)$")
@@ -187,7 +188,14 @@ def _parse_fast(text: str, source: str, line: int = 1, first: bool = True) -> li
             continue
         if block[0] == " ":
             raise _Unusual
-        lines = block.replace("\n ", "").split("\n")
+        unfolded = block.replace("\n ", "")
+        if unfolded[:4] == "dn: " and ":  " not in unfolded:
+            entry = _tight_entry(unfolded, start, source)
+            if entry is not None:
+                entries.append(entry)
+                first = False
+                continue
+        lines = unfolded.split("\n")
         if lines[0][:1] == "#":
             offset = 0
             for raw in block.split("\n"):
@@ -209,6 +217,28 @@ def _parse_fast(text: str, source: str, line: int = 1, first: bool = True) -> li
                     continue
         entries.append(_fast_entry(lines, start, source))
     return entries
+
+
+def _tight_entry(unfolded: str, start: int, source: str) -> LdifEntry | None:
+    """The common case, as cheaply as Python allows: every line ``attr: value`` (one blank),
+    names already seen valid, no name in two cases. None when the block needs a closer look
+    (base64, URL, no blank after the colon, a new or odd name)."""
+    lines = unfolded.split("\n")
+    attrs: dict[str, list[str]] = {}
+    for ln in islice(lines, 1, None):
+        n, _, v = ln.partition(": ")
+        if n in attrs:
+            attrs[n].append(v)
+        else:
+            attrs[n] = [v]
+    if not _VALID_LOWER.keys() >= attrs.keys():
+        return None
+    if len(set(map(_VALID_LOWER.__getitem__, attrs))) != len(attrs):
+        return None
+    dn = lines[0][4:].strip()
+    if not dn:
+        return None
+    return LdifEntry(dn, attrs, start, source)
 
 
 def _fast_entry(lines: list[str], start: int, source: str) -> LdifEntry:
