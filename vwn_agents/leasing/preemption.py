@@ -6,8 +6,9 @@ suspend (``suspend-rate``) or resume (``resume-rate``). With ``suspendresume-exc
 local`` the VMs of one node are handled one after another and nodes work in parallel; with
 ``global`` (shared storage) one VM at a time on the whole site. All VMs of a lease stop running
 together when the suspension starts and start together once every VM has resumed, so a
-lease's suspension takes S = the longest per-node (local) or the total (global) time; each
-node's ``SUSPEND``/``RESUME`` reservation holds the VMs' resources while it works.
+lease's suspension takes S = the longest per-node (local) or the total (global) time; one
+``SUSPEND``/``RESUME`` reservation holds all the lease's nodes for S (a node with fewer VMs may
+finish earlier; its resources are released with the others).
 
 The preemption policy scores candidate leases (higher = preempt first); the scheduler sorts.
 """
@@ -75,21 +76,18 @@ def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> fl
 
 
 def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig) -> list[Reservation]:
-    """SUSPEND reservations for a suspension starting at ``start`` (one per node)."""
-    times, _ = per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)
-    use = vm_use(mapping, lease.per_vm)
-    return [Reservation(ResKind.SUSPEND, lease, start, start + times[n], use={n: use[n]}, mapping=mapping)
-            for n in sorted(times)]
+    """The SUSPEND reservation of a suspension starting at ``start``: it holds all the lease's
+    nodes for S seconds (the longest node under local exclusion, the total under global)."""
+    s_total = per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
+    return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=vm_use(mapping, lease.per_vm),
+                        mapping=mapping)]
 
 
 def resume_reservations(lease: Lease, mapping: tuple, start: float, total: float,
                         cfg: LeaseConfig) -> list[Reservation]:
-    """RESUME reservations for a resumption that must end by ``start + total``."""
-    times, _ = per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)
-    use = vm_use(mapping, lease.per_vm)
-    end = start + total
-    return [Reservation(ResKind.RESUME, lease, end - times[n], end, use={n: use[n]}, mapping=mapping)
-            for n in sorted(times)]
+    """The RESUME reservation [start, start + total) on all the lease's nodes."""
+    return [Reservation(ResKind.RESUME, lease, start, start + total, use=vm_use(mapping, lease.per_vm),
+                        mapping=mapping)]
 
 
 class PreemptionPolicy:
