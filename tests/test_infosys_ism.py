@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from flask import Flask, Response
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from waitress import create_server
 
 from infosys.clock import SimulatedClock, WallClock
@@ -267,3 +269,59 @@ def test_ads_and_feedback_work_in_jdl_requirements_and_rank():
     assert [k for k, v in views.items() if jdl.matches(job, v)] == [
         "ce01.example:8443/cream-pbs-long/dteam"]
     assert jdl.rank_value(job, views["ce01.example:8443/cream-pbs-long/dteam"]) == -4
+
+
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("dispatch"), st.integers(0, 2)),
+    st.tuples(st.just("fail"), st.integers(0, 1)),
+    st.tuples(st.just("recover"), st.integers(0, 1)),
+    st.tuples(st.just("advance"), st.floats(0, 400)),
+    st.tuples(st.just("blacklist"), st.integers(0, 2)),
+    st.tuples(st.just("refresh"), st.just(0)),
+), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops)
+def test_ism_invariants_under_any_sequence(ops):
+    """Counters = dispatches since the last refresh; stale iff a source failed at the last
+    refresh; candidates never hold an expired or blacklisted ad."""
+    clock = SimulatedClock()
+    srcs = [StaticSource([ad("a"), ad("b")], "s0"), StaticSource([ad("c")], "s1")]
+    ism = ISM(srcs, refresh_s=240, clock=clock, timeout_s=60)
+    ism.refresh()
+    since = {}
+    failing = set()
+    ok_at = {0: 0.0, 1: 0.0}
+    black = set()
+    for op, arg in ops:
+        if op == "dispatch":
+            key = "abc"[arg]
+            ism.feedback.increment(key)
+            since[key] = since.get(key, 0) + 1
+        elif op == "fail":
+            srcs[arg].fail()
+            failing.add(arg)
+        elif op == "recover":
+            srcs[arg].recover()
+            failing.discard(arg)
+        elif op == "advance":
+            clock.advance(arg)
+        elif op == "blacklist":
+            ism.blacklist("abc"[arg])
+            black.add("abc"[arg])
+        else:
+            snap = ism.refresh()
+            since = {}
+            for i in (0, 1):
+                if i not in failing:
+                    ok_at[i] = clock.now()
+            assert snap.stale == bool(failing)
+        for key in "abc":
+            assert ism.feedback.get(key) == since.get(key, 0)
+        now = clock.now()
+        owner = {"a": 0, "b": 0, "c": 1}
+        for v in ism.candidates(now):
+            assert v.key not in black
+            assert now - ok_at[owner[v.key]] <= ism.refresh_s + ism.timeout_s
+            assert v[DISPATCHED] == since.get(v.key, 0)
