@@ -8,12 +8,14 @@ Public API (see docs/jdl.md):
 """
 from __future__ import annotations
 
+import os
+
 from .errors import JDLError, JDLSyntaxError, JDLValidationError, Problem
 from .evaluator import evaluate
 from .model import (DEFAULT_RANK, DEFAULT_REQUIREMENTS, CompiledExpression, JobDescription,
                     as_ad, matches, rank_value, to_python)
 from .parser import parse_classad, parse_expr
-from .printer import unparse, unparse_value
+from .printer import record_text, unparse, unparse_value
 from .validate import validate_record
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd
 
@@ -29,10 +31,24 @@ def parse_jdl(text: str, filename: str = "<string>", validate: bool = True) -> J
     """
     record = parse_classad(text, filename)
     if validate:
-        problems = validate_record(record, filename)
+        base_dir = os.path.dirname(os.path.abspath(filename)) if os.path.isfile(filename) \
+            else None  # file= nodes of a DAG are read relative to the JDL file
+        problems = validate_record(record, filename, base_dir)
+        problems.sort(key=lambda p: (p.filename != filename, p.filename, p.line, p.column))
         if problems:
             raise JDLValidationError(problems, text)
     return JobDescription(record, text, filename)
+
+
+def to_jdl(job: JobDescription) -> str:
+    """Canonical JDL text of `job` (one attribute per line); parse_jdl(to_jdl(j)) == j."""
+    return record_text(job.record, indent=2) + "\n"
+
+
+def expand(job: JobDescription, base_dir: str | None = None):
+    """Plain jobs of a job, parametric job, collection or DAG (see jdl.expand.expand)."""
+    from .expand import expand as _expand
+    return _expand(job, base_dir)
 
 
 def parse_ad(text: str, filename: str = "<string>") -> ClassAd:
@@ -44,5 +60,6 @@ __all__ = [
     "parse_jdl", "parse_ad", "parse_classad", "parse_expr", "evaluate", "matches", "rank_value",
     "JobDescription", "CompiledExpression", "JDLError", "JDLSyntaxError", "JDLValidationError",
     "Problem", "ClassAd", "MappingAd", "CaseInsensitiveAd", "UNDEFINED", "ERROR", "as_ad",
-    "to_python", "unparse", "unparse_value", "DEFAULT_REQUIREMENTS", "DEFAULT_RANK",
+    "to_python", "unparse", "unparse_value", "DEFAULT_REQUIREMENTS", "DEFAULT_RANK", "to_jdl",
+    "expand", "validate_record",
 ]

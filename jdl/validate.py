@@ -1,89 +1,216 @@
-"""Semantic validation of a parsed JDL: every problem, each with file:line:column.
+"""Semantic validation of a parsed JDL: every problem at once, each with file:line:column.
 
-Phase-1 rules: Type must be a string; a Type "job" needs Executable (string); every node of a
-collection or DAG needs an Executable (directly or via file=/description=).
-Source: gLite JDL Attributes Specification, Section 3 (mandatory attributes).
+Checks: value kinds and allowed values of the attributes in jdl.attributes, mandatory
+attributes per Type/JobType, relative Executable missing from InputSandbox, Environment
+entries, OutputSandboxDestURI length, parametric Parameters, interactive std streams, MPICH
+CPU count, the vgrid lease attributes, and for DAGs / collections every node (inheriting the
+compound's attributes) plus DAG dependencies (unknown nodes, cycles).
+Source: gLite JDL Attributes Specification, Sections 3-5; docs/jdl.md for the extensions.
 """
 from __future__ import annotations
 
+import os
+import re
+from datetime import datetime
+
 from . import nodes as n
+from .attributes import ATTRIBUTES
+from .compound import dependencies, inherit, load_node_file, node_entries
 from .errors import Problem
 from .evaluator import evaluate
-from .values import ClassAd
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd, type_name
+
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=", re.S)
+_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_A = {"integer": "an integer", "string": "a string", "boolean": "a boolean", "number":
+      "a number", "strings": "a string or a list of strings", "classad": "an ad [ ... ]",
+      "classad-list": "a list of ads", "parameters": "an integer or a list",
+      "time": "epoch seconds or an ISO 8601 string"}
 
 
-def _attr(rec: n.RecordExpr, name: str):
-    return rec.attrs.get(name.lower())
+def _refs_free(expr: n.Node) -> bool:
+    stack = [expr]
+    while stack:
+        x = stack.pop()
+        if type(x) in (n.AttrRef, n.Select, n.Call):
+            return False
+        stack.extend(x.children())
+    return True
 
 
-def _const(rec: n.RecordExpr, name: str):
-    d = _attr(rec, name)
-    if d is None:
-        return None
-    return evaluate(d.expr, ClassAd(rec), None)
+def _is_list_of(v, pred) -> bool:
+    return type(v) is list and all(pred(x) for x in v)
 
 
-def validate_record(rec: n.RecordExpr, filename: str) -> list[Problem]:
-    """Every problem found in the JDL record `rec` (empty list when it is valid)."""
-    problems: list[Problem] = []
-    typ = _const(rec, "Type")
-    d = _attr(rec, "Type")
-    if d is not None and type(typ) is not str:
-        problems.append(Problem(filename, d.expr.line, d.expr.column,
-                                "Type must be a string (\"job\", \"dag\" or \"collection\")"))
-        return problems
-    kind = (typ or "job").lower()
+def _kind_ok(kind: str, v) -> bool:
+    t = type(v)
+    return {
+        "string": t is str, "integer": t is int, "number": t in (int, float),
+        "boolean": t is bool, "strings": t is str or _is_list_of(v, lambda x: type(x) is str),
+        "classad": t in (ClassAd, MappingAd),
+        "classad-list": t in (ClassAd, MappingAd) or _is_list_of(
+            v, lambda x: type(x) in (ClassAd, MappingAd)),
+        "parameters": t is int or t is list, "time": t is int or t is str,
+    }.get(kind, True)
+
+
+class _Checker:
+    def __init__(self, rec: n.RecordExpr, filename: str, base_dir: str | None):
+        self.rec, self.filename, self.base_dir = rec, filename, base_dir
+        self.ad = ClassAd(rec)
+        self.problems: list[Problem] = []
+        self.values: dict[str, object] = {}
+
+    def add(self, node, message: str, filename: str | None = None):
+        self.problems.append(Problem(filename or self.filename, node.line, node.column, message))
+
+    def value(self, lname: str):
+        if lname not in self.values:
+            d = self.rec.attrs.get(lname)
+            self.values[lname] = UNDEFINED if d is None else evaluate(d.expr, self.ad, None)
+        return self.values[lname]
+
+    def check_kinds(self):
+        for d in self.rec.defs:
+            spec = ATTRIBUTES.get(d.lname)
+            if spec is None or self.rec.attrs[d.lname] is not d:
+                continue
+            v = self.value(d.lname)
+            if spec.kind == "expression":
+                self.check_expression(d, v)
+                continue
+            if spec.kind == "nodes":
+                continue
+            if v is ERROR:
+                self.add(d.expr, f"{spec.name} evaluates to error")
+            elif v is UNDEFINED:
+                if _refs_free(d.expr):
+                    self.add(d.expr, f"{spec.name} must be {_A.get(spec.kind, spec.kind)}, "
+                                     "not undefined")
+            elif not _kind_ok(spec.kind, v):
+                self.add(d.expr, f"{spec.name} must be {_A.get(spec.kind, spec.kind)}, "
+                                 f"not {_article(type_name(v))}")
+            else:
+                self.check_value(spec, d, v)
+
+    def check_expression(self, d, v):
+        if not _refs_free(d.expr):
+            return
+        if d.lname == "requirements" and type(v) is not bool:
+            self.add(d.expr, f"Requirements must be a boolean expression, not {_article(type_name(v))}")
+        if d.lname == "rank" and type(v) not in (int, float):
+            self.add(d.expr, f"Rank must be a numeric expression, not {_article(type_name(v))}")
+
+    def check_value(self, spec, d, v):
+        if spec.choices and type(v) is str and v.lower() not in spec.choices:
+            self.add(d.expr, f"{spec.name} must be one of "
+                             + ", ".join(f'"{c}"' for c in spec.choices) + f", not {v!r}")
+        if spec.minimum is not None and type(v) in (int, float) and v < spec.minimum:
+            self.add(d.expr, f"{spec.name} must be >= {spec.minimum:g}, not {v}")
+        if spec.kind == "time" and type(v) is str:
+            try:
+                datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                self.add(d.expr, f"{spec.name} is not an ISO 8601 time: {v!r}")
+        if d.lname == "environment":
+            for item in (v if type(v) is list else [v]):
+                if not _ENV_RE.match(item):
+                    self.add(d.expr, f'Environment entry {item!r} is not "NAME=value"')
+
+    def expr_of(self, lname: str):
+        d = self.rec.attrs.get(lname)
+        return d.expr if d is not None else self.rec
+
+
+def _article(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def validate_record(rec: n.RecordExpr, filename: str, base_dir: str | None = None,
+                    _depth: int = 0) -> list[Problem]:
+    """Every problem of the JDL record `rec`. file= nodes are read (relative to base_dir)
+    only when base_dir is given."""
+    c = _Checker(rec, filename, base_dir)
+    c.check_kinds()
+    typ = c.value("type")
+    kind = typ.lower() if type(typ) is str else "job"
     if kind == "job":
-        problems += _check_executable(rec, filename, rec.line, rec.column)
-    elif kind in ("collection", "dag"):
-        problems += _check_nodes(rec, filename, kind)
-    else:
-        problems.append(Problem(filename, d.expr.line, d.expr.column,
-                                f"unknown Type {typ!r}: expected \"job\", \"dag\" or \"collection\""))
-    return problems
+        _check_job(c)
+    elif kind in ("dag", "collection") and _depth < 8:
+        _check_compound(c, kind, _depth)
+    return c.problems
 
 
-def _check_executable(rec: n.RecordExpr, filename: str, line: int, column: int) -> list[Problem]:
-    d = _attr(rec, "Executable")
-    if d is None:
-        return [Problem(filename, line, column, "a job needs an Executable")]
-    if type(_const(rec, "Executable")) is not str:
-        return [Problem(filename, d.expr.line, d.expr.column, "Executable must be a string")]
-    return []
+def _check_job(c: _Checker):
+    exe = c.value("executable")
+    if "executable" not in c.rec.attrs:
+        c.add(c.rec, "a job needs an Executable")
+    elif type(exe) is str:
+        isb = c.value("inputsandbox")
+        isb = [isb] if type(isb) is str else [x for x in isb if type(x) is str] \
+            if type(isb) is list else []
+        relative = not (exe.startswith("/") or exe.startswith("$") or _URI_RE.match(exe))
+        if relative and os.path.basename(exe) not in {os.path.basename(x) for x in isb}:
+            c.add(c.expr_of("executable"), f"relative Executable {exe!r} is not in InputSandbox")
+    jt = c.value("jobtype")
+    jobtypes = {x.lower() for x in (jt if type(jt) is list else [jt]) if type(x) is str}
+    if "parametric" in jobtypes:
+        p = c.value("parameters")
+        if "parameters" not in c.rec.attrs:
+            c.add(c.expr_of("jobtype"), "a parametric job needs Parameters")
+        elif type(p) is int:
+            start = c.value("parameterstart")
+            start = start if type(start) is int else 0
+            if p <= start:
+                c.add(c.expr_of("parameters"),
+                      f"Parameters ({p}) must be greater than ParameterStart ({start})")
+        elif type(p) is list and not p:
+            c.add(c.expr_of("parameters"), "Parameters must not be an empty list")
+    if "interactive" in jobtypes:
+        for name in ("StdInput", "StdOutput", "StdError"):
+            if name.lower() in c.rec.attrs:
+                c.add(c.expr_of(name.lower()), f"{name} is not allowed in an interactive job")
+    if "mpich" in jobtypes and not ({"cpunumber", "nodenumber"} & set(c.rec.attrs)):
+        c.add(c.expr_of("jobtype"), "an MPICH job needs CpuNumber (or NodeNumber)")
+    out, dest = c.value("outputsandbox"), c.value("outputsandboxdesturi")
+    if type(out) is list and type(dest) is list and len(out) != len(dest):
+        c.add(c.expr_of("outputsandboxdesturi"),
+              f"OutputSandboxDestURI has {len(dest)} entries, OutputSandbox {len(out)}")
+    _check_lease(c)
 
 
-def _check_nodes(rec: n.RecordExpr, filename: str, kind: str) -> list[Problem]:
-    d = _attr(rec, "Nodes")
-    if d is None:
-        return [Problem(filename, rec.line, rec.column, f"a {kind} needs Nodes")]
-    nodes = d.expr
-    if kind == "collection":
-        if not isinstance(nodes, n.ListExpr):
-            return [Problem(filename, nodes.line, nodes.column,
-                            "Nodes of a collection must be a list of job descriptions")]
-        items = list(nodes.items)
-    else:
-        if not isinstance(nodes, n.RecordExpr):
-            return [Problem(filename, nodes.line, nodes.column,
-                            "Nodes of a dag must be a record of node descriptions")]
-        items = [x.expr for x in nodes.defs if x.lname != "dependencies"]
-    problems = []
-    for item in items:
-        if not isinstance(item, n.RecordExpr):
-            problems.append(Problem(filename, item.line, item.column,
-                                    "a node must be a record [ ... ]"))
-            continue
-        inner = _node_description(item)
-        if inner is None:
-            continue  # file= reference: checked when expanded
-        problems += _check_executable(inner, filename, item.line, item.column)
-    return problems
+def _check_lease(c: _Checker):
+    lt = c.value("leasetype")
+    lt = lt.lower() if type(lt) is str else "best-effort"
+    if lt == "advance-reservation":
+        for name in ("LeaseStart", "LeaseDuration"):
+            if name.lower() not in c.rec.attrs:
+                c.add(c.expr_of("leasetype"), f"an advance-reservation lease needs {name}")
+    elif "leasestart" in c.rec.attrs:
+        c.add(c.expr_of("leasestart"), "LeaseStart is only allowed with "
+                                       'LeaseType = "advance-reservation"')
+    if lt == "immediate" and "leaseduration" not in c.rec.attrs:
+        c.add(c.expr_of("leasetype"), "an immediate lease needs LeaseDuration")
+    img = c.value("vmimage")
+    if type(img) is str and not (_URI_RE.match(img) or img.startswith("/")):
+        c.add(c.expr_of("vmimage"), f"VMImage must be a URI or an absolute path, not {img!r}")
 
 
-def _node_description(item: n.RecordExpr):
-    desc = _attr(item, "description")
-    if desc is not None and isinstance(desc.expr, n.RecordExpr):
-        return desc.expr
-    if _attr(item, "file") is not None:
-        return None
-    return item
+def _check_compound(c: _Checker, kind: str, depth: int):
+    entries, nodes_rec, problems = node_entries(c.rec, kind, c.filename)
+    c.problems += problems
+    for e in entries:
+        desc, fname = e.description, c.filename
+        if desc is None:
+            if c.base_dir is None:
+                continue  # file= nodes are checked when the JDL is expanded from a file
+            desc, fname, problem = load_node_file(e, c.base_dir, c.filename)
+            if problem is not None:
+                c.problems.append(problem)
+                continue
+        merged = inherit(c.rec, desc)
+        sub_dir = os.path.dirname(fname) if fname != c.filename else c.base_dir
+        c.problems += validate_record(merged, fname, sub_dir, depth + 1)
+    if kind == "dag":
+        _, dep_problems = dependencies(c.rec, nodes_rec, [e.name for e in entries], c.filename)
+        c.problems += dep_problems

@@ -77,16 +77,16 @@ def test_defaults():
 
 
 @pytest.mark.parametrize("text", [
-    '[ Executable = "a"; ]', '[ Executable = "a" ]', 'Executable = "a"', 'Executable = "a";',
-    '# comment\nExecutable = "a";', '/* block\n comment */ [ Executable = /* in */ "a" ]',
-    '[\n// line comment\nExecutable =\n   "a"\n;\n]', 'EXECUTABLE = "a"',
+    '[ Executable = "/a"; ]', '[ Executable = "/a" ]', 'Executable = "/a"', 'Executable = "/a";',
+    '# comment\nExecutable = "/a";', '/* block\n comment */ [ Executable = /* in */ "/a" ]',
+    '[\n// line comment\nExecutable =\n   "/a"\n;\n]', 'EXECUTABLE = "/a"',
 ])
 def test_surface_variants(text):
-    assert parse_jdl(text).executable == "a"
+    assert parse_jdl(text).executable == "/a"
 
 
 def test_literals():
-    job = parse_jdl(r'''[ Executable = "x"; s = "a\"b\\c\n\t"; i = 42; r = 1.5e3; r2 = .5;
+    job = parse_jdl(r'''[ Executable = "/bin/x"; s = "a\"b\\c\n\t"; i = 42; r = 1.5e3; r2 = .5;
         t = TRUE; f = false; u = undefined; e = error; l = {1, "two", {3}};
         rec = [ x = 1; y = [ z = "deep" ] ]; 'odd name' = 5 ]''')
     assert job.get("s") == 'a"b\\c\n\t'
@@ -140,14 +140,14 @@ def test_validation_executable_type():
     with pytest.raises(JDLValidationError) as info:
         parse_jdl('Executable = 3;', "j.jdl")
     p = info.value.problems[0]
-    assert (p.line, p.column, p.message) == (1, 14, "Executable must be a string")
+    assert (p.line, p.column, p.message) == (1, 14, "Executable must be a string, not an integer")
 
 
 def test_validation_collection_node_without_executable():
     with pytest.raises(JDLValidationError) as info:
-        parse_jdl('[ Type = "collection"; Nodes = { [ Executable = "a" ], [ StdOutput = "o" ] } ]')
+        parse_jdl('[ Type = "collection"; Nodes = { [ Executable = "/a" ], [ StdOutput = "o" ] } ]')
     assert [p.message for p in info.value.problems] == ["a job needs an Executable"]
-    assert info.value.problems[0].column == 56
+    assert info.value.problems[0].column == 57
 
 
 def test_parse_expr_positions_and_ad():
@@ -155,7 +155,7 @@ def test_parse_expr_positions_and_ad():
     assert isinstance(node, n.Binary) and (node.line, node.column) == (1, 1)
     assert node.right.column == 14
     ad = parse_ad('[ GlueCEStateStatus = "Production"; GlueCEInfoTotalCPUs = 2 * 4 ]')
-    job = parse_jdl('Executable = "x"; Requirements = other.GlueCEInfoTotalCPUs == 8;')
+    job = parse_jdl('Executable = "/bin/x"; Requirements = other.GlueCEInfoTotalCPUs == 8;')
     from jdl import matches
     assert matches(job, ad)
 
