@@ -46,8 +46,8 @@ def to_jdl(job: JobDescription) -> str:
 
 
 def expand(job: JobDescription, base_dir: str | None = None):
-    """Plain jobs of a job, parametric job, collection or DAG (see jdl.expand.expand)."""
-    from .expand import expand as _expand
+    """Plain jobs of a job, parametric job, collection or DAG (see jdl.expansion.expand)."""
+    from .expansion import expand as _expand
     return _expand(job, base_dir)
 
 
