@@ -9,6 +9,7 @@ and returns True only if every job is Done with exit code 0.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -44,8 +45,12 @@ def _toml_list(items: list[str]) -> str:
 
 
 def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir: Path,
-               bdii_url: str = "", match_expiry_s: float = 30.0) -> str:
-    """Start node agents, CE agents and the broker; returns the broker URL."""
+               bdii_url: str = "", match_expiry_s: float = 30.0, on_ces=None) -> str:
+    """Start node agents, CE agents and the broker; returns the broker URL.
+
+    With ``bdii_url`` the broker's ISM reads that BDII instead of the CE agents; ``on_ces`` (a
+    callable taking the CE agent URLs) runs before the broker starts, e.g. to feed the BDII.
+    """
     layout = ce_layout(n_ces)
     specs = []
     for ce in layout:
@@ -62,6 +67,8 @@ def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir:
                       f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
                       f'vos = ["dteam", "vgrid"]\nport = 0\n'))
     ce_urls = [svc.url for svc in group.start_many(specs)]
+    if on_ces is not None:
+        on_ces(ce_urls)
     broker_cfg = (f'port = 0\nstate_dir = "{state_dir / "broker"}"\nce_urls = {_toml_list(ce_urls)}\n'
                   f'ism_refresh_s = {float(ism_refresh_s)}\nmatch_expiry_s = {float(match_expiry_s)}\n')
     if bdii_url:
@@ -110,9 +117,18 @@ def watch(client: BrokerClient, keys: list[str], timeout_s: float, console: Cons
             time.sleep(0.5)
 
 
+def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt
+
+
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
              use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0) -> bool:
-    """Run the demo; True when every job ended Done with exit code 0."""
+    """Run the demo; True when every job ended Done with exit code 0.
+
+    SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is stopped.
+    """
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     from .cli import jobs_table, out_console  # the same table `vgrid status` prints
 
     err = Console(stderr=True)
@@ -123,11 +139,16 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
         err.print(f"vgrid demo: no *.jdl files in {jdir}", highlight=False)
         return False
     ok = False
+    feeders: list = []
     with tempfile.TemporaryDirectory(prefix="vgrid-demo-") as tmp, ServiceGroup(Path(tmp)) as group:
         try:
             err.print(f"starting {n_ces} CE agent(s), {2 * n_ces} node agents and the broker ...")
-            bdii_url = _start_bdii(Path(tmp)) if use_bdii else ""
-            url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url)
+            bdii_url, feed = "", None
+            if use_bdii:
+                bdii_url = _start_bdii(Path(tmp))
+                err.print(f"BDII (slapd + glue-schema) at {bdii_url}, fed from the CE agents' GIP")
+                feed = lambda ce_urls: feeders.append(_feed_bdii(bdii_url, ce_urls, ism_refresh_s))  # noqa: E731
+            url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url, on_ces=feed)
             client = BrokerClient(url)
             keys, rejected = [], []
             for f in files:
@@ -155,17 +176,32 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
             err.print(f"vgrid demo: {exc}", highlight=False, markup=False)
             ok = False
         finally:
+            for feeder in feeders:
+                feeder.stop()
             if use_bdii:
                 _stop_bdii(Path(tmp))
     return ok
 
 
-def _start_bdii(tmp: Path) -> str:  # pragma: no cover - wired with infosys' BDII (issue 4)
+def _start_bdii(tmp: Path) -> str:
+    """A real BDII (slapd with the Debian glue-schema) in ``tmp/bdii``; its LDAP URL."""
     from infosys.bdii import start_bdii
     return start_bdii(tmp / "bdii").url
 
 
-def _stop_bdii(tmp: Path) -> None:  # pragma: no cover - wired with infosys' BDII (issue 4)
+def _feed_bdii(bdii_url: str, ce_urls: list[str], ism_refresh_s: float):
+    """The site BDII's update loop: load every CE agent's GIP output into the BDII by
+    difference, now and then every half ISM refresh interval (so each refresh sees news)."""
+    from infosys.providers import BdiiFeeder
+    feeder = BdiiFeeder(bdii_url, ce_urls, interval_s=max(1.0, ism_refresh_s / 2))
+    _, errors = feeder.run_once()
+    if errors:
+        raise ServiceError("loading the CE agents' GLUE into the BDII failed: " + "; ".join(errors))
+    feeder.start()
+    return feeder
+
+
+def _stop_bdii(tmp: Path) -> None:
     from infosys.bdii import stop_bdii
     stop_bdii(tmp / "bdii")
 

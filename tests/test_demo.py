@@ -70,7 +70,8 @@ def _processes_with_cmdline(argv):
     return found
 
 
-def test_ctrl_c_stops_every_service(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_every_service(tmp_path, sig):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "sleep.jdl").write_text('Executable = "/bin/sleep";\nArguments = "61.5";\n')
@@ -87,10 +88,20 @@ def test_ctrl_c_stops_every_service(tmp_path):
     while not _processes_with_cmdline(["/bin/sleep", "61.5"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_with_cmdline(["/bin/sleep", "61.5"]), "the job never started in its VWN"
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and "interrupted" in err
     assert not [pid for pid in pids if _alive(pid)]
     time.sleep(0.5)
     assert not _processes_with_cmdline(["/bin/sleep", "61.5"]), "the job's process survived the demo"
     assert not list(tmp_path.glob("vgrid-demo-*")), "the demo's temporary directory was left behind"
+
+
+def test_demo_against_a_real_bdii(tmp_path):
+    shutil.copy(SHARED_JDL / "01_hostname_nobrackets.jdl", tmp_path)
+    p = demo("--bdii", "--json", "--jobs", str(tmp_path), "--ism-refresh", "2")
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    assert "BDII (slapd + glue-schema) at ldap://127.0.0.1:" in err
+    doc = json.loads(out)
+    assert doc["ok"] and doc["jobs"][0]["state"] == "Done"
