@@ -19,6 +19,7 @@ setup(
         "ldap3>=2.9",
         "lxml>=5",
         "matplotlib>=3.8",
+        "regex>=2023.0",
         "requests>=2.31",
         "rich>=13",
         "sqlalchemy>=2.0",
@@ -26,6 +27,7 @@ setup(
     ],
     extras_require={
         "test": [
+            "htcondor>=23.0",
             "hypothesis>=6.100",
             "psycopg2-binary>=2.9",
             "pytest>=8",
