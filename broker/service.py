@@ -95,6 +95,10 @@ class Broker:
         stored, and BrokerError when a relative InputSandbox file was not uploaded.
         """
         job_desc = jdlmod.parse_jdl(text, filename)
+        if job_desc.type != "job" or job_desc.job_type == "parametric":
+            kind = job_desc.type if job_desc.type != "job" else "parametric job"
+            raise BrokerError(f"{filename}: this broker runs plain jobs only; a {kind} must be "
+                              f"expanded first (`vgrid jdl expand {filename}`)", field="Type")
         needed = [n for n in job_desc.input_sandbox if "://" not in n]
         uploaded = {safe_name(n): data for n, data in input_files.items()}
         missing = [n for n in needed if safe_name(n) not in uploaded]

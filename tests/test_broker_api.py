@@ -84,6 +84,15 @@ def test_missing_input_sandbox_file_is_rejected(site):
     assert r.status_code == 400 and "run.sh" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("name", ["05_collection_fuzzyrank.jdl", "06_parametric_list.jdl"])
+def test_compound_jobs_are_refused_clearly_not_run_wrongly(site, name):
+    url, _ = site
+    text = (SHARED_JDL / name).read_text()
+    r = requests.post(f"{url}/jobs", data={"jdl": text, "filename": name}, timeout=5)
+    assert r.status_code == 400 and "plain jobs only" in r.json()["error"]["message"]
+    assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
+
+
 def test_list_match_orders_by_sfete_and_filters_requirements(site):
     url, _ = site
     text = (SHARED_JDL / "01_hostname_nobrackets.jdl").read_text()
