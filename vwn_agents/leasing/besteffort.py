@@ -55,8 +55,7 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
     score = sched.host_score(lease)
     found = None
     if resuming:
-        prev = tuple(sorted(set(lease.mapping)))
-        found = sched.mapper.earliest(need, n, base, now, min_dur, None, prev, allow_future, score)
+        found = _earliest_same_nodes(sched, lease, base, now, min_dur, allow_future)
         if cfg.migration != "no":
             extra = m_est
             other = sched.mapper.earliest(need, n, base + extra, now, None if min_dur is None else min_dur + extra,
@@ -85,6 +84,26 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
             ready[m] = max(ready[m], retry_at)
         found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     return False
+
+
+def _earliest_same_nodes(sched, lease, duration, now, min_duration, allow_future):
+    """Earliest (start, end, mapping) to resume ``lease`` with every VM on the node it was
+    suspended on (no migration), or None."""
+    st = sched.st
+    counts: dict = {}
+    for node in lease.mapping:
+        counts[node] = counts.get(node, 0) + 1
+    times = [now]
+    if allow_future:
+        times += [t for t in st.change_points(now) if any(r.end == t for n in counts for r in st.on_node(n))]
+    for s in times:
+        if all(st.vms_fit(n, lease.per_vm, s, s + duration) >= k for n, k in counts.items()):
+            return s, s + duration, lease.mapping
+        if min_duration is not None:
+            end = min(st.free_until(n, tuple(x * k for x in lease.per_vm), s) for n, k in counts.items())
+            if end - s >= min_duration:
+                return s, end, lease.mapping
+    return None
 
 
 def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):

@@ -73,9 +73,9 @@ class LeaseScheduler:
         if lease.id in self.leases:
             raise ValueError(f"lease {lease.id} was already submitted")
         self.leases[lease.id] = lease
-        if any(vms_in(node.capacity, lease.per_vm) > 0 for node in self.nodes) is False:
+        if sum(vms_in(node.capacity, lease.per_vm) for node in self.nodes) < lease.n_vms:
             lease.state = LeaseState.REJECTED
-            lease.reject_reason = "no node can ever host one of its VMs"
+            lease.reject_reason = "the site cannot host that many VMs even when empty"
             return lease
         if lease.type is LeaseType.ADVANCE_RESERVATION:
             schedule_ar(self, lease, now)
