@@ -85,6 +85,23 @@ def test_input_sandbox_executable_is_made_executable_and_outputs_uploaded(tmp_pa
     assert receiver.outputs[("wk1", "result.dat")] == b"42\n"
 
 
+def test_output_in_a_subdirectory_is_sent_under_its_file_name(tmp_path, receiver):
+    result, _ = run_wrapper(tmp_path, executable="/bin/sh",
+                            arguments="-c 'mkdir res && echo 7 > res/n.dat'",
+                            output_sandbox=["res/n.dat"],
+                            output_upload_url=f"{receiver.url}/jobs/sub1/output")
+    assert result["error"] is None and result["uploaded"] == ["res/n.dat"]
+    assert receiver.outputs[("sub1", "n.dat")] == b"7\n"
+
+
+@pytest.mark.parametrize("name", ["../outside", "/etc/hostname", "a/../../b"])
+def test_output_outside_the_work_directory_is_refused(tmp_path, receiver, name):
+    result, _ = run_wrapper(tmp_path, executable="/bin/true", output_sandbox=[name],
+                            output_upload_url=f"{receiver.url}/jobs/out2/output")
+    assert result["error"].startswith(f"OutputSandbox file name {name!r}")
+    assert not [k for k in receiver.outputs if k[0] == "out2"]
+
+
 def test_input_sandbox_download_failure_names_the_file(tmp_path, receiver):
     result, _ = run_wrapper(tmp_path, executable="/bin/true",
                             input_sandbox=[{"name": "x.dat", "url": f"{receiver.url}/files/nope"}])

@@ -61,6 +61,8 @@ class NodeAgentConfig:
         "help": "parent cgroup; a VWN is <parent>/<node>-<agent pid>/<vwn>"})
     python: str | None = field(default=None, metadata={
         "help": "Python interpreter for the job wrapper (default: the agent's)"})
+    transfer_patience_s: float = field(default=300.0, metadata={
+        "help": "how long the job wrapper retries a transiently failing output upload (s)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
 
@@ -241,7 +243,8 @@ class NodeAgent:
                 "arguments": r.arguments, "environment": r.environment,
                 "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error,
                 "input_sandbox": r.input_sandbox, "output_sandbox": r.output_sandbox,
-                "output_upload_url": r.output_upload_url}
+                "output_upload_url": r.output_upload_url,
+                "transfer_patience_s": self.config.transfer_patience_s}
         path = vdir / "spec.json"
         path.write_text(json.dumps(spec, indent=1))
         return path

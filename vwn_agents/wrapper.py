@@ -116,9 +116,22 @@ def download_inputs(items: list[dict], workdir: Path) -> None:
             raise WrapperError(f"InputSandbox {name}: download from {url} failed: {exc}") from None
 
 
+def output_path(name: str, workdir: Path) -> Path:
+    """The file of OutputSandbox entry ``name``: a path relative to the work directory, which it
+    must not leave (``results/out.dat`` is fine, ``../x`` and ``/etc/x`` are not); raises
+    WrapperError."""
+    if not isinstance(name, str) or not name or os.path.isabs(name):
+        raise WrapperError(f"OutputSandbox file name {name!r} is not relative to the work directory")
+    path = (workdir / name).resolve()
+    if not path.is_relative_to(workdir.resolve()):
+        raise WrapperError(f"OutputSandbox file name {name!r} leaves the work directory")
+    return path
+
+
 def upload_outputs(names: list[str], workdir: Path, base_url: str | None,
                    patience_s: float = TRANSFER_PATIENCE_S) -> tuple[list, list]:
-    """PUT each existing OutputSandbox file to ``{base_url}/{name}``.
+    """PUT each existing OutputSandbox file to ``{base_url}/{file name}`` (a file in a
+    subdirectory is sent under its own name, as gLite retrieves it).
 
     Returns (uploaded, missing) name lists. A transient failure (connection, timeout, HTTP 5xx)
     is retried with backoff for ``patience_s`` seconds (the broker may be restarting);
@@ -126,14 +139,13 @@ def upload_outputs(names: list[str], workdir: Path, base_url: str | None,
     """
     uploaded, missing = [], []
     for name in names:
-        check_sandbox_name(name, "OutputSandbox")
-        path = workdir / name
+        path = output_path(name, workdir)
         if not path.is_file():
             missing.append(name)
             continue
         if not base_url:
             raise WrapperError("OutputSandbox given but no output_upload_url")
-        url = f"{base_url.rstrip('/')}/{quote(name, safe='')}"
+        url = f"{base_url.rstrip('/')}/{quote(path.name, safe='')}"
         deadline = time.monotonic() + patience_s
         delay, last = 0.2, None
         while True:
