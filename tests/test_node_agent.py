@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from hypothesis import given, settings, strategies as st
 
 from infosys.clock import SimulatedClock
 from vwn_agents.config import ConfigError
@@ -260,3 +261,38 @@ def test_restarted_agent_reuses_its_work_dir(start_node, receiver, tmp_path):
     v = submit(url2, receiver, "again-2", "/bin/true")
     assert v["vwn"] == "vwn-again-1"
     assert receiver.wait_event("again-2", "done")["exit_code"] == 0
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                    st.text(max_size=5), st.lists(st.text(max_size=3), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["node", "capacity", "port", "cgroup", "keep_workdirs",
+                                        "work_dir", "retry_max_s", "bogus"]), _values))
+def test_config_loader_accepts_or_names_the_field(d):
+    """Any mapping gives a valid config or a ConfigError naming a field, never anything else."""
+    try:
+        cfg = NodeAgentConfig.from_dict(d)
+    except ConfigError as exc:
+        assert "field '" in str(exc)
+        return
+    assert isinstance(cfg.node, str) and cfg.node and cfg.capacity > 0
+    assert isinstance(cfg.port, int) and not isinstance(cfg.port, bool)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=12),
+       st.integers(min_value=0, max_value=3))
+def test_outbox_keeps_order_per_job(receiver, keys, failures):
+    """Whatever the interleaving of jobs and transient failures, each job's events arrive in order."""
+    tag = f"ord{next(_names)}"
+    receiver.fail_events = failures
+    box = Outbox(retry_initial_s=0.01)
+    for i, k in enumerate(keys):
+        box.post(f"{receiver.url}/events", {"key": f"{tag}-{k}", "n": i}, f"{tag}-{k}")
+    assert box.flush(20)
+    box.close()
+    for k in set(keys):
+        got = [e["n"] for e in receiver.events_for(f"{tag}-{k}")]
+        assert got == [i for i, kk in enumerate(keys) if kk == k]
