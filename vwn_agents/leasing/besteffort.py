@@ -138,6 +138,16 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     return True, None
 
 
+def min_slot_length(sched, lease) -> float:
+    """A lower bound (s) of the time a placement of ``lease`` must hold its VM slots: its
+    remaining time, or the suspension threshold if it may be suspended."""
+    length = lease.remaining_s
+    if can_suspend(lease, sched.cfg):
+        s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
+        length = min(length, max(s_est * (1.0 + sched.threshold_factor), s_est + 1.0))
+    return length
+
+
 def schedule_queue(sched, now: float) -> None:
     """One pass over the FCFS queue (Haizea's queue processing with backfilling).
 
@@ -150,7 +160,6 @@ def schedule_queue(sched, now: float) -> None:
     off = cfg.backfilling == "off"
     quick = not sched.staging.enabled
     mapper = sched.mapper
-    factor = 1.0 + sched.threshold_factor
     keep = []
     blocked = False
     for lease in sched.queue:
@@ -159,11 +168,7 @@ def schedule_queue(sched, now: float) -> None:
             continue
         allow_future = max_future > 0 and len(sched.future) < max_future
         if quick and not allow_future:
-            length = lease.remaining_s
-            if can_suspend(lease, cfg):
-                s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
-                length = min(length, max(s_est * factor, s_est + 1.0))
-            if mapper.count_now_upper(lease.per_vm, now, length) < lease.n_vms:
+            if mapper.count_now_upper(lease.per_vm, now, min_slot_length(sched, lease)) < lease.n_vms:
                 keep.append(lease)
                 if off:
                     blocked = True

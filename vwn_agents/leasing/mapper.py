@@ -295,6 +295,17 @@ class Mapper:
         end = min(float(B[k]) for k in chosen[1])
         return s, end, chosen[0]
 
+    def could_start_before(self, need: tuple, n: int, length: float, now: float, t: float) -> bool:
+        """Necessary condition for a lease already reserved from ``t`` to start earlier: n VM
+        slots free from some s in [now, t) until min(s + length, t). (The lease's own
+        reservations start at t or later, so removing them cannot matter before t.)"""
+        if t <= now:
+            return False
+        A, B, _, _ = self.slot_arrays(need)
+        S = np.unique(np.concatenate([[now], A[(A > now) & (A < t)]]))
+        ok = (A[None, :] <= S[:, None]) & (B[None, :] >= np.minimum(S + length, t)[:, None]) & (B[None, :] > S[:, None])
+        return bool((ok.sum(axis=1) >= n).any())
+
     def _pick(self, idx, NODE, B, n, score, by_end):
         """Choose n slots among ``idx``: latest end first (by_end) or by host score."""
         if score is None or by_end:

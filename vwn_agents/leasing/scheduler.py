@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 
 from .ar import schedule_ar
-from .besteffort import place_besteffort, schedule_queue
+from .besteffort import min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
 from .mapper import Mapper
@@ -319,7 +319,11 @@ class LeaseScheduler:
         for lid in list(self.future):
             lease = self.leases[lid]
             resv = [r for r in self.st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
-            if resv and all(r.state is ResState.SCHEDULED for r in resv):
+            if not resv or any(r.state is not ResState.SCHEDULED for r in resv):
+                continue
+            start = min(r.start for r in resv)
+            length = min_slot_length(self, lease)
+            if self.mapper.could_start_before(lease.per_vm, lease.n_vms, length, now, start):
                 movable.append(lease)
         for lease in movable:
             self.unschedule(lease, now)
