@@ -10,7 +10,7 @@ Source: HTCondor manual "ClassAd Evaluation Semantics" (scoping, MY/TARGET, unde
 from __future__ import annotations
 
 from . import nodes as n
-from .operators import BINARY, UNARY, identical, to_bool
+from .operators import BINARY, UNARY, fold, identical, to_bool
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32
 
 SCOPE_WORDS = {"other", "target", "my", "self", "parent"}
@@ -210,6 +210,8 @@ def _c_binary(node: n.Binary):
         op = BINARY[o]
         if type(rnode) is n.Literal:  # the common `other.X == "lit"` / `>= 4`
             rv = rnode.value
+            if type(rv) is str and o in ("==", "!="):
+                return _str_equality(base, rv, o == "==", op)
             return lambda ctx: op(base(ctx), rv)
         return lambda ctx: op(base(ctx), rf(ctx))
     plan = tuple((_STEP.get(o) or BINARY[o], o in _STEP, rf) for o, rf, _ in steps)
@@ -220,6 +222,18 @@ def _c_binary(node: n.Binary):
             v = op(v, rf, ctx) if lazy else op(v, rf(ctx))
         return v
     return chain
+
+
+def _str_equality(base, literal: str, want: bool, op):
+    """`x == "lit"` with the literal folded once (case-insensitive, as ClassAd ==)."""
+    folded = fold(literal)
+
+    def str_eq(ctx):
+        a = base(ctx)
+        if type(a) is str:
+            return (fold(a) == folded) is want
+        return op(a, literal)
+    return str_eq
 
 
 def _and_step(a, rf, ctx):

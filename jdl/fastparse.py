@@ -202,8 +202,10 @@ class _Parser:
     def postfix(self):
         k, v = self.k, self.v
         node = self.selectable()
+        depth0 = self.depth
         while k[self.i] == "op" and v[self.i] == "?:":
             self.i += 1
+            self.enter()
             i = self.i
             if k[i] == "op" and v[i] in ("-", "+") and k[i + 1] in ("int", "real"):
                 self.i += 1
@@ -211,25 +213,28 @@ class _Parser:
             else:
                 rhs = self.selectable()
             node = n.Conditional(node, None, rhs, node.line, node.column)
+        self.depth = depth0
         return node
 
     def selectable(self):
         k, v = self.k, self.v
         node = self.primary()
+        depth0 = self.depth
         while k[self.i] == "op":
             op = v[self.i]
             if op == "[":
                 self.i += 1
                 self.enter()
                 index = self.expr()
-                self.depth -= 1
                 self.expect("]")
                 node = n.Subscript(node, index, node.line, node.column)
             elif op == ".":
                 self.i += 1
+                self.enter()
                 node = n.Select(node, self.name(), node.line, node.column)
             else:
                 break
+        self.depth = depth0
         return node
 
     def name(self) -> str:

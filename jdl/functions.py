@@ -272,18 +272,25 @@ def _substr(*args):
 
 @_fn("regexp")
 def _regexp(*args):
-    if not _arity(args, 2, 3):
+    """regexp(pattern, target [, options]): true when pattern matches somewhere in target."""
+    if len(args) == 2:
+        p, t = args
+        o = ""
+    elif len(args) == 3:
+        p, t, o = args
+    else:
         return ERROR
-    if any(a is ERROR for a in args):
+    if type(p) is not str or type(t) is not str or type(o) is not str:
+        if ERROR in (p, t, o):
+            return ERROR
+        if UNDEFINED in (p, t, o):
+            return UNDEFINED
         return ERROR
-    if any(a is UNDEFINED for a in args):
-        return UNDEFINED
-    if any(type(a) is not str for a in args):
-        return ERROR
-    compiled = rx.compile_pattern(args[0], args[2] if len(args) == 3 else "")
+    compiled = rx.compile_pattern(p, o)
     if compiled is None:
         return ERROR
-    return rx.search(compiled, args[1])
+    found = rx.search(compiled, t)
+    return ERROR if found is None else found
 
 
 @_fn("regexps")
@@ -299,7 +306,8 @@ def _regexps(*args):
     compiled = rx.compile_pattern(args[0], args[3] if len(args) == 4 else "")
     if compiled is None:
         return ERROR
-    return rx.substitute(compiled, args[1], args[2])
+    out = rx.substitute(compiled, args[1], args[2])
+    return ERROR if out is None else out
 
 
 # ---- numbers ------------------------------------------------------------------------------

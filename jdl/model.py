@@ -258,8 +258,9 @@ def matches(job: JobDescription, ce_ad) -> bool:
     ce_ad: Mapping of GLUE attribute names (case-insensitive) to int/float/str/bool/list, a
     MappingAd (build once per CE for speed) or a ClassAd. Undefined/error/non-bool: False.
     """
-    req = job.requirements
-    ctx = Ctx(job.ad, job.ad, as_ad(ce_ad), set())
+    req = job._compiled.get("requirements") or job.requirements
+    other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
+    ctx = Ctx(job.ad, job.ad, other, set())
     try:
         return req.fn(ctx) is True
     except RecursionError:
@@ -268,8 +269,9 @@ def matches(job: JobDescription, ce_ad) -> bool:
 
 def rank_value(job: JobDescription, ce_ad) -> float | None:
     """job's Rank against ce_ad as a float; None when undefined, error or not a number."""
-    rank = job.rank
-    ctx = Ctx(job.ad, job.ad, as_ad(ce_ad), set())
+    rank = job._compiled.get("rank") or job.rank
+    other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
+    ctx = Ctx(job.ad, job.ad, other, set())
     try:
         v = rank.fn(ctx)
     except RecursionError:

@@ -19,6 +19,7 @@ from .values import ERROR, UNDEFINED, wrap64
 
 
 MAX_INT = (1 << 63) - 1
+MAX_TEXT = 512 * 1024  # characters; longer JDL is refused (WMProxy also limits request size)
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "\\": "\\", '"': '"',
             "'": "'", "/": "/", "a": "\a", "v": "\v", "?": "?"}
@@ -199,6 +200,9 @@ def parse_classad(text: str, filename: str = "<string>") -> n.RecordExpr:
 
     Raises JDLSyntaxError (file:line:column) on any syntax error.
     """
+    if len(text) > MAX_TEXT:
+        raise JDLSyntaxError(f"JDL is {len(text):,} characters, more than the {MAX_TEXT:,} "
+                             "allowed", filename, 1, 1, text)
     _check_depth(text, filename)
     try:
         return n.RecordExpr(parse_defs(text), 1, 1)

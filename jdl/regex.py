@@ -1,7 +1,8 @@
 """Regular expressions for regexp()/regexps() with the ClassAd options i, m, s, x.
 
 Patterns and targets are matched as UTF-8 bytes, as HTCondor's PCRE does without UTF mode
-(`.` is one byte, `i` folds ASCII only). Patterns are compiled once (LRU cache). A pattern that does not compile gives None (the
+(`.` is one byte, `i` folds ASCII only). Patterns are compiled once (LRU cache). A match
+that takes longer than TIMEOUT_S (catastrophic backtracking) gives None -> error. A pattern that does not compile gives None (the
 caller turns it into ERROR). Source: HTCondor manual, regexp() (PCRE options i m s x).
 """
 from __future__ import annotations
@@ -9,17 +10,46 @@ from __future__ import annotations
 import functools
 import re
 
-_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+import regex as _regex  # like re, but a match can be given a timeout
+
+TIMEOUT_S = 0.1  # a regexp() match running longer than this (checked periodically) is error
+
+_FLAGS = {"i": _regex.IGNORECASE, "m": _regex.MULTILINE, "s": _regex.DOTALL,
+          "x": _regex.VERBOSE}
+_RE_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+_QUANTIFIED_GROUP = re.compile(rb"\)[*+?{]|\\[1-9]")
+_UNBOUNDED = re.compile(rb"(?<!\\)[*+]|\{[0-9]*,\}")
+
+
+def risky(pattern: bytes) -> bool:
+    """True when a pattern can backtrack badly: a quantified group, a back-reference, or more
+    than one unbounded quantifier. Others (`pbs`, `^lcg-`, `.*cern.ch`) use the faster re."""
+    return bool(_QUANTIFIED_GROUP.search(pattern)) or len(_UNBOUNDED.findall(pattern)) > 1
+
+
+class Compiled:
+    """A compiled pattern and whether its matches run under the timeout."""
+
+    __slots__ = ("pattern", "guarded")
+
+    def __init__(self, pattern, guarded: bool):
+        self.pattern, self.guarded = pattern, guarded
 
 
 @functools.lru_cache(maxsize=512)
 def compile_pattern(pattern: str, options: str = ""):
+    """Compiled (or None when the pattern is invalid) for regexp(pattern, target, options)."""
+    raw = _bytes(pattern)
+    guarded = risky(raw) or "x" in options
     flags = 0
+    table = _FLAGS if guarded else _RE_FLAGS
     for ch in options:  # case-sensitive, as HTCondor ("I" is not "i")
-        flags |= _FLAGS.get(ch, 0)
+        flags |= table.get(ch, 0)
     try:
-        return re.compile(_bytes(pattern), flags)
-    except (re.error, OverflowError, RecursionError):
+        if guarded:
+            return Compiled(_regex.compile(raw, flags | _regex.VERSION0), True)
+        return Compiled(re.compile(raw, flags), False)
+    except (_regex.error, re.error, OverflowError, RecursionError, ValueError):
         return None
 
 
@@ -27,13 +57,26 @@ def _bytes(s: str) -> bytes:
     return s.encode("utf-8", "surrogateescape")
 
 
-def search(compiled, target: str) -> bool:
-    return compiled.search(_bytes(target)) is not None
+def search(compiled, target: str):
+    """True/False, or None when the match ran longer than TIMEOUT_S (pathological pattern)."""
+    data = target.encode("utf-8", "surrogateescape")
+    if not compiled.guarded:
+        return compiled.pattern.search(data) is not None
+    try:
+        return compiled.pattern.search(data, timeout=TIMEOUT_S) is not None
+    except TimeoutError:
+        return None
 
 
 def substitute(compiled, target: str, template: str):
     """regexps(): the template with \\0..\\9 replaced by the groups of the first match."""
-    m = compiled.search(_bytes(target))
+    try:
+        if compiled.guarded:
+            m = compiled.pattern.search(_bytes(target), timeout=TIMEOUT_S)
+        else:
+            m = compiled.pattern.search(_bytes(target))
+    except TimeoutError:
+        return None
     if m is None:
         return ""
 

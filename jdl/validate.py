@@ -44,14 +44,35 @@ def _is_list_of(v, pred) -> bool:
 
 def _kind_ok(kind: str, v) -> bool:
     t = type(v)
-    return {
-        "string": t is str, "integer": t is int, "number": t in (int, float),
-        "boolean": t is bool, "strings": t is str or _is_list_of(v, lambda x: type(x) is str),
-        "classad": t in (ClassAd, MappingAd),
-        "classad-list": t in (ClassAd, MappingAd) or _is_list_of(
-            v, lambda x: type(x) in (ClassAd, MappingAd)),
-        "parameters": t is int or t is list, "time": t is int or t is str,
-    }.get(kind, True)
+    if kind == "string":
+        return t is str
+    if kind == "integer":
+        return t is int
+    if kind == "boolean":
+        return t is bool
+    if kind == "strings":
+        return t is str or _is_list_of(v, lambda x: type(x) is str)
+    if kind == "number":
+        return t is int or t is float
+    if kind == "classad":
+        return t is ClassAd or t is MappingAd
+    if kind == "classad-list":
+        return t is ClassAd or t is MappingAd or _is_list_of(
+            v, lambda x: type(x) is ClassAd or type(x) is MappingAd)
+    if kind == "parameters":
+        return t is int or t is list
+    if kind == "time":
+        return t is int or t is str
+    return True
+
+
+def _constant(expr: n.Node):
+    """The value of a literal or a list of literals (no evaluation needed), else None."""
+    if type(expr) is n.Literal:
+        return expr.value
+    if type(expr) is n.ListExpr and all(type(x) is n.Literal for x in expr.items):
+        return [x.value for x in expr.items]
+    return None
 
 
 class _Checker:
@@ -65,10 +86,17 @@ class _Checker:
         self.problems.append(Problem(filename or self.filename, node.line, node.column, message))
 
     def value(self, lname: str):
-        if lname not in self.values:
+        v = self.values.get(lname, self)
+        if v is self:
             d = self.rec.attrs.get(lname)
-            self.values[lname] = UNDEFINED if d is None else evaluate(d.expr, self.ad, None)
-        return self.values[lname]
+            if d is None:
+                v = UNDEFINED
+            else:
+                v = _constant(d.expr)
+                if v is None:
+                    v = evaluate(d.expr, self.ad, None)
+            self.values[lname] = v
+        return v
 
     def check_kinds(self):
         for d in self.rec.defs:

@@ -1,0 +1,164 @@
+"""Benchmark of vgrid's jdl: Requirements+Rank evaluations/s against 1,000 GLUE CE ads, in
+the same run for vgrid and for HTCondor's classad2, and JDL parses/s.
+
+    .venv/bin/python benchmarks/jdl_eval.py [--ads 1000] [--seconds 3] [--json]
+
+One evaluation = Requirements and Rank of one job against one CE ad, each job compiled once,
+each CE ad built once (vgrid: jdl.MappingAd over the infosys-style dict; classad2: a
+classad2.ClassAd). Targets (issue 3): vgrid >= 2x classad2, >= 2,000 parses/s.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import jdl  # noqa: E402
+
+DATA = "/work/shared/data/jdl"
+REALISTIC_JOB = """[
+  Executable = "analysis.sh";
+  InputSandbox = {"analysis.sh", "cuts.xml"};
+  VirtualOrganisation = "dteam";
+  Requirements = other.GlueCEStateStatus == "Production"
+      && Member("VO:dteam", other.GlueCEAccessControlBaseRule)
+      && Member("VO-dteam-ROOT-5.34", other.GlueHostApplicationSoftwareRunTimeEnvironment)
+      && other.GlueHostMainMemoryRAMSize >= 2048
+      && other.GlueCEPolicyMaxWallClockTime > 720
+      && !RegExp("^lsf", other.GlueCEInfoLRMSType);
+  Rank = other.GlueCEStateFreeCPUs / (other.GlueCEStateWaitingJobs + 1.0);
+]"""
+
+
+def glue_ads(count: int, seed: int = 2026) -> list[dict]:
+    """`count` GLUE 1.3 CE ads with the attributes published by gLite sites (infosys shape)."""
+    rnd = random.Random(seed)
+    tags = ["MPICH", "MPI-START", "OPENMPI", "VO-dteam-ROOT-5.34", "VO-atlas-release-17",
+            "LCG-2", "GLITE-3_2_0", "R-GMA", "VO-cms-CMSSW_5_3_11", "SI00MeanPerCPU_1500"]
+    lrms = ["pbs", "torque", "lsf", "sge", "condor", "slurm"]
+    ads = []
+    for i in range(count):
+        total = rnd.choice([8, 16, 64, 128, 512, 2048])
+        free = rnd.randint(0, total)
+        ads.append({
+            "GlueCEUniqueID": f"ce{i:04d}.site{i % 97}.example.org:8443/cream-{lrms[i % 6]}-q{i % 4}",
+            "GlueCEStateStatus": rnd.choices(["Production", "Draining", "Closed"], [90, 7, 3])[0],
+            "GlueCEInfoTotalCPUs": total, "GlueCEStateFreeCPUs": free,
+            "GlueCEStateRunningJobs": total - free,
+            "GlueCEStateWaitingJobs": rnd.randint(0, 500),
+            "GlueCEStateEstimatedResponseTime": rnd.randint(0, 86400),
+            "GlueCEStateWorstResponseTime": rnd.randint(0, 172800),
+            "GlueCEInfoLRMSType": lrms[i % 6], "GlueCEInfoLRMSVersion": "2.5.7",
+            "GlueCEPolicyMaxWallClockTime": rnd.choice([60, 720, 1440, 2880, 4320]),
+            "GlueCEPolicyMaxCPUTime": rnd.choice([60, 720, 1440, 2880]),
+            "GlueHostMainMemoryRAMSize": rnd.choice([1024, 2048, 4096, 16384]),
+            "GlueHostOperatingSystemName": rnd.choice(["ScientificSL", "CentOS", "Debian"]),
+            "GlueHostArchitecturePlatformType": rnd.choice(["x86_64", "i686"]),
+            "GlueHostBenchmarkSI00": rnd.randint(1000, 3000),
+            "GlueHostApplicationSoftwareRunTimeEnvironment": rnd.sample(tags, rnd.randint(2, 8)),
+            "GlueCEAccessControlBaseRule": rnd.sample(["VO:dteam", "VO:atlas", "VO:cms",
+                                                       "VO:alice", "VO:lhcb"], rnd.randint(1, 4)),
+            "GlueSiteName": f"SITE-{i % 97}",
+        })
+    return ads
+
+
+def jobs_texts() -> list[tuple[str, str]]:
+    out = [(os.path.basename(p), open(p).read()) for p in sorted(glob.glob(f"{DATA}/0[129]_*.jdl"))]
+    return out + [("realistic", REALISTIC_JOB)]
+
+
+def _rate(fn, seconds: float) -> float:
+    """Calls of fn() per second (fn does `n` units and returns n)."""
+    done, start = 0, time.perf_counter()
+    while True:
+        done += fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return done / elapsed
+
+
+def bench_vgrid(texts, ads, seconds):
+    jobs = [jdl.parse_jdl(t, name) for name, t in texts]
+    mads = [jdl.MappingAd(a) for a in ads]
+    matches, rank_value = jdl.matches, jdl.rank_value
+
+    def run():
+        for job in jobs:
+            for ad in mads:
+                matches(job, ad)
+                rank_value(job, ad)
+        return len(jobs) * len(mads)
+    return _rate(run, seconds), sum(matches(j, a) for j in jobs for a in mads)
+
+
+def bench_classad2(texts, ads, seconds):
+    import classad2
+    jobs = []
+    for _, t in texts:
+        body = t.strip()
+        body = "\n".join(ln for ln in body.splitlines() if not ln.lstrip().startswith("#"))
+        ad = classad2.ClassAd(body if body.lstrip().startswith("[") or "\n[" in body
+                              else "[" + body + "]")
+        req = ad.lookup("Requirements") if "Requirements" in ad else classad2.ExprTree(
+            jdl.DEFAULT_REQUIREMENTS)
+        rank = ad.lookup("Rank") if "Rank" in ad else classad2.ExprTree(jdl.DEFAULT_RANK)
+        jobs.append((ad, req, rank))
+    cads = [classad2.ClassAd(a) for a in ads]
+
+    def run():
+        for ad, req, rank in jobs:
+            for ce in cads:
+                req.eval(scope=ad, target=ce)
+                rank.eval(scope=ad, target=ce)
+        return len(jobs) * len(cads)
+    hits = sum(req.eval(scope=ad, target=ce) is True for ad, req, _ in jobs for ce in cads)
+    return _rate(run, seconds), hits
+
+
+def bench_parse(seconds):
+    texts = [(p, open(p).read()) for p in sorted(glob.glob(f"{DATA}/*.jdl"))]
+
+    def run():
+        for name, t in texts:
+            jdl.parse_jdl(t, name)
+        return len(texts)
+    return _rate(run, seconds)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ads", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    texts, ads = jobs_texts(), glue_ads(a.ads)
+    vg, vg_hits = bench_vgrid(texts, ads, a.seconds)
+    try:
+        c2, c2_hits = bench_classad2(texts, ads, a.seconds)
+    except ImportError:
+        c2, c2_hits = None, None
+    parses = bench_parse(a.seconds)
+    res = {"ads": a.ads, "jobs": len(texts), "vgrid_evals_per_s": round(vg),
+           "classad2_evals_per_s": None if c2 is None else round(c2),
+           "speedup": None if c2 is None else round(vg / c2, 2),
+           "matches_vgrid": vg_hits, "matches_classad2": c2_hits,
+           "parses_per_s": round(parses), "python": platform.python_version(),
+           "cpu": platform.processor() or platform.machine()}
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for k, v in res.items():
+            print(f"{k:22} {v}")
+    return res
+
+
+if __name__ == "__main__":
+    main()
