@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 from rich.console import Console
@@ -21,7 +22,7 @@ from infosys.glue import AD_ID, glue13_ce_ads
 from infosys.ism import ISM, BdiiSource, LdifFileSource
 from infosys.ldapclient import LdapError
 from infosys.ldif import LdifEntry, LdifError, parse_ldif
-from infosys.providers import fetch_ce_glue, load_source
+from infosys.providers import BdiiFeeder, fetch_ce_glue, load_source
 from infosys.sources import SourceError, glue_url
 from infosys.summary import snapshot_summary
 
@@ -104,9 +105,16 @@ def _update_with_progress(bdii_url: str, entries: list[LdifEntry]):
               help="LDIF file, '-' for stdin, or a CE agent URL (its GET /glue); repeatable")
 @click.option("--glue2/--no-glue2", default=True, show_default=True,
               help="also publish CE agents' CEs as GLUE 2.0")
+@click.option("--every", "every_s", type=float, default=None, metavar="SECONDS",
+              help="keep updating every SECONDS until interrupted (the BDII update loop); a "
+                   "provider that fails keeps its last output")
 @click.option("--json", "as_json", is_flag=True)
-def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, as_json: bool) -> None:
+def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, every_s: float | None,
+                as_json: bool) -> None:
     """Load provider output into the BDII by difference (add, modify, delete)."""
+    if every_s is not None:
+        _update_loop(bdii_url, list(sources), glue2, every_s, as_json)
+        return
     entries: list[LdifEntry] = []
     for s in sources:
         try:
@@ -126,6 +134,28 @@ def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, as_json: b
                f"unchanged {report.unchanged}, refused {len(report.rejected)}")
     for r in report.rejected:
         err.print(f"  refused: {r}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _update_loop(bdii_url: str, sources: list[str], glue2: bool, every_s: float,
+                 as_json: bool) -> None:
+    if every_s <= 0:
+        _fail("--every must be > 0 seconds", 2)
+    feeder = BdiiFeeder(bdii_url, sources, interval_s=every_s, glue2=glue2)
+    try:
+        while True:
+            report, errors = feeder.run_once()
+            if as_json:
+                click.echo(json.dumps({"report": report.as_dict() if report else None,
+                                       "errors": errors}))
+            elif report is not None:
+                click.echo(f"added {report.added}, modified {report.modified}, deleted "
+                           f"{report.deleted}, unchanged {report.unchanged}, refused "
+                           f"{len(report.rejected)}")
+            for e in errors:
+                err.print(f"vgrid: {e}", highlight=False, markup=False, soft_wrap=True)
+            time.sleep(every_s)
+    except KeyboardInterrupt:
+        return
 
 
 # -- vgrid info ----------------------------------------------------------------------------------

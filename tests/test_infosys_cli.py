@@ -115,3 +115,34 @@ def test_bdii_update_from_a_ce_agent_publishes_glue13_and_glue2(bdii, gip_server
     r = run(bdii_group, ["update", "--bdii", bdii.url, "--from", gip_server.url])
     assert r.exit_code == 0 and "modified 2" in r.stdout  # the GlueCE and the GLUE2 share
     assert BdiiSource(bdii.url).fetch()[0]["GlueCEStateWaitingJobs"] == 8
+
+
+def test_bdii_update_every_keeps_updating_until_interrupted(bdii, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from infosys.ism import BdiiSource
+    site = tmp_path / "site.ldif"
+    site.write_text(Path(SITE).read_text())
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "bdii", "update", "--bdii",
+                             bdii.url, "--from", str(site), "--every", "0.2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(BdiiSource(bdii.url).fetch()) < 3:
+            time.sleep(0.1)
+        assert len(BdiiSource(bdii.url).fetch()) == 3
+        site.write_text(Path(SITE).read_text().replace("GlueCEStateWaitingJobs: 10",
+                                                       "GlueCEStateWaitingJobs: 77"))
+        while time.monotonic() < deadline and BdiiSource(bdii.url).fetch()[0][
+                "GlueCEStateWaitingJobs"] != 77:
+            time.sleep(0.1)
+        assert BdiiSource(bdii.url).fetch()[0]["GlueCEStateWaitingJobs"] == 77
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, errs = proc.communicate(timeout=20)
+    assert proc.returncode == 0 and "Traceback" not in errs
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert reports[0]["report"]["added"] > 10 and any(r["report"]["modified"] for r in reports)
