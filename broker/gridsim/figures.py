@@ -37,11 +37,14 @@ def _by_rate(report: Report, out: Path, metric: str, name: str, title: str, ylab
         pts = report.series[policy]
         rates = sorted(pts)
         color, marker = STYLES[policy]
-        ax.plot(rates, [getattr(pts[r], metric) / scale for r in rates], marker=marker,
-                color=color, label=LABELS[policy])
+        ax.errorbar(rates, [getattr(pts[r], metric) / scale for r in rates],
+                    yerr=[getattr(pts[r], metric + "_sd") / scale for r in rates], marker=marker,
+                    color=color, label=LABELS[policy], capsize=3)
     ax.set_xlabel("job submission rate (jobs/min)")
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} (ISM refresh {report.params.ism_refresh_s:g} s)")
+    ax.set_title(f"{title} (ISM refresh {report.params.ism_refresh_s:g} s)", fontsize=10)
+    ax.text(0.99, 0.01, f"mean and s.d. over {report.params.seeds} runs", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize=7, color="0.4")
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, out, name)

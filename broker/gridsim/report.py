@@ -52,7 +52,9 @@ class Point:
     mean_queue_s: float
     job_share: dict[str, float]
     worst_share_gap: float
-    delay_sd: float = 0.0
+    mean_delay_s_sd: float = 0.0  # standard deviations over the replications
+    makespan_s_sd: float = 0.0
+    mean_queue_s_sd: float = 0.0
 
 
 @dataclass
@@ -103,7 +105,8 @@ def _point(ces: Sequence[CESpec], rate: float, params: ReportParams, config: dic
         for c, n in counts.items():
             share_sum[c] += n / len(jobs) / params.seeds
     return Point(statistics.fmean(delays), statistics.fmean(makespans), statistics.fmean(queues),
-                 share_sum, max(gaps), statistics.pstdev(delays))
+                 share_sum, max(gaps), statistics.pstdev(delays), statistics.pstdev(makespans),
+                 statistics.pstdev(queues))
 
 
 def _plan(params: ReportParams) -> list[tuple[str, float, dict]]:
