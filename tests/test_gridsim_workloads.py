@@ -2,6 +2,7 @@
 import gzip
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -105,6 +106,22 @@ def test_toml_defaults(tmp_path):
 
 
 def test_example_spec_file_is_the_builtin_testbed():
-    from pathlib import Path
     path = Path(__file__).resolve().parent.parent / "examples" / "gridsim" / "seed004-table2.toml"
     assert ces_from_toml(path) == SEED004_TABLE2
+
+
+LCG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "swf" / "LCG-2005-1.swf.gz"
+
+
+@pytest.mark.skipif(not LCG.exists(), reason=f"the LCG trace is not on this machine ({LCG})")
+def test_real_lcg_trace_sites_and_a_replayed_slice():
+    from broker.gridsim.engine import SimConfig, simulate
+    from broker.gridsim.metrics import jobs_per_ce
+    trace = read_swf(LCG)
+    assert (len(trace.jobs), len(trace.sites), trace.skipped) == (188_041, 170, 0)
+    ces = load_ces(f"swf:{LCG}")
+    assert len(ces) == 170 and sum(c.cpus for c in ces) == sum(trace.peak_jobs.values())
+    jobs = load_jobs(f"swf:{LCG},limit=3000", ces, 0)
+    res = simulate(ces, jobs, SimConfig("sfete"))
+    assert sum(jobs_per_ce(res).values()) == 3000
+    assert all(j.end_s - j.start_s == pytest.approx(j.work / 1000.0) for j in jobs)
