@@ -13,9 +13,11 @@ Time comes only from the clock passed in (live: WallClock; simulation: Simulated
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Mapping
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -36,6 +38,35 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ISM", "Snapshot", "AdView", "ad_id", "DISPATCHED", "GLITE_DEFAULT_REFRESH_S",
            "SourceError", "StaticSource", "LdifFileSource", "HttpLdifSource", "BdiiSource"]
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector while a refresh builds a large snapshot.
+
+    A refresh allocates hundreds of thousands of dicts and lists and none of them form cycles;
+    with the collector on, its repeated full passes over the growing heap cost about as much as
+    the parsing itself (benchmarks/ism_refresh.py). Nested and thread-safe: the collector is
+    re-enabled when the last user leaves, if it was enabled when the first came in.
+    """
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def ad_id(ad: Mapping) -> str:
@@ -149,7 +180,7 @@ class ISM:
 
         ``now``: the refresh time (default: clock.now()). Never raises for a failing source.
         """
-        with self._refresh_lock:
+        with self._refresh_lock, gc_paused():
             mark = self.feedback.snapshot()
             results = self._fetch_all()
             now = self.clock.now() if now is None else now

@@ -325,3 +325,24 @@ def test_ism_invariants_under_any_sequence(ops):
             assert v.key not in black
             assert now - ok_at[owner[v.key]] <= ism.refresh_s + ism.timeout_s
             assert v[DISPATCHED] == since.get(v.key, 0)
+
+
+def test_gc_paused_nests_and_restores_the_collector():
+    import gc
+    from infosys.ism import gc_paused
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # was off before: stays off
+    finally:
+        gc.enable()
+    ISM([StaticSource([ad("a")])], refresh_s=1, clock=SimulatedClock()).refresh(0)
+    assert gc.isenabled()
