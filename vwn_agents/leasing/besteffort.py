@@ -93,9 +93,14 @@ def _earliest_same_nodes(sched, lease, duration, now, min_duration, allow_future
     counts: dict = {}
     for node in lease.mapping:
         counts[node] = counts.get(node, 0) + 1
+    if all(k == 1 for k in counts.values()):
+        found = sched.mapper.earliest(lease.per_vm, lease.n_vms, duration, now, min_duration, None,
+                                      tuple(counts), allow_future, None)
+        if found is None or sorted(found[2]) == sorted(lease.mapping):
+            return found
     times = [now]
     if allow_future:
-        times += [t for t in st.change_points(now) if any(r.end == t for n in counts for r in st.on_node(n))]
+        times += sorted({r.end for n in counts for r in st.on_node(n) if r.end > now})
     for s in times:
         if all(st.vms_fit(n, lease.per_vm, s, s + duration) >= k for n, k in counts.items()):
             return s, s + duration, lease.mapping
