@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import partial
+from itertools import repeat
+from operator import sub
 
 from . import nodes as n
 from .values import ERROR, UNDEFINED, wrap64
@@ -23,6 +26,7 @@ _TOKEN = re.compile(r"""[ \t\r\n\f]*(?:
 |(?P<int>[0-9]+)
 |(?P<string>"(?:[^"\\]|\\.)*")
 |(?P<qname>'(?:[^'\\\n]|\\.)*')
+|(?P<kw>(?i:true|false|undefined|error|isnt|is)(?![A-Za-z0-9_]))
 |(?P<name>[A-Za-z_][A-Za-z0-9_]*)
 |(?P<op>=\?=|=!=|==|!=|<=|>=|>>>|>>|<<|\|\||&&|\?:|[-+*/%<>!~^&|?:;,.=()\[\]{}])
 |(?P<bad>.)
@@ -50,19 +54,15 @@ class FastParseError(Exception):
 
 def tokenize(text: str):
     """Lists (kinds, values, lines, columns); kinds: lit int real string qname name op end."""
-    kinds, values, lines, cols = [], [], [], []
-    nls = [m.start() for m in _NEWLINE.finditer(text)] if "\n" in text else []
+    kinds, values, starts = [], [], []
     unescape = None
+    kinds_append, values_append, starts_append = kinds.append, values.append, starts.append
     for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
+        kind = group = m.lastgroup
         if kind == "comment":
             continue
-        start = m.start(kind)
-        if kind == "name":
-            s = m.group(kind)
-            kw = _KEYWORDS.get(s.lower())
-            if kw is not None:
-                kind, s = kw
+        if kind == "kw":
+            kind, s = _KEYWORDS[m.group(kind).lower()]
         elif kind == "string":
             if unescape is None:
                 from .parser import unescape
@@ -72,16 +72,21 @@ def tokenize(text: str):
             raise FastParseError()
         else:
             s = m.group(kind)
-        if nls:
-            ln = bisect_right(nls, start)
-            line, col = ln + 1, start - (nls[ln - 1] if ln else -1)
-        else:
-            line, col = 1, start + 1
-        kinds.append(kind); values.append(s); lines.append(line); cols.append(col)
+        kinds_append(kind)
+        values_append(s)
+        starts_append(m.start(group))
         if kind == "end":
             break
     if not kinds or kinds[-1] != "end":
         raise FastParseError()
+    if "\n" in text:
+        nls = [-1] + [m.start() for m in _NEWLINE.finditer(text)]
+        idx = list(map(partial(bisect_right, nls), starts))
+        lines = idx
+        cols = list(map(sub, starts, map(nls.__getitem__, map(sub, idx, repeat(1)))))
+    else:
+        lines = [1] * len(starts)
+        cols = [x + 1 for x in starts]
     return kinds, values, lines, cols
 
 

@@ -101,14 +101,13 @@ class _Checker:
     def check_kinds(self):
         for d in self.rec.defs:
             spec = ATTRIBUTES.get(d.lname)
-            if spec is None or self.rec.attrs[d.lname] is not d:
+            if spec is None or spec.kind == "nodes" or self.rec.attrs[d.lname] is not d:
+                continue
+            if spec.kind == "expression":
+                if _refs_free(d.expr):  # only constant expressions can be checked here
+                    self.check_expression(d, self.value(d.lname))
                 continue
             v = self.value(d.lname)
-            if spec.kind == "expression":
-                self.check_expression(d, v)
-                continue
-            if spec.kind == "nodes":
-                continue
             if v is ERROR:
                 self.add(d.expr, f"{spec.name} evaluates to error")
             elif v is UNDEFINED:
@@ -122,8 +121,6 @@ class _Checker:
                 self.check_value(spec, d, v)
 
     def check_expression(self, d, v):
-        if not _refs_free(d.expr):
-            return
         if d.lname == "requirements" and type(v) is not bool:
             self.add(d.expr, f"Requirements must be a boolean expression, not {_article(type_name(v))}")
         if d.lname == "rank" and type(v) not in (int, float):

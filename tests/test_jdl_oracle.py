@@ -187,14 +187,18 @@ def run_batch(seed: int, count: int):
     my_c, other_c = classad2.ClassAd(my_text), classad2.ClassAd(other_text)
     my_v, other_v = ClassAd(parse_classad(my_text)), ClassAd(parse_classad(other_text))
     exprs = [g.expr(rnd.randint(1, 4)) for _ in range(count)]
-    record = parse_classad("[" + ";\n".join(f"e{i} = {e}" for i, e in enumerate(exprs)) + "]")
+    parsed = []  # parsed in chunks: jdl refuses texts over 512 KiB
+    for k in range(0, len(exprs), 1000):
+        chunk = exprs[k:k + 1000]
+        rec = parse_classad("[" + ";\n".join(f"e{i} = {e}" for i, e in enumerate(chunk)) + "]")
+        parsed += [d.expr for d in rec.defs]
     mismatches = []
     for i, text in enumerate(exprs):
         if i % 500 == 0 and i:  # fresh ads now and then
             my_text, other_text = g.ad_text(MY_NAMES), g.ad_text(OTHER_NAMES)
             my_c, other_c = classad2.ClassAd(my_text), classad2.ClassAd(other_text)
             my_v, other_v = ClassAd(parse_classad(my_text)), ClassAd(parse_classad(other_text))
-        ours = norm_ours(evaluate(record.defs[i].expr, my_v, other_v))
+        ours = norm_ours(evaluate(parsed[i], my_v, other_v))
         try:
             theirs = condor_eval(text, my_c, other_c)
         except UnicodeDecodeError:  # classad2 cannot return a string cut inside a character
