@@ -119,8 +119,10 @@ def _lookup_unscoped(name: str, lname: str, ctx: Ctx):
 def _scope_value(lname: str, ctx: Ctx):
     if lname in ("other", "target"):
         r = ctx.other
-    elif lname in ("my", "self"):
+    elif lname == "my":
         r = ctx.me
+    elif lname == "self":
+        r = ctx.ad
     else:  # parent
         r = ctx.ad.parent if type(ctx.ad) is ClassAd else None
     return UNDEFINED if r is None else r

@@ -80,11 +80,10 @@ def substitute(compiled, target: str, template: str):
     if m is None:
         return ""
 
+    if any(int(d) > m.re.groups for d in re.findall(r"\\(\d)", template)):
+        return None  # a group the pattern does not have: error, as HTCondor
+
     def group(mo):
-        i = int(mo.group(1))
-        try:
-            g = m.group(i)
-        except IndexError:
-            return ""
+        g = m.group(int(mo.group(1)))
         return g.decode("utf-8", "surrogateescape") if g else ""
     return re.sub(r"\\(\d)", group, template)

@@ -35,7 +35,7 @@ FUNCS = {
     "isInteger": 1, "isReal": 1, "isBoolean": 1, "isList": 1, "isClassAd": 1, "regexp": (2, 3),
     "strcat": (0, 3), "substr": (2, 3), "toUpper": 1, "toLower": 1, "size": 1, "int": 1,
     "real": 1, "floor": 1, "ceiling": 1, "round": 1, "pow": 2, "ifThenElse": 3,
-    "anyCompare": 3, "allCompare": 3, "string": 1,
+    "anyCompare": 3, "allCompare": 3, "string": 1, "regexps": (3, 4),
 }
 
 
@@ -66,8 +66,9 @@ class Gen:
             if not self.my_names:
                 return self.literal()
             name = r.choice(self.my_names)
-            return name.upper() if r.random() < 0.2 else name
-        return "other." + r.choice(self.other_names)
+            name = name.upper() if r.random() < 0.2 else name
+            return r.choice(["", "", "", "my.", "MY."]) + name
+        return r.choice(["other.", "other.", "target.", "TARGET."]) + r.choice(self.other_names)
 
     def expr(self, depth: int) -> str:
         r = self.r
@@ -104,9 +105,12 @@ class Gen:
                 args.append(quote(r.choice(["<", "<=", "==", "!=", ">", ">=", "=?=", "is", "x"])))
             elif name in ("member", "identicalMember", "anyCompare", "allCompare") and i == 1 - (name.endswith("Compare") and False):
                 args.append(r.choice(["l", "other.Tags", "{1, 2.0, \"a\"}", self.expr(depth - 1)]))
-            elif name == "regexp" and i == 0:
-                args.append(quote(r.choice(["a", "^a", "pbs", "b.", "[", "(a|b)c", "^$", "A"])))
-            elif name == "regexp" and i == 2:
+            elif name in ("regexp", "regexps") and i == 0:
+                args.append(quote(r.choice(["a", "^a", "pbs", "b.", "[", "(a|b)c", "^$", "A",
+                                            "(b)(c)?", "a+b*"])))
+            elif name == "regexps" and i == 2:
+                args.append(quote(r.choice(["<\\1>", "\\0-\\2", "x", ""])))
+            elif (name == "regexp" and i == 2) or (name == "regexps" and i == 3):
                 args.append(quote(r.choice(["i", "", "m", "s", "I", "x"])))
             else:
                 args.append(self.expr(depth - 1))
