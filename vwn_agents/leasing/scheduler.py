@@ -52,6 +52,7 @@ class LeaseScheduler:
         self.future: frozenset = frozenset()
         self.children: dict[int, list[Lease]] = {}  # serial best-effort: parent id -> one-VM leases
         self._sub_ids = itertools.count(10**12)
+        self._slots_cache: dict = {}
         self.transfer_log: list[tuple] = []  # (lease id, image, dest nodes, start s, end s) as started
         self._dirty = False
         self.suspend_rate = config.suspend_rate
@@ -73,7 +74,7 @@ class LeaseScheduler:
         if lease.id in self.leases:
             raise ValueError(f"lease {lease.id} was already submitted")
         self.leases[lease.id] = lease
-        if sum(vms_in(node.capacity, lease.per_vm) for node in self.nodes) < lease.n_vms:
+        if self._site_slots(lease.per_vm) < lease.n_vms:
             lease.state = LeaseState.REJECTED
             lease.reject_reason = "the site cannot host that many VMs even when empty"
             return lease
@@ -89,6 +90,13 @@ class LeaseScheduler:
             lease.state = LeaseState.QUEUED
             self.requeue(lease)
         return lease
+
+    def _site_slots(self, need: tuple) -> int:
+        """VMs of ``need`` the empty site can host (cached per vector)."""
+        k = self._slots_cache.get(need)
+        if k is None:
+            k = self._slots_cache[need] = sum(vms_in(node.capacity, need) for node in self.nodes)
+        return k
 
     def _submit_serial(self, lease: Lease) -> None:
         """Seeds 000/001 serial requests: each VM becomes a one-VM lease scheduled on its own;
