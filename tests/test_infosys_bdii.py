@@ -15,10 +15,9 @@ from infosys.ism import DISPATCHED, ISM, BdiiSource
 from infosys.ldapclient import connect, search_entries
 from infosys.ldif import parse_ldif
 from tests.slapd_fixture import bdii  # noqa: F401  (fixture)
+from tests.paths import SHARED_LDIF
 
-DATA = Path("/work/shared/data/ldif")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+DATA = SHARED_LDIF
 
 LONG = "ce01.example:8443/cream-pbs-long"
 

@@ -10,10 +10,9 @@ from infosys.bdii import stop_bdii
 from infosys.ldif import parse_ldif
 from tests.slapd_fixture import bdii, slapd_missing  # noqa: F401  (fixture)
 from tests.test_infosys_ism import GipServer, state
+from tests.paths import SHARED_LDIF
 
-DATA = Path("/work/shared/data/ldif")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+DATA = SHARED_LDIF
 SITE = str(DATA / "synthetic_site.ldif")
 
 

@@ -1,5 +1,4 @@
 """GLUE 1.3 entries -> CE ads: typing, cluster/subcluster join, VO views, CESEBind, rejects."""
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -8,10 +7,9 @@ from hypothesis import strategies as st
 from infosys.gip import CEState, render_glue13
 from infosys.glue import AD_ID, glue13_ce_ads, vos_of
 from infosys.ldif import parse_ldif
+from tests.paths import SHARED_LDIF
 
-DATA = Path("/work/shared/data/ldif")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+DATA = SHARED_LDIF
 
 
 def _ads(text, source="t.ldif"):

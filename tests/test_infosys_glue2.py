@@ -1,14 +1,12 @@
 """GLUE 2.0 entries -> CE ads under GLUE2 and GLUE 1.3 names, with unit conversion."""
-from pathlib import Path
 
 from infosys.gip import CEState, glue2_entries, render_glue2
 from infosys.glue import AD_ID
 from infosys.glue2 import SI00_PER_HS06, glue2_ce_ads
 from infosys.ldif import LdifEntry, parse_ldif
+from tests.paths import SHARED_LDIF
 
-DATA = Path("/work/shared/data/ldif")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+DATA = SHARED_LDIF
 
 
 def test_synthetic_site_glue2_share():

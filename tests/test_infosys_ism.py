@@ -2,7 +2,6 @@
 (a CE agent-like GIP served over loopback HTTP by waitress, real LDIF files)."""
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from flask import Flask, Response
@@ -14,10 +13,9 @@ from infosys.clock import SimulatedClock, WallClock
 from infosys.gip import CEState, render_glue13
 from infosys.glue import AD_ID
 from infosys.ism import DISPATCHED, ISM, HttpLdifSource, LdifFileSource, SourceError, StaticSource
+from tests.paths import SHARED_LDIF
 
-DATA = Path("/work/shared/data/ldif")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
+DATA = SHARED_LDIF
 
 
 def ad(ce_id, waiting=0, running=0):

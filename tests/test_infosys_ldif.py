@@ -1,15 +1,13 @@
 """parse_ldif / format_ldif: RFC 2849 content records, errors naming source:line."""
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infosys.ldif import LdifEntry, LdifError, format_ldif, parse_ldif
+from tests.paths import SHARED_LDIF
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ldif"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/ldif")
+DATA = SHARED_LDIF
 
 
 def test_continuation_base64_comments_version_and_several_entries():
