@@ -5,7 +5,7 @@ simulate 144 nodes of 1 CPU and 1024 MB, best-effort only, aggressive backfillin
 of all leases at 50 MB/s, no image transfers; report wall time, CPU time and peak RSS of the
 whole process (import + trace reading + simulation), and the run's metrics.
 
-    .venv/bin/python benchmarks/lease_engine.py [--days 30 60] [--repeat 3] [--json]
+    .venv/bin/python benchmarks/lease_engine.py [--days 30 60] [--repeat 3] [--inject NAME] [--json]
 
 Haizea 1.1 reports all-best-effort = 2,651,340 s for the 30-day run (5,108 leases).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,16 @@ t0, c0 = time.perf_counter(), time.process_time()
 sys.path.insert(0, sys.argv[2])
 from vwn_agents.leasing import LeaseConfig, read_trace, simulate, uniform_site
 w = read_trace(sys.argv[1])
+leases = list(w.leases)
+if sys.argv[3]:
+    leases += read_trace(sys.argv[3], id_offset=10**6).leases
 cfg = LeaseConfig({"backfilling": "aggressive", "suspension": "all", "suspend-rate": 50.0,
                    "resume-rate": 50.0, "lease-preparation": "unmanaged"})
 t1 = time.perf_counter()
-r = simulate(w.leases, uniform_site(144, 1, 1024), cfg)
+r = simulate(leases, uniform_site(144, 1, 1024), cfg)
 t2 = time.perf_counter()
 m = r.report()["metrics"]
-print(json.dumps({"leases": len(w.leases), "wall_s": t2 - t0, "simulate_s": t2 - t1,
+print(json.dumps({"leases": len(leases), "ar_accepted": m["ar_accepted"], "ar_rejected": m["ar_rejected"], "wall_s": t2 - t0, "simulate_s": t2 - t1,
                   "cpu_s": time.process_time() - c0,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "all_best_effort_s": m["all_best_effort_s"], "mean_wait_s": m["mean_wait_s"],
@@ -42,10 +46,11 @@ print(json.dumps({"leases": len(w.leases), "wall_s": t2 - t0, "simulate_s": t2 -
 """
 
 
-def run_once(days: int) -> dict:
+def run_once(days: int, inject: str = "") -> dict:
     trace = TRACES / f"{days}days.swf"
-    out = subprocess.run([sys.executable, "-c", CHILD, str(trace), str(ROOT)], capture_output=True, text=True,
-                         check=True)
+    inj = str(TRACES.parent / "injected_leases" / f"{days}days" / f"{inject}.lwf") if inject else ""
+    out = subprocess.run([sys.executable, "-c", CHILD, str(trace), str(ROOT), inj], capture_output=True,
+                         text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -53,11 +58,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=int, nargs="+", default=[30, 60], choices=[15, 30, 60])
     ap.add_argument("--repeat", type=int, default=3, help="runs per trace; the fastest is reported")
+    ap.add_argument("--inject", default="", metavar="NAME",
+                    help="also inject the ARs of injected_leases/<days>days/NAME.lwf (e.g. work_30-dur_4h-size_3large)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    load = os.getloadavg()[0]
     results = []
     for days in args.days:
-        runs = [run_once(days) for _ in range(args.repeat)]
+        runs = [run_once(days, args.inject) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["wall_s"])
         best["days"] = days
         best["wall_s_all"] = [round(r["wall_s"], 2) for r in runs]
@@ -65,11 +73,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=1))
         return
+    print(f"load average (1 min) before the runs: {load:.2f} on {os.cpu_count()} cores")
     print("| trace | leases | wall s (best of runs) | all runs, wall s | CPU s | peak RSS MB | all-best-effort s "
           "| mean wait s | utilization | suspensions |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['days']}days.swf | {r['leases']} | {r['wall_s']:.2f} | {r['wall_s_all']} | {r['cpu_s']:.2f} "
+        name = f"{r['days']}days.swf" + (f" + {args.inject} ({r['ar_accepted']} ARs accepted, {r['ar_rejected']} rejected)" if args.inject else "")
+        print(f"| {name} | {r['leases']} | {r['wall_s']:.2f} | {r['wall_s_all']} | {r['cpu_s']:.2f} "
               f"| {r['peak_rss_mb']:.0f} | {r['all_best_effort_s']:,.0f} | {r['mean_wait_s']:,.0f} "
               f"| {r['utilization']:.4f} | {r['suspensions']} |")
 
