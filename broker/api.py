@@ -28,6 +28,9 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "cpu_capped": job.cpu_capped, "cap_reason": job.cap_reason,
             "exit_code": job.exit_code, "reason": job.reason, "stdout_head": job.stdout_head,
             "submitted_at": job.submitted_at, "filename": job.filename,
+            "kind": job.kind, "parent": broker.job_id(job.parent_key) if job.parent_key else None,
+            "node_name": job.node_name,
+            "depends_on": [broker.job_id(k) for k in job.depends_on],
             "history": job.history}
 
 

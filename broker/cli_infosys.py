@@ -179,14 +179,16 @@ def _table(doc: dict) -> Table:
 @click.option("--ldif", "ldif_files", multiple=True, type=click.Path(dir_okay=False),
               help="read GLUE LDIF files (repeatable)")
 @click.option("--vo", default=None, help="only CEs / VO views open to this VO")
+@click.option("--glue", type=click.Choice(["1.3", "2.0", "both"]), default="both",
+              show_default=True, help="GLUE 1.3, GLUE 2.0 (mapped to 1.3 names), or both")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
-def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None,
+def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None, glue: str,
              as_json: bool) -> None:
     """The CEs of the information system, like lcg-infosites ce."""
     if bool(bdii_url) == bool(ldif_files):
         _fail("give either --bdii LDAP_URL or one or more --ldif FILE", 2)
-    sources = [BdiiSource(bdii_url, timeout_s=10, retries=1)] if bdii_url else \
-        [LdifFileSource(f) for f in ldif_files]
+    sources = [BdiiSource(bdii_url, timeout_s=10, retries=1, glue=glue)] if bdii_url else \
+        [LdifFileSource(f, glue=glue) for f in ldif_files]
     clock = WallClock()
     ism = ISM(sources, refresh_s=240, clock=clock)
     ism.refresh()

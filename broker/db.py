@@ -43,6 +43,12 @@ class JobRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     stdout_head: Mapped[str | None] = mapped_column(Text, nullable=True)
     dispatch_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # compound requests (gLite JDL spec Sections 3.3, 4, 5): the parent row has kind
+    # "parametric" | "collection" | "dag"; its plain jobs have kind "node" and parent_key set.
+    kind: Mapped[str] = mapped_column(String(16), default="job")
+    parent_key: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    node_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    depends_on: Mapped[str] = mapped_column(Text, default="[]")  # JSON [sibling keys]
 
 
 class HistoryRow(Base):
@@ -76,11 +82,20 @@ class Job:
     reason: str | None = None
     stdout_head: str | None = None
     dispatch_attempts: int = 0
+    kind: str = "job"
+    parent_key: str | None = None
+    node_name: str | None = None
+    depends_on: list[str] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def compound(self) -> bool:
+        """A parametric job, collection or DAG: never matched itself, its nodes are."""
+        return self.kind in ("parametric", "collection", "dag")
 
 
 class StaleState(RuntimeError):
@@ -97,7 +112,7 @@ def new_key() -> str:
 
 
 _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "exit_code", "reason",
-            "stdout_head", "dispatch_attempts")
+            "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name")
 
 
 class JobStore:
@@ -130,6 +145,7 @@ class JobStore:
         return Job(key=row.key, jdl=row.jdl, filename=row.filename, state=JobState(row.state),
                    submitted_at=row.submitted_at, updated_at=row.updated_at,
                    cpu_caps=json.loads(row.cpu_caps or "[]"),
+                   depends_on=json.loads(row.depends_on or "[]"),
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
                    **{c: getattr(row, c) for c in _COLUMNS})
 
@@ -142,14 +158,20 @@ class JobStore:
             hist = s.scalars(select(HistoryRow).where(HistoryRow.key == key).order_by(HistoryRow.id))
             return self._to_job(row, hist)
 
-    def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None) -> list[Job]:
-        """Jobs in submission order, optionally only those in ``states`` or with ``keys``."""
+    def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None,
+             parent: str | None = None, kinds: Iterable[str] | None = None) -> list[Job]:
+        """Jobs in submission order, optionally only those in ``states``, with ``keys``, whose
+        parent is ``parent``, or of ``kinds``."""
         with self._session() as s:
             q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
             if states is not None:
                 q = q.where(JobRow.state.in_([st.value for st in states]))
             if keys is not None:
                 q = q.where(JobRow.key.in_(list(keys)))
+            if parent is not None:
+                q = q.where(JobRow.parent_key == parent)
+            if kinds is not None:
+                q = q.where(JobRow.kind.in_(list(kinds)))
             rows = list(s.scalars(q))
             hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
             if rows:
@@ -159,15 +181,32 @@ class JobStore:
             return [self._to_job(r, hist[r.key]) for r in rows]
 
     # -- writing -------------------------------------------------------------------------------
-    def create(self, jdl: str, filename: str, now: float, key: str | None = None) -> Job:
+    def create(self, jdl: str, filename: str, now: float, key: str | None = None, kind: str = "job",
+               parent_key: str | None = None, node_name: str | None = None,
+               depends_on: list[str] | None = None) -> Job:
         """Store a new job in state Submitted and return it."""
-        key = key or new_key()
+        return self.create_many([dict(jdl=jdl, filename=filename, key=key, kind=kind,
+                                      parent_key=parent_key, node_name=node_name,
+                                      depends_on=depends_on)], now)[0]
+
+    def create_many(self, specs: list[dict[str, Any]], now: float) -> list[Job]:
+        """Store several jobs (a compound request and its nodes) in one transaction, all
+        Submitted. Each spec has ``jdl``, ``filename`` and optionally ``key``, ``kind``,
+        ``parent_key``, ``node_name``, ``depends_on``; parents must come before their nodes."""
+        keys = []
         with self._session.begin() as s:
-            s.add(JobRow(key=key, jdl=jdl, filename=filename, state=JobState.SUBMITTED.value,
-                         submitted_at=now, updated_at=now, cpu_caps="[]", dispatch_attempts=0))
-            s.flush()  # the job row must exist before its history (foreign key)
-            s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
-        return self.get(key)
+            for spec in specs:
+                key = spec.get("key") or new_key()
+                keys.append(key)
+                s.add(JobRow(key=key, jdl=spec["jdl"], filename=spec["filename"],
+                             state=JobState.SUBMITTED.value, submitted_at=now, updated_at=now,
+                             cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
+                             parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
+                             depends_on=json.dumps(spec.get("depends_on") or [])))
+            s.flush()  # the job rows must exist before their history (foreign key)
+            for key in keys:
+                s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
+        return [self.get(k) for k in keys]
 
     def transition(self, key: str, new: JobState, now: float, reason: str | None = None,
                    expect: JobState | None = None, **fields: Any) -> Job:

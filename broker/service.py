@@ -21,6 +21,7 @@ import requests
 
 import jdl as jdlmod
 
+from . import compound
 from .db import Job, JobStore, StaleState, UnknownJob
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .states import AT_CE, ENDED, IllegalTransition, JobState
@@ -76,7 +77,7 @@ class Broker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     # -- identifiers -----------------------------------------------------------------------------
     def job_id(self, key: str) -> str:
@@ -95,10 +96,7 @@ class Broker:
         stored, and BrokerError when a relative InputSandbox file was not uploaded.
         """
         job_desc = jdlmod.parse_jdl(text, filename)
-        if job_desc.type != "job" or job_desc.job_type == "parametric":
-            kind = job_desc.type if job_desc.type != "job" else "parametric job"
-            raise BrokerError(f"{filename}: this broker runs plain jobs only; a {kind} must be "
-                              f"expanded first (`vgrid jdl expand {filename}`)", field="Type")
+        specs = compound.expansion_specs(job_desc, text, filename)
         needed = [n for n in job_desc.input_sandbox if "://" not in n]
         uploaded = {safe_name(n): data for n, data in input_files.items()}
         missing = [n for n in needed if safe_name(n) not in uploaded]
@@ -106,15 +104,56 @@ class Broker:
             raise BrokerError(f"{filename}: InputSandbox file(s) not uploaded: {', '.join(missing)}",
                               field="InputSandbox")
         now = self.clock.now()
-        job = self.store.create(text, filename, now)
-        if uploaded:
+        jobs = self.store.create_many(specs, now)
+        job = jobs[0]
+        if uploaded:  # nodes of a compound request read the parent's input sandbox
             d = self.sandbox_dir / job.key / "input"
             d.mkdir(parents=True, exist_ok=True)
             for name, data in uploaded.items():
                 (d / name).write_bytes(data)
-        job = self.store.transition(job.key, JobState.WAITING, now, expect=JobState.SUBMITTED)
+        for j in jobs:
+            if not j.depends_on:
+                self._transition(j, JobState.WAITING, now)
         self._wake.set()
-        return job
+        return self.store.get(job.key)
+
+    def _transition(self, job: Job, new: JobState, now: float, reason: str | None = None,
+                    **fields) -> Job:
+        """``store.transition`` expecting ``job.state``, then keep the compound parent in step."""
+        done = self.store.transition(job.key, new, now, reason=reason, expect=job.state, **fields)
+        if done.parent_key:
+            self._refresh_parent(done.parent_key, now)
+            if done.ended:
+                self._wake.set()  # DAG nodes may be released
+        return done
+
+    def _refresh_parent(self, parent_key: str, now: float) -> None:
+        with self._lock:
+            parent = self.store.get(parent_key)
+            if parent.ended:
+                return
+            target, reason = compound.parent_target(self.store.list(parent=parent_key))
+            for step in compound.path_to(parent.state, target) if target else []:
+                parent = self.store.transition(parent_key, step, now, expect=parent.state,
+                                               reason=reason if step == target else None)
+
+    def release_dag_nodes(self) -> int:
+        """Move DAG nodes whose parents are all Done to Waiting; abort those whose parents
+        failed. Returns how many changed."""
+        changed = 0
+        now = self.clock.now()
+        for parent in self.store.list(states=[JobState.WAITING, JobState.RUNNING], kinds=["dag"]):
+            nodes = self.store.list(parent=parent.key)
+            blocked = [n for n in nodes if n.state is JobState.SUBMITTED and n.depends_on]
+            if not blocked:
+                continue
+            ready, doomed = compound.nodes_to_release(blocked, {n.key: n for n in nodes})
+            for node in ready:
+                self._transition(node, JobState.WAITING, now, reason="DAG dependencies Done")
+            for node, why in doomed:
+                self._transition(node, JobState.ABORTED, now, reason=why)
+            changed += len(ready) + len(doomed)
+        return changed
 
     # -- matching and dispatch -------------------------------------------------------------------
     def list_match(self, text: str, filename: str) -> MatchResult:
@@ -126,8 +165,8 @@ class Broker:
         """One FCFS pass over Waiting jobs; returns how many were dispatched or ended."""
         if self.ism.last_refresh is None:
             return 0  # the ISM has never been filled: wait rather than abort everything
-        done = 0
-        for job in self.store.list(states=[JobState.WAITING]):
+        done = self.release_dag_nodes()
+        for job in self.store.list(states=[JobState.WAITING], kinds=["job", "node"]):
             if self._stop.is_set():
                 break
             if self._match_one(job):
@@ -137,7 +176,7 @@ class Broker:
     def _match_one(self, job: Job) -> bool:
         now = self.clock.now()
         try:
-            job = self.store.transition(job.key, JobState.READY, now, expect=JobState.WAITING)
+            job = self._transition(job, JobState.READY, now)
         except StaleState:
             return False  # cancelled or claimed meanwhile
         desc = jdlmod.parse_jdl(job.jdl, job.filename)
@@ -145,10 +184,9 @@ class Broker:
         chosen = self.matchmaker.select(result)
         if chosen is None:
             if now - job.submitted_at >= self.settings.match_expiry_s:
-                self.store.transition(job.key, JobState.ABORTED, now, reason=NO_MATCH, expect=JobState.READY)
+                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH)
                 return True
-            self.store.transition(job.key, JobState.WAITING, now, expect=JobState.READY,
-                                  reason=f"{NO_MATCH} yet; retrying")
+            self._transition(job, JobState.WAITING, now, reason=f"{NO_MATCH} yet; retrying")
             return False
         self.ism.feedback.increment(chosen.ce_id)
         url = self._ce_url(chosen.ad)
@@ -183,18 +221,17 @@ class Broker:
                 error = f"CE {ce_id} unreachable: {exc.__class__.__name__}"
         if error is None:
             try:
-                self.store.transition(job.key, JobState.SCHEDULED, now, expect=JobState.READY,
-                                      ce_id=ce_id, ce_url=url, dispatch_attempts=attempts)
+                self._transition(job, JobState.SCHEDULED, now, ce_id=ce_id, ce_url=url,
+                                 dispatch_attempts=attempts)
             except StaleState:
                 return False
             return True
         log.warning("dispatch of %s failed: %s", job.key, error)
         if attempts >= self.settings.max_dispatch_attempts:
-            self.store.transition(job.key, JobState.ABORTED, now, reason=f"dispatch failed: {error}",
-                                  expect=JobState.READY, dispatch_attempts=attempts)
+            self._transition(job, JobState.ABORTED, now, reason=f"dispatch failed: {error}",
+                             dispatch_attempts=attempts)
             return True
-        self.store.transition(job.key, JobState.WAITING, now, reason=error, expect=JobState.READY,
-                              dispatch_attempts=attempts)
+        self._transition(job, JobState.WAITING, now, reason=error, dispatch_attempts=attempts)
         return False
 
     def _input_urls(self, key: str, desc) -> list[dict[str, str]]:
@@ -228,18 +265,20 @@ class Broker:
                 fields["cpu_capped"] = bool(event["capped"])
             if job.ended:
                 return job
+            if job.state not in AT_CE:  # stale: the job was requeued since; ignore the CE's word
+                log.warning("ignoring %s event for job %s in state %s", kind, key, job.state.value)
+                return job
             if kind == "caps" or (kind == "running" and job.state is JobState.RUNNING):
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":
-                return self.store.transition(key, JobState.RUNNING, now, expect=job.state, **fields)
+                return self._transition(job, JobState.RUNNING, now, **fields)
             if kind == "done":
                 fields["exit_code"] = int(event.get("exit_code") if event.get("exit_code") is not None else -1)
                 fields["stdout_head"] = self._stdout_head(job)
-                return self.store.transition(key, JobState.DONE, now, expect=job.state, **fields)
+                return self._transition(job, JobState.DONE, now, **fields)
             if kind == "aborted":
                 reason = str(event.get("reason") or "aborted by the CE")
-                return self.store.transition(key, JobState.ABORTED, now, reason=reason,
-                                             expect=job.state, **fields)
+                return self._transition(job, JobState.ABORTED, now, reason=reason, **fields)
             raise BrokerError(f"unknown event {kind!r}", field="event")
 
     def _stdout_head(self, job: Job) -> str | None:
@@ -264,22 +303,35 @@ class Broker:
         return self.store.list(keys=keys)
 
     def cancel(self, key: str) -> Job:
-        """Cancel a job that has not ended; BrokerError(409) if it has."""
-        job = self.store.get(key)
-        if job.ended:
-            raise BrokerError(f"job {key} is already {job.state.value}", status=409)
-        if job.state in AT_CE and job.ce_url:
-            try:
-                self.http.post(f"{job.ce_url}/jobs/{key}/cancel", timeout=self.settings.dispatch_timeout_s)
-            except requests.RequestException as exc:
-                log.warning("cancel of %s at %s failed: %s", key, job.ce_url, exc)
-        try:
-            return self.store.transition(key, JobState.CANCELLED, self.clock.now(),
-                                         reason="cancelled by the user", expect=job.state)
-        except (StaleState, IllegalTransition):
+        """Cancel a job that has not ended (for a compound request: every node that has not
+        ended, then the parent); BrokerError(409) if it has ended."""
+        with self._lock:
             job = self.store.get(key)
             if job.ended:
-                raise BrokerError(f"job {key} is already {job.state.value}", status=409) from None
+                raise BrokerError(f"job {key} is already {job.state.value}", status=409)
+            if job.compound:
+                for node in self.store.list(parent=key):
+                    if not node.ended:
+                        self._cancel_one(node)
+                job = self.store.get(key)
+                if job.ended:  # the nodes' ends already ended the parent
+                    return job
+            return self._cancel_one(job)
+
+    def _cancel_one(self, job: Job) -> Job:
+        if job.state in AT_CE and job.ce_url:
+            try:
+                self.http.post(f"{job.ce_url}/jobs/{job.key}/cancel",
+                               timeout=self.settings.dispatch_timeout_s)
+            except requests.RequestException as exc:
+                log.warning("cancel of %s at %s failed: %s", job.key, job.ce_url, exc)
+        try:
+            return self._transition(job, JobState.CANCELLED, self.clock.now(),
+                                    reason="cancelled by the user")
+        except (StaleState, IllegalTransition):
+            job = self.store.get(job.key)
+            if job.ended:
+                raise BrokerError(f"job {job.key} is already {job.state.value}", status=409) from None
             raise
 
     def output_dir(self, key: str) -> Path:
@@ -300,8 +352,10 @@ class Broker:
         (d / safe_name(name)).write_bytes(data)
 
     def input_path(self, key: str, name: str) -> Path:
-        self.store.get(key)
-        p = self.sandbox_dir / key / "input" / safe_name(name)
+        """An InputSandbox file of job ``key``; nodes of a compound request use the parent's."""
+        job = self.store.get(key)
+        owner = job.parent_key or key
+        p = self.sandbox_dir / owner / "input" / safe_name(name)
         if not p.is_file():
             raise BrokerError(f"no input sandbox file {name!r} for job {key}", status=404)
         return p
@@ -309,8 +363,7 @@ class Broker:
     def clear(self, key: str) -> Job:
         """Output retrieved: Done/Aborted/Cancelled -> Cleared, sandbox removed."""
         job = self.store.get(key)
-        job = self.store.transition(key, JobState.CLEARED, self.clock.now(), expect=job.state,
-                                    reason="output retrieved")
+        job = self._transition(job, JobState.CLEARED, self.clock.now(), reason="output retrieved")
         shutil.rmtree(self.sandbox_dir / key, ignore_errors=True)
         return job
 
@@ -319,11 +372,11 @@ class Broker:
         """After a restart: requeue jobs whose dispatch was not confirmed; resync jobs at CEs."""
         now = self.clock.now()
         for job in self.store.list(states=[JobState.SUBMITTED]):
-            self.store.transition(job.key, JobState.WAITING, now, expect=JobState.SUBMITTED,
-                                  reason="recovered after a broker restart")
+            if not job.depends_on:  # blocked DAG nodes stay Submitted until released
+                self._transition(job, JobState.WAITING, now, reason="recovered after a broker restart")
         for job in self.store.list(states=[JobState.READY]):
-            self.store.transition(job.key, JobState.WAITING, now, expect=JobState.READY,
-                                  reason="dispatch not confirmed before a broker restart")
+            self._transition(job, JobState.WAITING, now,
+                             reason="dispatch not confirmed before a broker restart")
         for job in self.store.list(states=AT_CE):
             self.resync(job)
 
@@ -334,8 +387,8 @@ class Broker:
         try:
             r = self.http.get(f"{job.ce_url}/jobs/{job.key}", timeout=self.settings.dispatch_timeout_s)
             if r.status_code == 404:
-                self.store.transition(job.key, JobState.WAITING, self.clock.now(), expect=job.state,
-                                      reason="the CE no longer knows the job; resubmitting")
+                self._transition(job, JobState.WAITING, self.clock.now(),
+                                 reason="the CE no longer knows the job; resubmitting")
                 return
             r.raise_for_status()
             info = r.json()

@@ -32,10 +32,12 @@ class JobState(str, enum.Enum):
 S = JobState
 
 #: The only legal state changes. Waiting is reachable again from Ready/Scheduled/Running: that is
-#: a (shallow) resubmission after a failed dispatch or a lost CE.
+#: a (shallow) resubmission after a failed dispatch or a lost CE. Waiting -> Running is the path
+#: of a compound request's parent (collection, DAG, parametric), which is never matched itself
+#: and runs when its first node does (broker/compound.py); CE events never move a Waiting job.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.SUBMITTED: frozenset({S.WAITING, S.ABORTED, S.CANCELLED}),
-    S.WAITING: frozenset({S.READY, S.ABORTED, S.CANCELLED}),
+    S.WAITING: frozenset({S.READY, S.RUNNING, S.ABORTED, S.CANCELLED}),
     S.READY: frozenset({S.SCHEDULED, S.WAITING, S.ABORTED, S.CANCELLED}),
     S.SCHEDULED: frozenset({S.RUNNING, S.DONE, S.ABORTED, S.CANCELLED, S.WAITING}),
     S.RUNNING: frozenset({S.DONE, S.ABORTED, S.CANCELLED, S.WAITING}),

@@ -84,13 +84,30 @@ def test_missing_input_sandbox_file_is_rejected(site):
     assert r.status_code == 400 and "run.sh" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("name", ["05_collection_fuzzyrank.jdl", "06_parametric_list.jdl"])
-def test_compound_jobs_are_refused_clearly_not_run_wrongly(site, name):
-    url, _ = site
+@pytest.mark.parametrize("name,nodes", [("05_collection_fuzzyrank.jdl", 3), ("06_parametric_list.jdl", 2)])
+def test_compound_request_is_stored_as_parent_and_nodes(site, name, nodes):
+    url, broker = site
+    broker.stop()  # nothing dispatched: look at what submission stored
     text = (SHARED_JDL / name).read_text()
     r = requests.post(f"{url}/jobs", data={"jdl": text, "filename": name}, timeout=5)
-    assert r.status_code == 400 and "plain jobs only" in r.json()["error"]["message"]
-    assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
+    assert r.status_code == 201, r.text
+    parent = r.json()["key"]
+    jobs = requests.get(f"{url}/jobs", timeout=5).json()["jobs"]
+    children = [j for j in jobs if j["parent"] and j["parent"].endswith(parent)]
+    assert len(jobs) == nodes + 1 and len(children) == nodes
+    assert {j["state"] for j in jobs} == {"Waiting"}
+    assert all(j["kind"] == "node" for j in children)
+
+
+def test_cancelling_a_collection_cancels_its_nodes(site):
+    url, broker = site
+    broker.stop()
+    text = (SHARED_JDL / "05_collection_fuzzyrank.jdl").read_text()
+    parent = requests.post(f"{url}/jobs", data={"jdl": text, "filename": "c.jdl"}, timeout=5).json()["key"]
+    r = requests.post(f"{url}/jobs/{parent}/cancel", timeout=5)
+    assert r.status_code == 200 and r.json()["state"] == "Cancelled"
+    states = {j["node_name"]: j["state"] for j in requests.get(f"{url}/jobs", timeout=5).json()["jobs"]}
+    assert states == {None: "Cancelled", "first": "Cancelled", "second": "Cancelled", "third": "Cancelled"}
 
 
 def test_list_match_orders_by_sfete_and_filters_requirements(site):

@@ -77,6 +77,51 @@ def test_bad_jobs_end_aborted_with_reasons(site, tmp_path):
     assert "/nonexistent/vgrid-job" in jobs[k2]["reason"]
 
 
+DAG = """[
+  Type = "dag";
+  nodes = [
+    first = [ description = [ Executable = "/bin/echo"; Arguments = "one"; StdOutput = "o"; OutputSandbox = {"o"}; ]; ];
+    second = [ description = [ Executable = "/bin/echo"; Arguments = "two"; StdOutput = "o"; OutputSandbox = {"o"}; ]; ];
+    failing = [ description = [ Executable = "/bin/false"; ]; ];
+    never = [ description = [ Executable = "/bin/echo"; Arguments = "never"; ]; ];
+    dependencies = { { first, second }, { failing, never } };
+  ];
+]
+"""
+
+
+def test_collection_parametric_and_dag_run_as_nodes(site, tmp_path):
+    _, client, _ = site
+    dag = tmp_path / "dag.jdl"
+    dag.write_text(DAG)
+    parents = {name: client.submit_file(path)["key"] for name, path in
+               (("collection", SHARED_JDL / "05_collection_fuzzyrank.jdl"),
+                ("parametric", SHARED_JDL / "06_parametric_list.jdl"), ("dag", dag))}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        jobs = {j["key"]: j for j in client.jobs()}
+        if all(jobs[k]["state"] in ENDED for k in parents.values()):
+            break
+        time.sleep(0.3)
+    nodes = lambda key: {j["node_name"]: j for j in jobs.values() if j["parent"] and j["parent"].endswith(key)}
+    coll, param, dagn = (nodes(parents[k]) for k in ("collection", "parametric", "dag"))
+    assert jobs[parents["collection"]]["state"] == "Done" and len(coll) == 3
+    assert {n["state"] for n in coll.values()} == {"Done"}
+    assert jobs[parents["parametric"]]["state"] == "Done" and len(param) == 2
+    assert {n["state"] for n in param.values()} == {"Done"}
+    outputs = sorted(f for n in param.values()
+                     for f in client._call("GET", f"/jobs/{n['key']}/output").json()["files"])
+    assert outputs == ["echo2.err", "echo2.out", "echotest.err", "echotest.out"]  # _PARAM_ replaced
+    # DAG: second ran after first; never was not run because failing exited 1
+    assert dagn["first"]["state"] == dagn["second"]["state"] == "Done"
+    first_done = next(h["time"] for h in dagn["first"]["history"] if h["state"] == "Done")
+    second_waiting = next(h["time"] for h in dagn["second"]["history"] if h["state"] == "Waiting")
+    assert second_waiting >= first_done
+    assert dagn["failing"]["state"] == "Done" and dagn["failing"]["exit_code"] == 1
+    assert dagn["never"]["state"] == "Aborted" and "failing (Done, exit code 1)" in dagn["never"]["reason"]
+    assert jobs[parents["dag"]]["state"] == "Aborted"
+
+
 def test_broker_sigkill_loses_no_accepted_job(site):
     group, client, tmp = site
     broker = next(s for s in group.services if s.name == "broker")
