@@ -19,14 +19,35 @@ class Node:
     def children(self) -> tuple["Node", ...]:
         return ()
 
-    def __eq__(self, other):  # structural equality, positions ignored
-        return type(self) is type(other) and self._key() == other._key()
+    def __eq__(self, other):
+        """Structural equality, positions ignored; iterative, so deep trees are fine."""
+        stack = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b:
+                continue
+            if type(a) is not type(b) or a._key() != b._key():
+                return False
+            ka, kb = a._operands(), b._operands()
+            if len(ka) != len(kb):
+                return False
+            stack.extend(zip(ka, kb))
+        return True
 
     def __hash__(self):
-        return hash((type(self).__name__, self._key()))
+        h, stack = 0, [self]
+        while stack:
+            x = stack.pop()
+            h = hash((h, type(x).__name__, x._key()))
+            stack.extend(x._operands())
+        return h
 
     def _key(self):
-        raise NotImplementedError
+        """What this node adds to equality besides its operands."""
+        return ()
+
+    def _operands(self) -> tuple:
+        return self.children()
 
     def __repr__(self) -> str:
         from .printer import unparse  # local: printer imports nodes
@@ -73,7 +94,7 @@ class Select(Node):
         return (self.base,)
 
     def _key(self):
-        return (self.base, self.lname)
+        return self.lname
 
 
 class Subscript(Node):
@@ -88,8 +109,6 @@ class Subscript(Node):
     def children(self):
         return (self.base, self.index)
 
-    def _key(self):
-        return (self.base, self.index)
 
 
 class Unary(Node):
@@ -105,7 +124,7 @@ class Unary(Node):
         return (self.operand,)
 
     def _key(self):
-        return (self.op, self.operand)
+        return self.op
 
 
 class Binary(Node):
@@ -122,7 +141,7 @@ class Binary(Node):
         return (self.left, self.right)
 
     def _key(self):
-        return (self.op, self.left, self.right)
+        return self.op
 
 
 class Conditional(Node):
@@ -139,7 +158,7 @@ class Conditional(Node):
         return tuple(n for n in (self.cond, self.then, self.otherwise) if n is not None)
 
     def _key(self):
-        return (self.cond, self.then, self.otherwise)
+        return self.then is None
 
 
 class Call(Node):
@@ -156,7 +175,7 @@ class Call(Node):
         return self.args
 
     def _key(self):
-        return (self.lname, self.args)
+        return (self.lname, len(self.args))
 
 
 class ListExpr(Node):
@@ -171,7 +190,7 @@ class ListExpr(Node):
         return self.items
 
     def _key(self):
-        return self.items
+        return len(self.items)
 
 
 class AttrDef:
@@ -209,4 +228,7 @@ class RecordExpr(Node):
         return tuple(d.expr for d in self.defs)
 
     def _key(self):
-        return tuple(sorted((k, d.expr) for k, d in self.attrs.items()))
+        return tuple(sorted(self.attrs))
+
+    def _operands(self):
+        return tuple(self.attrs[k].expr for k in sorted(self.attrs))

@@ -170,3 +170,40 @@ def test_fast_parser_agrees_on_mutated_jdl(data):
         i = data.draw(st.integers(0, len(text)))
         text = text[:i] + data.draw(st.sampled_from(JDL_ALPHABET)) + text[i + 1:]
     _assert_agree(text)
+
+
+# ---- the canonical printer on whole job descriptions ----------------------------------------
+
+SAFE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=15)
+PATHS = st.from_regex(r"/[a-z]{1,8}(/[a-z0-9_.]{1,8}){0,2}", fullmatch=True)
+
+
+@st.composite
+def job_descriptions(draw):
+    attrs = {"Executable": quote(draw(PATHS)), "Arguments": quote(draw(SAFE_TEXT)),
+             "StdOutput": quote(draw(SAFE_TEXT)),
+             "InputSandbox": "{ " + ", ".join(quote(p) for p in draw(st.lists(PATHS, max_size=3)))
+                             + " }",
+             "RetryCount": str(draw(st.integers(0, 10))),
+             "FuzzyRank": draw(st.sampled_from(["true", "false"])),
+             "Requirements": unparse(draw(exprs)), "Rank": unparse(draw(exprs))}
+    for name in draw(st.lists(NAMES, max_size=3)):
+        attrs.setdefault(name, unparse(draw(exprs)))
+    return "[\n" + "".join(f"  {k} = {v};\n" for k, v in attrs.items()) + "]\n"
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(job_descriptions())
+def test_printed_job_description_parses_back_to_an_equal_model(text):
+    from jdl import to_jdl
+    try:
+        job = parse_jdl(text, "gen.jdl")
+    except JDLError:  # e.g. a generated constant Requirements that is not boolean
+        job = parse_jdl(text, "gen.jdl", validate=False)
+    again = parse_jdl(to_jdl(job), "printed.jdl", validate=False)
+    assert again == job
+    for prop in ("executable", "arguments", "std_output", "input_sandbox", "retry_count",
+                 "fuzzy_rank"):
+        assert getattr(again, prop) == getattr(job, prop)
+    assert again.requirements.text == job.requirements.text and again.rank == job.rank
+    assert to_jdl(again) == to_jdl(job)
