@@ -159,3 +159,12 @@ def test_every_option_is_documented():
     for opt in OPTIONS:
         assert f"`{opt.name}`" in table and opt.doc
         assert f"`{opt.name}`" in text, f"docs/leasing.md does not document {opt.name}"
+
+
+def test_lwf_ids_are_offset_and_must_be_unique(tmp_path):
+    p = tmp_path / "t.lwf"
+    p.write_text(XML)
+    assert sorted(l.id for l in read_trace(p, id_offset=100).leases) == [107, 108, 109]
+    p.write_text(XML.replace('<lease id="8"', '<lease id="7"'))
+    with pytest.raises(TraceError, match=r"t.lwf:\d+: lease id 7 already used on line 7"):
+        read_trace(p)

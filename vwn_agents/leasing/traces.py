@@ -117,13 +117,18 @@ def read_lwf_xml(text: str, path: Path, id_offset: int = 0) -> Workload:
     if root.tag != "lease-workload":
         raise TraceError(path, root.sourceline, f"root element is <{root.tag}>, expected <lease-workload>")
     leases = []
+    seen: dict = {}
     for i, req in enumerate(root.findall("lease-requests/lease-request")):
-        leases.append(_lwf_lease(req, path, id_offset + i + 1))
+        lease = _lwf_lease(req, path, id_offset + i + 1, id_offset)
+        if lease.id in seen:
+            raise TraceError(path, req.sourceline, f"lease id {lease.id - id_offset} already used on line {seen[lease.id]}")
+        seen[lease.id] = req.sourceline
+        leases.append(lease)
     leases.sort(key=lambda l: (l.submit_s, l.id))
     return Workload(leases, _site(root, path), root.get("name", path.name))
 
 
-def _lwf_lease(req, path, default_id) -> Lease:
+def _lwf_lease(req, path, default_id, id_offset=0) -> Lease:
     def t(elem, attr="time"):
         try:
             return parse_time(elem.get(attr))
@@ -148,7 +153,7 @@ def _lwf_lease(req, path, default_id) -> Lease:
         ltype = LeaseType.IMMEDIATE
     img = lease_el.find("software/disk-image")
     try:
-        lid = int(lease_el.get("id", default_id))
+        lid = default_id if lease_el.get("id") is None else id_offset + int(lease_el.get("id"))
         return Lease(
             id=lid, type=ltype, submit_s=submit, duration_s=t(dur),
             n_vms=int(nodeset.get("numnodes")), per_vm=_res_vector(nodeset, path),
