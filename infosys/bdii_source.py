@@ -6,7 +6,7 @@ import time
 import ldap3
 
 from infosys.glue import AD_ID, Rejected, glue13_ce_ads
-from infosys.glue2 import glue2_ce_ads
+from infosys.glue2 import glue2_ce_ads, merge_glue_ads
 from infosys.ldapclient import (LdapError, connect, ldapsearch_available, search_entries,
                                 search_entries_ldapsearch, server_schema_types)
 from infosys.schema import SchemaTypes
@@ -65,8 +65,7 @@ class BdiiSource:
         ads, rejected = glue13_ce_ads(g13, self.types)
         if g2:
             ads2, rejected2 = glue2_ce_ads(g2, self.types)
-            have = {a["GlueCEUniqueID"] for a in ads}
-            ads.extend(a for a in ads2 if a["GlueCEUniqueID"] not in have)
+            ads = merge_glue_ads(ads, ads2)
             rejected.extend(rejected2)
         self.rejected = rejected
         return ads

@@ -228,3 +228,10 @@ def _share_ad(share_id: str, share: dict, ep: dict, idx, many_eps: bool) -> dict
     ad["CloseStorageElements"] = []
     ad[AD_ID] = ce_id
     return ad
+
+
+def merge_glue_ads(ads13: list[dict], ads2: list[dict]) -> list[dict]:
+    """GLUE 1.3 ads plus the GLUE 2.0 ads of CEs that publish no GLUE 1.3 (the WMS reads
+    GLUE 1.3 first; a CE published in both schemas appears once)."""
+    have = {a.get("GlueCEUniqueID") for a in ads13}
+    return ads13 + [a for a in ads2 if a.get("GlueCEUniqueID") not in have]

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from infosys.glue import Rejected, glue13_ce_ads
+from infosys.glue2 import glue2_ce_ads, merge_glue_ads
 from infosys.ldif import LdifError, parse_ldif
 
 
@@ -63,16 +64,21 @@ class StaticSource:
 
 
 class LdifFileSource:
-    """GLUE 1.3 CE ads from an LDIF file, read at every fetch.
+    """CE ads from an LDIF file, read at every fetch.
 
-    Raises SourceError for an unreadable file or malformed LDIF (``file:line: message``).
+    glue: "1.3", "2.0" or "both" (default: GLUE 1.3 ads plus GLUE 2.0 ads of CEs without
+    GLUE 1.3, as BdiiSource). Raises SourceError for an unreadable file or malformed LDIF
+    (``file:line: message``).
     """
 
     blocking = True
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, glue: str = "both") -> None:
+        if glue not in ("1.3", "2.0", "both"):
+            raise ValueError(f"glue must be '1.3', '2.0' or 'both', not {glue!r}")
         self.path = Path(path)
         self.name = str(path)
+        self.glue = glue
         self.rejected: list[Rejected] = []
 
     def fetch(self) -> list[dict]:
@@ -84,7 +90,12 @@ class LdifFileSource:
             entries = parse_ldif(text, source=str(self.path))
         except LdifError as e:
             raise SourceError(str(e)) from None
-        ads, self.rejected = glue13_ce_ads(entries)
+        ads, rejected = glue13_ce_ads(entries) if self.glue != "2.0" else ([], [])
+        if self.glue != "1.3":
+            ads2, rejected2 = glue2_ce_ads(entries)
+            ads = merge_glue_ads(ads, ads2)
+            rejected += rejected2
+        self.rejected = rejected
         return ads
 
 

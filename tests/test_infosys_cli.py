@@ -145,3 +145,13 @@ def test_bdii_update_every_keeps_updating_until_interrupted(bdii, tmp_path):
     assert proc.returncode == 0 and "Traceback" not in errs
     reports = [json.loads(line) for line in out.splitlines()]
     assert reports[0]["report"]["added"] > 10 and any(r["report"]["modified"] for r in reports)
+
+
+def test_info_glue2_view_of_the_same_site():
+    r = run(info_cmd, ["--ldif", SITE, "--glue", "2.0", "--json"])
+    assert r.exit_code == 0, r.output
+    ces = json.loads(r.stdout)["ces"]
+    assert [(c["id"], c["waiting"], c["acbr"]) for c in ces] == [
+        ("ce01.example:8443/cream-pbs-long", 1, ["VO:dteam"])]
+    both = json.loads(run(info_cmd, ["--ldif", SITE, "--json"]).stdout)["ces"]
+    assert len(both) == 3  # the GLUE 2.0 share is the same CE as the GLUE 1.3 one
