@@ -88,11 +88,16 @@ def node_entries(rec: n.RecordExpr, kind: str, filename: str):
     return entries, (expr if type(expr) is n.RecordExpr else None), problems
 
 
-def load_node_file(entry: NodeEntry, base_dir: str, filename: str):
-    """(record, path) of a file= node, or raises JDLError / returns a Problem."""
+def load_node_file(entry: NodeEntry, base_dir: str | None, filename: str):
+    """(record, path, problem) of a file= node. base_dir None: the JDL did not come from a
+    file (e.g. over HTTP), so no local file is read and the node is a problem."""
     from .parser import parse_classad
-    path = entry.file if os.path.isabs(entry.file) else os.path.join(base_dir, entry.file)
     fd = entry.wrapper.attrs["file"]
+    if base_dir is None:
+        return None, entry.file, Problem(filename, fd.expr.line, fd.expr.column,
+                                         f"node file {entry.file!r} cannot be read: the JDL "
+                                         "was not read from a file (use description = [...])")
+    path = entry.file if os.path.isabs(entry.file) else os.path.join(base_dir, entry.file)
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

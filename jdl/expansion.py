@@ -62,12 +62,12 @@ class Expansion:
 
 def expand(job: JobDescription, base_dir: str | None = None) -> Expansion:
     """Expand `job` into plain jobs. base_dir: directory for `file=` nodes (default: the
-    directory of job.filename, else the current one). Raises JDLValidationError with every
-    problem (unreadable node files, invalid nodes, unknown dependencies, cycles, too many
-    jobs)."""
-    if base_dir is None:
-        base_dir = os.path.dirname(os.path.abspath(job.filename)) \
-            if os.path.exists(job.filename) else os.getcwd()
+    directory of job.filename when that is an existing file; otherwise `file=` nodes are a
+    problem, so a server never reads local files named by a submitted JDL). Raises
+    JDLValidationError with every problem (unreadable node files, invalid nodes, unknown
+    dependencies, cycles, too many jobs)."""
+    if base_dir is None and os.path.isfile(job.filename):
+        base_dir = os.path.dirname(os.path.abspath(job.filename))
     kind = job.type
     if kind in ("dag", "collection"):
         return _expand_compound(job, kind, base_dir)
@@ -175,7 +175,7 @@ def _rebuild(x: n.Node, done: dict, old: str, new: str) -> n.Node:
 
 # ---- collections and DAGs -----------------------------------------------------------------
 
-def _expand_compound(job: JobDescription, kind: str, base_dir: str) -> Expansion:
+def _expand_compound(job: JobDescription, kind: str, base_dir: str | None) -> Expansion:
     rec, filename = job.record, job.filename
     entries, nodes_rec, problems = node_entries(rec, kind, filename)
     if len(entries) > MAX_JOBS:
@@ -192,6 +192,7 @@ def _expand_compound(job: JobDescription, kind: str, base_dir: str) -> Expansion
         merged = inherit(rec, desc)
         sub_dir = os.path.dirname(fname) if fname != filename else base_dir
         problems += validate_record(merged, fname, sub_dir)
+        # (validate_record reads nested file= nodes only below a directory it was given)
         resolved.append((e.name, merged, fname))
     edges = []
     if kind == "dag":

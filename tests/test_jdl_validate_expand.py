@@ -183,3 +183,10 @@ def test_canonical_printer_round_trips_the_real_files(path):
     again = parse_jdl(to_jdl(job), "printed.jdl")
     assert again == job
     assert [j.description for j in expand(again).jobs] == [j.description for j in expand(job).jobs]
+
+
+def test_file_nodes_of_a_jdl_not_read_from_a_file_are_refused():
+    job = parse_jdl('[ Type = "collection"; Nodes = { [ file = "/etc/hostname" ] } ]', "sent.jdl")
+    with pytest.raises(JDLValidationError) as info:
+        expand(job)
+    assert "was not read from a file" in info.value.problems[0].message
