@@ -19,6 +19,8 @@ from rich.table import Table
 import jdl as jdlmod
 
 from .client import BrokerClient, ClientError, split_job_id
+from vwn_agents.wsgi import ServeError
+
 from .config import BrokerConfig, ConfigError
 
 err_console = Console(stderr=True)
@@ -42,6 +44,8 @@ def handle_errors(fn):
             fail(str(exc).replace("[", "\\["), 2)
         except ClientError as exc:
             fail(str(exc).replace("[", "\\["), 2 if exc.status and 400 <= exc.status < 500 else 1)
+        except ServeError as exc:
+            fail(str(exc), 1)
     return wrapper
 
 
@@ -85,7 +89,7 @@ broker_opt = click.option("--broker", "broker_url", default=None, metavar="URL",
 
 
 @main.command()
-@click.argument("jdl_file", type=click.Path(dir_okay=False))
+@click.argument("jdl_file", type=click.Path(dir_okay=False, exists=True))
 @broker_opt
 @handle_errors
 def submit(jdl_file: str, broker_url: str | None) -> None:
@@ -189,7 +193,7 @@ def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | No
 
 
 @main.command("list-match")
-@click.argument("jdl_file", type=click.Path(dir_okay=False))
+@click.argument("jdl_file", type=click.Path(dir_okay=False, exists=True))
 @broker_opt
 @click.option("--ldif", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="match against CE ads from GLUE LDIF file(s) instead of a broker's ISM")

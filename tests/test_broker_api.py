@@ -209,3 +209,24 @@ def test_cli_unknown_job_and_unreachable_broker(site):
     assert res.returncode == 2 and "unknown job" in res.stderr
     down = run_cli("status", "--broker", "http://127.0.0.1:9")
     assert down.returncode == 1 and "cannot reach the broker" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_serve_on_a_busy_port_is_a_clear_error(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = tmp_path / "b.toml"
+        cfg.write_text(f'port = {port}\nstate_dir = "{tmp_path / "state"}"\n')
+        res = run_cli("serve", "broker", "--config", str(cfg))
+    assert res.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_serve_with_bad_config_names_the_field(tmp_path):
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('port = "eighty"\n')
+    res = run_cli("serve", "broker", "--config", str(cfg))
+    assert res.returncode == 2 and "field 'port'" in res.stderr and str(cfg) in res.stderr

@@ -14,6 +14,10 @@ from pathlib import Path
 from waitress.server import create_server
 
 
+class ServeError(OSError):
+    """The service cannot listen (address in use, permission denied); str() says where and why."""
+
+
 def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
           threads: int = 8, on_stop=None) -> None:
     """Serve ``app`` until SIGTERM/SIGINT.
@@ -25,7 +29,10 @@ def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = 
     """
     if on_stop is None:
         on_stop = app.config.get("VGRID_ON_STOP")
-    server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
+    try:
+        server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     url = f"http://{host}:{server.effective_port}"
     app.config["VGRID_URL"] = url
     on_bound = app.config.get("VGRID_ON_BOUND")
