@@ -49,7 +49,8 @@ PREEMPTION_CLASSES = ("cancellable", "suspendable", "migratable", "non-preemptab
 
 _TABLE = [
     _a("Type", "string", ALL, "job", ("job", "dag", "collection"), doc="kind of request"),
-    _a("JobType", "string", {JOB}, "normal", JOB_TYPES, doc="kind of job"),
+    _a("JobType", "strings", {JOB}, "normal", JOB_TYPES,
+       doc="kind of job (a list combines kinds, as gLite 2.x allowed)"),
     _a("Executable", "string", {JOB}, doc="command run on the worker node (mandatory for a job)"),
     _a("Arguments", "string", {JOB}, "", doc="command-line arguments"),
     _a("StdInput", "string", {JOB}, doc="file given as standard input"),

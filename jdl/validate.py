@@ -127,9 +127,10 @@ class _Checker:
             self.add(d.expr, f"Rank must be a numeric expression, not {_article(type_name(v))}")
 
     def check_value(self, spec, d, v):
-        if spec.choices and type(v) is str and v.lower() not in spec.choices:
-            self.add(d.expr, f"{spec.name} must be one of "
-                             + ", ".join(f'"{c}"' for c in spec.choices) + f", not {v!r}")
+        for item in (v if type(v) is list else [v]) if spec.choices else ():
+            if type(item) is str and item.lower() not in spec.choices:
+                self.add(d.expr, f"{spec.name} must be one of "
+                                 + ", ".join(f'"{c}"' for c in spec.choices) + f", not {item!r}")
         if spec.minimum is not None and type(v) in (int, float) and v < spec.minimum:
             self.add(d.expr, f"{spec.name} must be >= {spec.minimum:g}, not {v}")
         if spec.kind == "time" and type(v) is str:
