@@ -16,7 +16,7 @@ from vwn_agents.placement import NodeLoad, fewest_vwns
 from vwn_agents.testing import Receiver
 from vwn_agents.wsgi import BackgroundServer
 
-DATA = Path("/work/shared/data/jdl")
+from .paths import SHARED_JDL as DATA  # noqa: E402
 REPO_JDL = Path(__file__).resolve().parent.parent / "examples" / "jdl"
 _keys = itertools.count(1)
 
