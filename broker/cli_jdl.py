@@ -91,7 +91,12 @@ def jdl_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def check_cmd(files: tuple[str, ...], as_json: bool) -> None:
     """Report every problem in FILES (exit 1 if any, 2 if a file cannot be read)."""
-    results = [_check_one(f) for f in files]
+    if sys.stderr.isatty() and len(files) > 50:  # long work: a progress bar, only on a TTY
+        from rich.progress import track
+        results = [_check_one(f) for f in track(files, description="checking",
+                                                console=_err, transient=True)]
+    else:
+        results = [_check_one(f) for f in files]
     if as_json:
         doc = {"files": [{k: r[k] for k in ("path", "ok", "jobs", "errors")} for r in results]}
         click.echo(json.dumps(doc, indent=2))
