@@ -49,7 +49,20 @@ configs = st.fixed_dictionaries({
     "migration": st.sampled_from(["no", "yes", "yes-notransfer"]),
     "ar-transfer-strategy": st.sampled_from(["edf", "edf-jit"]),
     "besteffort-mode": st.sampled_from(["parallel", "serial"]),
+    "imagetransfer-link": st.sampled_from(["separate", "shared"]),
 })
+
+
+def check_links(sched, shared):
+    """Transfers on one link never overlap (both links are one when shared)."""
+    links: dict = {}
+    for r in sched.transfer_log_res:
+        key = "one" if shared else r.link
+        links.setdefault(key, []).append((r.start, r.end))
+    for spans in links.values():
+        spans.sort()
+        for (a1, b1), (a2, b2) in zip(spans, spans[1:]):
+            assert a2 >= b1 - 1e-9, spans
 
 
 def check_no_overcommit(leases, site):
@@ -70,6 +83,7 @@ def test_invariants(work, opts):
     result = simulate(leases, site, LeaseConfig(opts))  # OverCommitError would fail the test
     done = list(result.scheduler.leases.values())
     check_no_overcommit([l for l in done if l.id not in result.scheduler.children], site)  # parents repeat VMs
+    check_links(result.scheduler, opts["imagetransfer-link"] == "shared")
     for lease in done:
         if lease.is_ar and lease.state is not LeaseState.REJECTED:
             assert lease.state is LeaseState.DONE

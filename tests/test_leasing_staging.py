@@ -18,7 +18,7 @@ def ar(lid, start, image, dur=1000.0, n=1, submit=0.0, mb=1000.0):
 
 
 def scheduler(strategy, nodes=2, **opts):
-    cfg = LeaseConfig({**BASE, "ar-transfer-strategy": strategy, **opts})
+    cfg = LeaseConfig({**BASE, "ar-transfer-strategy": strategy, **{k.replace("_", "-"): v for k, v in opts.items()}})
     clock = SimulatedClock(0.0)
     site = uniform_site(nodes, 1, 1024)
     return LeaseScheduler(site, cfg, clock, SimulatedNodes(site))
@@ -148,3 +148,30 @@ def test_online_edf_and_edf_jit_can_differ_because_started_transfers_do_not_move
     second = lambda: [ar(1, 2000, "a.img"), ar(3, 2010, "c.img", submit=1950, mb=500)]
     assert run("edf", second()) == {1, 3}
     assert run("edf-jit", second()) == {1}
+
+
+def be(lid, image, dur=300.0, submit=0.0, mb=1000.0):
+    return Lease(lid, LeaseType.BEST_EFFORT, submit, dur, 1, VM, image, mb, True)
+
+
+def test_shared_link_best_effort_fills_gaps_and_edf_works_around_it():
+    s = scheduler("edf-jit", imagetransfer_link="shared")
+    s.submit(ar(1, 1000, "a.img"))  # EDF/JIT: [900, 1000)
+    s.submit(be(2, "b.img"))
+    s.process(0)
+    t = transfers(s)
+    assert t[1] == (900, 1000) and t[2] == (0, 100)  # the best-effort transfer took the gap
+    s.submit(ar(3, 150, "c.img"))  # would need [50, 150): the best-effort transfer is in the way
+    assert s.leases[3].state is LeaseState.REJECTED
+    s.submit(ar(4, 250, "c.img"))  # [150, 250) fits after it
+    assert s.leases[4].state is LeaseState.SCHEDULED and transfers(s)[4] == (150, 250)
+
+
+def test_separate_links_do_not_interfere():
+    s = scheduler("edf-jit")
+    s.submit(ar(1, 1000, "a.img"))
+    s.submit(be(2, "b.img"))
+    s.process(0)
+    s.submit(ar(3, 150, "c.img"))
+    assert s.leases[3].state is LeaseState.SCHEDULED
+    assert transfers(s)[3] == (50, 150)

@@ -88,6 +88,9 @@ OPTIONS: tuple[Option, ...] = (
            "vgrid: local copy speed in MB/s for `diskimage-copy = copy`.", minimum=1e-9),
     Option("imagetransfer-bandwidth", "simulation", float, 100.0,
            "Bandwidth of the image repository in Mb/s (Haizea's unit: 100 = 12.5 MB/s).", minimum=1e-9),
+    Option("imagetransfer-link", "simulation", str, "separate",
+           "vgrid: `separate` links for AR and best-effort transfers (seed 000's assumption) or one "
+           "`shared` link (best-effort transfers fill gaps between AR transfers).", ("separate", "shared")),
     Option("imagetransfer-bandwidth-ar", "simulation", float, 0.0,
            "vgrid: bandwidth in Mb/s reserved for AR transfers (0 = imagetransfer-bandwidth). "
            "AR and best-effort transfers use separate links (seed 000's assumption).", minimum=0.0),
@@ -158,7 +161,9 @@ class LeaseConfig:
 
     def link_bandwidth_mbs(self, link: str) -> float:
         """Bandwidth of the AR (``"ar"``) or best-effort (``"be"``) link in MB/s."""
-        mbps = self.imagetransfer_bandwidth_ar if link == "ar" else self.imagetransfer_bandwidth_be
+        if self.imagetransfer_link == "shared":
+            return self.imagetransfer_bandwidth / 8.0
+        mbps = self.imagetransfer_bandwidth_ar if link.startswith("ar") else self.imagetransfer_bandwidth_be
         return (mbps or self.imagetransfer_bandwidth) / 8.0
 
 

@@ -54,6 +54,7 @@ class LeaseScheduler:
         self._sub_ids = itertools.count(10**12)
         self._slots_cache: dict = {}
         self.transfer_log: list[tuple] = []  # (lease id, image, dest nodes, start s, end s) as started
+        self.transfer_log_res: list[Reservation] = []
         self._dirty = False
         self.suspend_rate = config.suspend_rate
         self.resume_rate = config.resume_rate
@@ -223,6 +224,7 @@ class LeaseScheduler:
 
     def _start_transfer(self, res: Reservation, t: float) -> None:
         self.transfer_log.append((res.lease.id, res.image_id, res.dest, res.start, res.end))
+        self.transfer_log_res.append(res)
         self.enactment.start_transfer(res, t)
 
     def _end_transfer(self, res: Reservation, t: float) -> None:

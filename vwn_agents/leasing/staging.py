@@ -16,7 +16,10 @@
 * Reuse and piggybacking through ``ImagePools`` (Algorithm 4, Section 6.3.1).
 
 AR and best-effort transfers use separate links (seed 000's assumption) whose bandwidths are
-``imagetransfer-bandwidth-ar``/``-be`` (Mb/s). Sizes in MB, times in s.
+``imagetransfer-bandwidth-ar``/``-be`` (Mb/s), or one shared link (``imagetransfer-link =
+shared``): best-effort transfers then go into gaps between AR transfers, and EDF/JIT lay AR
+transfers out around the best-effort transfers already scheduled (which do not move). Sizes in
+MB, times in s.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Staging:
         self.strategy = config.ar_transfer_strategy
         self.multicast = config.transfer_mechanism == "multicast"
         self.piggyback = config.avoid_redundant_transfers
+        self.shared = config.imagetransfer_link == "shared"
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
 
@@ -108,30 +112,76 @@ class Staging:
         sched.sort(key=lambda r: (r.deadline, r.id))
         return sched
 
+    def _fixed(self) -> list[tuple[float, float]]:
+        """Busy intervals of the AR link that EDF cannot move: started AR transfers and, on a
+        shared link, every best-effort transfer."""
+        out = []
+        for r in self.st.reservations():
+            if r.kind is not ResKind.TRANSFER or r.link == "ar-naive":
+                continue
+            if (r.link == "ar" and r.state is ResState.ACTIVE) or (self.shared and r.link == "be"):
+                out.append((r.start, r.end))
+        return sorted(out)
+
+    @staticmethod
+    def _earliest_gap(t: float, dur: float, busy: list) -> float:
+        """First start >= t of a gap of length ``dur`` between sorted ``busy`` intervals."""
+        for a, b in busy:
+            if b <= t:
+                continue
+            if a >= t + dur:
+                break
+            t = max(t, b)
+        return t
+
+    @staticmethod
+    def _latest_gap(end_by: float, dur: float, busy: list) -> float:
+        """Latest start of a gap of length ``dur`` ending by ``end_by``."""
+        s = end_by - dur
+        for a, b in reversed(busy):
+            if a >= s + dur:
+                continue
+            if b <= s:
+                break
+            s = a - dur
+        return s
+
     def edf_layout(self, now: float) -> bool:
-        """Seed 000 Algorithm 2 over all AR transfers that have not started."""
-        busy = [r.end for r in self.st.reservations()
-                if r.kind is ResKind.TRANSFER and r.link == "ar" and r.state is ResState.ACTIVE]
-        nxt = max([now] + busy)
+        """Seed 000 Algorithm 2 over all AR transfers that have not started: by deadline, back
+        to back from when the link is free (around the fixed intervals of a shared link)."""
+        fixed = self._fixed()
+        nxt = now
         for tr in self.ar_schedule():
             dur = tr.end - tr.start
-            end = nxt + dur
+            start = self._earliest_gap(nxt, dur, fixed)
+            end = start + dur
             if end > tr.deadline + 1e-9:
                 return False
-            if tr.start != nxt:
-                self.st.move(tr, nxt, end)
+            if tr.start != start:
+                self.st.move(tr, start, end)
             nxt = end
         return True
 
     def jit_push(self) -> None:
         """Seed 000 Algorithm 3's backward pass: push transfers as late as possible."""
+        fixed = self._fixed()
         nxt = INF
         for tr in reversed(self.ar_schedule()):
             dur = tr.end - tr.start
-            start = min(tr.deadline, nxt) - dur
+            start = self._latest_gap(min(tr.deadline, nxt), dur, fixed)
             if start != tr.start:
                 self.st.move(tr, start, start + dur)
             nxt = start
+
+    def _be_start(self, now: float, dur: float) -> float:
+        """Start of the next FIFO best-effort transfer (after the queue's tail; on a shared
+        link also in a gap of the AR transfers as they are placed now)."""
+        t = max(now, self.be_tail)
+        if not self.shared:
+            return t
+        busy = sorted((r.start, r.end) for r in self.st.reservations()
+                      if r.kind is ResKind.TRANSFER and r.link in ("ar", "ar-naive") and r.end > t)
+        return self._earliest_gap(t, dur, busy)
 
     def _stage_naive(self, lease: Lease, missing: list, t_s: float, t_e: float, now: float) -> bool:
         dur = self.transfer_time(lease.image_mb, "ar")
@@ -152,7 +202,8 @@ class Staging:
         if it is not in the pool or arriving); None when staging is off."""
         if not self.enabled:
             return None
-        tail = max(now, self.be_tail) + self.transfer_time(lease.image_mb, "be")
+        dur = self.transfer_time(lease.image_mb, "be")
+        tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
         out = []
         for node in range(n_nodes):
@@ -180,7 +231,7 @@ class Staging:
                 missing.append(node)
         groups = [tuple(missing)] if (self.multicast and missing) else [(n,) for n in missing]
         for dest in groups:
-            t0 = max(now, self.be_tail)
+            t0 = self._be_start(now, self.transfer_time(lease.image_mb, "be"))
             res = self._new_transfer(lease, "be", t0, dest, None)
             self.st.set(self, "be_tail", res.end)
             for node in dest:
