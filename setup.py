@@ -19,6 +19,7 @@ setup(
         "ldap3>=2.9",
         "lxml>=5",
         "matplotlib>=3.8",
+        "numpy>=1.26",
         "regex>=2023.0",
         "requests>=2.31",
         "rich>=13",
