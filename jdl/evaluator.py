@@ -9,6 +9,8 @@ Source: HTCondor manual "ClassAd Evaluation Semantics" (scoping, MY/TARGET, unde
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from . import nodes as n
 from .operators import BINARY, UNARY, fold, identical, to_bool
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32
@@ -54,12 +56,22 @@ def compile_expr(node: n.Node):
 
 
 def evaluate(node: n.Node, ad=None, other=None):
-    """Evaluate `node` in record `ad` (ClassAd/MappingAd or None) against `other`."""
+    """Evaluate `node` in record `ad` against record `other` (each a ClassAd, a MappingAd, any
+    Mapping of plain values, or None). Returns a ClassAd value (never raises)."""
+    ad, other = _record(ad), _record(other)
     ctx = Ctx(ad, ad, other, set())
     try:
         return compile_expr(node)(ctx)
     except RecursionError:
         return ERROR
+
+
+def _record(x):
+    if x is None or type(x) is ClassAd or type(x) is MappingAd:
+        return x
+    if isinstance(x, Mapping):
+        return MappingAd(x)
+    raise TypeError(f"a record must be a ClassAd or a Mapping, not {type(x).__name__}")
 
 
 def attr_value(ad, name: str, lname: str, ctx: Ctx):
