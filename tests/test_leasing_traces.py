@@ -168,3 +168,24 @@ def test_lwf_ids_are_offset_and_must_be_unique(tmp_path):
     p.write_text(XML.replace('<lease id="8"', '<lease id="7"'))
     with pytest.raises(TraceError, match=r"t.lwf:\d+: lease id 7 already used on line 7"):
         read_trace(p)
+
+
+rows = st.lists(st.tuples(st.integers(0, 10**6), st.one_of(st.just(-1), st.integers(0, 10**6)),
+                          st.integers(1, 10**5), st.integers(1, 10**5), st.integers(1, 64),
+                          st.integers(1, 4), st.integers(1, 8192), st.integers(0, 10**4),
+                          st.from_regex(r"[a-z][a-z0-9_.]{0,12}", fullmatch=True), st.integers(0, 4096)),
+                min_size=1, max_size=20)
+
+
+@given(rows)
+def test_old_lwf_text_fields_roundtrip(tmp_path_factory, rows):
+    p = tmp_path_factory.mktemp("lwf") / "r.lwf"
+    p.write_text("".join(" ".join(str(x) for x in r) + "\n" for r in rows))
+    leases = sorted(read_trace(p).leases, key=lambda l: l.id)
+    assert len(leases) == len(rows)
+    for lease, (submit, start, dur, real, n, cpu, mem, disk, image, size) in zip(leases, rows):
+        assert (lease.submit_s, lease.duration_s, lease.n_vms, lease.image_id, lease.image_mb) == \
+            (submit, dur, n, image, size)
+        assert lease.per_vm[:3] == (cpu * 100, mem, disk)
+        assert lease.requested_start_s == (None if start == -1 else start)
+        assert lease.real_duration_s == (None if real == dur else real)
