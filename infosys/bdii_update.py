@@ -15,8 +15,9 @@ from typing import Callable, Iterable
 
 import ldap3
 
+from infosys.bdii_bulk import Op, apply_with_ldapmodify, ldap_tools_available
 from infosys.glue import Rejected
-from infosys.ldapclient import LdapError, connect, search_entries
+from infosys.ldapclient import LdapError, connect, search_entries, search_entries_ldapsearch
 from infosys.ldif import LdifEntry
 
 BASE_ENTRIES = (
@@ -118,37 +119,100 @@ def _wanted(entries: Iterable[LdifEntry], report: UpdateReport) -> dict[str, Ldi
 
 def update_bdii(url: str, entries: Iterable[LdifEntry], timeout_s: float = 30.0,
                 bind_dn: str | None = None, password: str | None = None,
-                progress: Callable[[int, int], None] | None = None) -> UpdateReport:
+                progress: Callable[[int, int], None] | None = None,
+                client: str = "auto") -> UpdateReport:
     """Make the BDII at ``url`` hold exactly ``entries`` (plus base and parent entries).
 
-    ``progress(done, total)`` is called as wanted entries are compared/sent. Raises LdapError
-    if the server cannot be reached; refused entries are in the report.
+    client: "ldap3" sends one LDAP operation at a time from Python; "ldapmodify" reads the
+    server with ``ldapsearch`` and sends the whole change set as one change-LDIF through
+    OpenLDAP's ``ldapmodify -c`` (what the BDII's own updater does; about 5x faster), its
+    refused records and reasons read back from ``-S``; "auto" (default) takes ldapmodify when
+    ldap-utils is installed. ``progress(done, total)`` is called as operations are sent.
+    Raises LdapError if the server cannot be reached; refused entries are in the report.
     """
+    if client not in ("auto", "ldap3", "ldapmodify"):
+        raise ValueError(f"client must be 'auto', 'ldap3' or 'ldapmodify', not {client!r}")
+    if client == "auto":
+        client = "ldapmodify" if ldap_tools_available() else "ldap3"
     report = UpdateReport()
     wanted = _wanted(entries, report)
+    if client == "ldapmodify":
+        current = {norm_dn(e.dn): e for suffix in SUFFIXES
+                   for e in search_entries_ldapsearch(url, suffix, "(objectClass=*)",
+                                                      timeout_s=timeout_s)}
+        ops = _plan(wanted, current, report)
+        apply_with_ldapmodify(url, ops, report, timeout_s, bind_dn, password)
+        if progress is not None:
+            progress(len(ops), len(ops))
+        return report
     conn = connect(url, timeout_s=timeout_s, bind_dn=bind_dn, password=password)
     try:
-        current: dict[str, LdifEntry] = {}
-        for suffix in SUFFIXES:
-            for e in search_entries(conn, suffix, "(objectClass=*)"):
-                current[norm_dn(e.dn)] = e
-        _delete(conn, [current[n] for n in current if n not in wanted], report)
+        current = {norm_dn(e.dn): e for suffix in SUFFIXES
+                   for e in search_entries(conn, suffix, "(objectClass=*)")}
+        ops = _plan(wanted, current, report)
         failed: set[str] = set()
-        order = sorted(wanted, key=lambda k: k.count(","))
-        for i, n in enumerate(order, start=1):
-            e = wanted[n]
-            if n in current:
-                _modify(conn, current[n], e, report, failed)
-            else:
-                _add(conn, e, report, failed)
-            if progress is not None and (i % 200 == 0 or i == len(order)):
-                progress(i, len(order))
+        for i, op in enumerate(ops, start=1):
+            _apply_ldap3(conn, op, report, failed)
+            if progress is not None and (i % 200 == 0 or i == len(ops)):
+                progress(i, len(ops))
     finally:
         conn.unbind()
     return report
 
 
-def _add(conn, e: LdifEntry, report: UpdateReport, failed: set[str]) -> None:
+def _plan(wanted: dict[str, LdifEntry], current: dict[str, LdifEntry],
+          report: UpdateReport) -> list[Op]:
+    """The operations that turn ``current`` into ``wanted``: deletes (children first), then
+    adds / modifies / replaces (parents first). Counts the unchanged entries in ``report``."""
+    ops: list[Op] = [Op("delete", current[n]) for n in
+                     sorted((n for n in current if n not in wanted), key=lambda k: -k.count(","))]
+    for n in sorted(wanted, key=lambda k: k.count(",")):
+        new = wanted[n]
+        old = current.get(n)
+        if old is None:
+            ops.append(Op("add", new))
+            continue
+        a_old, a_new = _attrs_norm(old), _attrs_norm(new)
+        if a_old == a_new:
+            report.unchanged += 1
+        elif a_old.get("objectclass") != a_new.get("objectclass"):
+            ops.append(Op("replace", new, old))
+        else:
+            names = {k.lower(): k for k in new.attrs}
+            changes: dict[str, list[str] | None] = {
+                names[low]: list(new.attrs[names[low]])
+                for low, vals in a_new.items() if a_old.get(low) != vals}
+            for low in a_old:
+                if low not in a_new:
+                    changes[next(k for k in old.attrs if k.lower() == low)] = None
+            ops.append(Op("modify", new, old, changes))
+    return ops
+
+
+def _apply_ldap3(conn, op: Op, report: UpdateReport, failed: set[str]) -> None:
+    e = op.entry
+    if op.kind == "delete":
+        conn.delete(e.dn)
+        if conn.result["result"] == 0:
+            report.deleted += 1
+        else:
+            report.rejected.append(Rejected(e.dn, f"delete refused: {conn.result['description']}"))
+        return
+    if op.kind == "modify":
+        conn.modify(op.old.dn, {k: [(ldap3.MODIFY_DELETE, [])] if v is None
+                                else [(ldap3.MODIFY_REPLACE, v)] for k, v in op.changes.items()})
+        if conn.result["result"] == 0:
+            report.modified += 1
+        else:
+            report.rejected.append(Rejected(e.dn, "modify refused: "
+                                            + _describe(conn.result), e.source, e.line))
+        return
+    if op.kind == "replace":
+        conn.delete(op.old.dn)
+        if conn.result["result"] != 0:
+            report.rejected.append(Rejected(e.dn, "cannot replace: " + _describe(conn.result),
+                                            e.source, e.line))
+            return
     parent = _parent(e.dn)
     if parent and norm_dn(parent) in failed:
         failed.add(norm_dn(e.dn))
@@ -156,53 +220,16 @@ def _add(conn, e: LdifEntry, report: UpdateReport, failed: set[str]) -> None:
         return
     conn.add(e.dn, attributes=e.attrs)
     if conn.result["result"] == 0:
-        report.added += 1
+        if op.kind == "replace":
+            report.modified += 1
+        else:
+            report.added += 1
     else:
         failed.add(norm_dn(e.dn))
-        msg = conn.result.get("message") or ""
-        report.rejected.append(Rejected(
-            e.dn, f"refused by the server: {conn.result['description']}"
-                  + (f" ({msg})" if msg else ""), e.source, e.line))
+        report.rejected.append(Rejected(e.dn, "refused by the server: " + _describe(conn.result),
+                                        e.source, e.line))
 
 
-def _modify(conn, old: LdifEntry, new: LdifEntry, report: UpdateReport, failed: set[str]) -> None:
-    a_old, a_new = _attrs_norm(old), _attrs_norm(new)
-    if a_old == a_new:
-        report.unchanged += 1
-        return
-    if a_old.get("objectclass") != a_new.get("objectclass"):
-        conn.delete(old.dn)
-        if conn.result["result"] != 0:
-            report.rejected.append(Rejected(new.dn, f"cannot replace: {conn.result['description']}",
-                                            new.source, new.line))
-            return
-        before = report.added
-        _add(conn, new, report, failed)
-        if report.added > before:
-            report.added -= 1
-            report.modified += 1
-        return
-    names = {k.lower(): k for k in new.attrs}
-    changes = {}
-    for low, vals in a_new.items():
-        if a_old.get(low) != vals:
-            changes[names[low]] = [(ldap3.MODIFY_REPLACE, list(new.attrs[names[low]]))]
-    for low in a_old:
-        if low not in a_new:
-            changes[next(k for k in old.attrs if k.lower() == low)] = [(ldap3.MODIFY_DELETE, [])]
-    conn.modify(old.dn, changes)
-    if conn.result["result"] == 0:
-        report.modified += 1
-    else:
-        report.rejected.append(Rejected(new.dn, f"modify refused: {conn.result['description']} "
-                                                f"{conn.result.get('message') or ''}".rstrip(),
-                                        new.source, new.line))
-
-
-def _delete(conn, entries: list[LdifEntry], report: UpdateReport) -> None:
-    for e in sorted(entries, key=lambda x: -_depth(x.dn)):
-        conn.delete(e.dn)
-        if conn.result["result"] == 0:
-            report.deleted += 1
-        else:
-            report.rejected.append(Rejected(e.dn, f"delete refused: {conn.result['description']}"))
+def _describe(result: dict) -> str:
+    msg = result.get("message") or ""
+    return f"{result.get('description')}" + (f" ({msg})" if msg else "")

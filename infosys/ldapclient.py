@@ -174,6 +174,8 @@ def search_entries_ldapsearch(url: str, base: str, search_filter: str, page_size
         e.line = 0
     if code != 0:
         msg = stderr.decode("utf-8", "replace").strip().replace("\n", "; ")
+        if "Can't contact LDAP server" in msg:
+            raise LdapError(f"{url}: cannot connect: {msg[-300:]}")
         raise LdapError(f"{url}: ldapsearch exit {code}{' (timed out)' if code < 0 else ''}: "
                         f"{msg[-300:]}")
     return entries

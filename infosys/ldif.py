@@ -346,6 +346,19 @@ def format_ldif(entries: list[LdifEntry], width: int = 76) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def format_line(name: str, value: str) -> str:
+    """One unfolded LDIF line ``name: value``, or ``name:: base64`` where RFC 2849 requires it."""
+    return _line(name, value)
+
+
+def parse_dn_line(line: str) -> str:
+    """The DN of a ``dn: ...`` / ``dn:: base64`` line. Raises LdifError if it is not one."""
+    name, value = _split("<line>", 1, line)
+    if name.lower() != "dn":
+        raise LdifError("<line>", 1, f"expected 'dn:', found {name!r}")
+    return value.strip()
+
+
 def _line(name: str, value: str) -> str:
     if _needs_base64(value):
         return f"{name}:: {base64.b64encode(value.encode('utf-8')).decode('ascii')}"

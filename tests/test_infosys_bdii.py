@@ -50,11 +50,13 @@ def test_start_stop_by_pid_and_restart_keeps_data(bdii, tmp_path):
     assert [a[AD_ID] for a in BdiiSource(again.url).fetch()] == [vgrid_ce(1).ce_id]
 
 
-def test_real_fixtures_load_and_refused_entries_are_reported(bdii):
-    report = update_bdii(bdii.url, fixtures())
+@pytest.mark.parametrize("client", ["ldap3", "ldapmodify"])
+def test_real_fixtures_load_and_refused_entries_are_reported(bdii, client):
+    report = update_bdii(bdii.url, fixtures(), client=client)
     assert report.added > 20
     refused = {(r.source, r.line): r.reason for r in report.rejected}
-    assert "namingViolation" in refused[("glue13_subcluster_specint_vs_hepspec.ldif", 5)]
+    reason = refused[("glue13_subcluster_specint_vs_hepspec.ldif", 5)].lower().replace(" ", "")
+    assert "namingviolation" in reason
     assert "GLUE2EndpointInterfaceVersion" in refused[("glue2_service_endpoint_policy.ldif", 23)]
     # children of the refused endpoint cannot be added either, and say why
     assert sum("was refused" in r for r in refused.values()) == 4
@@ -101,17 +103,23 @@ def test_gip_glue13_and_glue2_are_schema_valid_and_convert_units(bdii):
     assert len(BdiiSource(bdii.url).fetch()) == 1
 
 
-def test_update_by_difference(bdii):
+@pytest.mark.parametrize("client", ["ldap3", "ldapmodify"])
+def test_update_by_difference(bdii, client):
     a, b = vgrid_ce(1, waiting=1), vgrid_ce(2, waiting=2)
     calls = []
-    first = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b),
+    first = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b), client=client,
                         progress=lambda done, total: calls.append((done, total)))
     assert calls[-1][0] == calls[-1][1] >= 7
     assert first.added == 7 and first.modified == 0 and first.deleted == 0  # 3 + 3 + site MDS
     a.waiting = 9
-    second = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b))
-    assert (second.added, second.modified, second.deleted, second.unchanged) == (0, 1, 0, 10)
-    third = update_bdii(bdii.url, glue13_entries(a))
+    b.vos = ["vgrid"]   # a dropped value
+    b.software = []      # a dropped attribute
+    second = update_bdii(bdii.url, glue13_entries(a) + glue13_entries(b), client=client)
+    assert (second.added, second.modified, second.deleted, second.unchanged) == (0, 3, 0, 8)
+    ads = {x[AD_ID]: x for x in BdiiSource(bdii.url).fetch()}
+    assert ads[b.ce_id]["GlueCEAccessControlBaseRule"] == ["VO:vgrid"]
+    assert "GlueHostApplicationSoftwareRunTimeEnvironment" not in ads[b.ce_id]
+    third = update_bdii(bdii.url, glue13_entries(a), client=client)
     assert third.deleted == 3 and third.added == 0
     ads = BdiiSource(bdii.url).fetch()
     assert [(x[AD_ID], x["GlueCEStateWaitingJobs"]) for x in ads] == [(a.ce_id, 9)]
@@ -230,3 +238,19 @@ def test_start_errors_are_clear_and_leave_nothing_running(bdii, tmp_path):
     assert bdii_status(tmp_path / "other") is None
     with pytest.raises(BdiiError, match="apt-get install"):
         start_bdii(tmp_path / "third", schema_dir=tmp_path / "no-schemas")
+
+
+@pytest.mark.parametrize("client", ["ldap3", "ldapmodify"])
+def test_object_class_change_is_a_delete_and_add(bdii, client):
+    ce = vgrid_ce(1)
+    update_bdii(bdii.url, glue13_entries(ce), client=client)
+    ce.vos = []  # no rule left: the GlueCE loses its GlueCEAccessControlBase class
+    report = update_bdii(bdii.url, glue13_entries(ce), client=client)
+    assert (report.added, report.modified, report.deleted, report.rejected) == (0, 1, 0, [])
+    conn = connect(bdii.url)
+    try:
+        [e] = search_entries(conn, "o=grid", "(objectClass=GlueCE)")
+    finally:
+        conn.unbind()
+    assert "GlueCEAccessControlBase" not in e.attrs["objectClass"]
+    assert "GlueCEAccessControlBaseRule" not in e.attrs
