@@ -297,6 +297,8 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> JDLSyntaxErro
         msg = f"expected ';' after attribute value, found {found}"
     elif expected == {"EQUAL"}:
         msg = f"expected '=' after attribute name, found {found}"
+    elif expected and expected <= {"NAME", "QNAME"}:
+        msg = f"expected an attribute name, found {found}"
     elif expected & _EXPR_START:
         msg = f"expected an expression, found {found}"
     elif "COMMA" in expected and "RBRACE" in expected:
