@@ -293,8 +293,11 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> JDLSyntaxErro
         start = tok.start_pos or 0
         if str(tok) == "*" and start > 0 and text[start - 1] == "/":
             return JDLSyntaxError("unterminated comment", filename, line, col - 1, text)
-    if "SEMICOLON" in expected and ("RSQB" in expected or "$END" in expected):
+    if ("SEMICOLON" in expected and ("RSQB" in expected or "$END" in expected)
+            and "MULOP" in expected):  # a complete value could continue or end here
         msg = f"expected ';' after attribute value, found {found}"
+    elif "NAME" in expected and "SEMICOLON" in expected:
+        msg = f"expected an attribute definition, found {found}"
     elif expected == {"EQUAL"}:
         msg = f"expected '=' after attribute name, found {found}"
     elif expected and expected <= {"NAME", "QNAME"}:
