@@ -170,10 +170,18 @@ def _number(s: str):
 
 
 def load_ce_ad(path: str):
-    """A CE ad from ClassAd text or from GLUE 1.3 LDIF (a full site: the first CE's ad via
-    infosys; a lone entry: its attributes, numbers converted, multi-valued as lists)."""
+    """A CE ad from ClassAd text, a JSON object, or GLUE 1.3 LDIF (a full site: the first CE's
+    ad via infosys; a lone entry: its attributes, numbers converted, multi-valued as lists)."""
     text = _read(path)
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    if body.lstrip().startswith("{"):  # a JSON object of GLUE attributes (as infosys ads)
+        try:
+            ad = json.loads(body)
+        except ValueError as e:
+            raise _InputError(f"{path}: not JSON: {e}") from None
+        if not isinstance(ad, dict):
+            raise _InputError(f"{path}: a CE ad in JSON must be an object")
+        return ad, ad.get("GlueCEUniqueID", path)
     if re.match(r"\s*dn:", body):
         from infosys.glue import glue13_ce_ads
         from infosys.ldif import parse_ldif
@@ -207,7 +215,7 @@ def _value_json(v):
 @jdl_group.command("eval")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--ce-ad", "ce_ad_path", required=True, type=click.Path(dir_okay=False),
-              help="CE ad as ClassAd text or a GLUE LDIF entry")
+              help="CE ad as ClassAd text, a GLUE LDIF entry or a JSON object")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def eval_cmd(file: str, ce_ad_path: str, as_json: bool) -> None:
     """Evaluate Requirements and Rank of FILE's job(s) against one CE ad.

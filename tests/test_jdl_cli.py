@@ -78,3 +78,18 @@ def test_eval_bad_ce_ad_is_exit_2(tmp_path):
     ce.write_text("[ a = ]")
     r = run("eval", DATA / "01_hostname_nobrackets.jdl", "--ce-ad", ce)
     assert r.exit_code == 2 and "expected an expression" in r.output
+
+
+def test_eval_against_json_ad_and_lone_ldif_entry(tmp_path):
+    ce = tmp_path / "ce.json"
+    ce.write_text(json.dumps({"GlueCEUniqueID": "ce9:8443/cream-pbs-q", "GlueCEStateStatus":
+                              "Production", "GlueCEStateEstimatedResponseTime": 7}))
+    r = run("eval", DATA / "01_hostname_nobrackets.jdl", "--ce-ad", ce, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["ce"] == "ce9:8443/cream-pbs-q"
+    ldif = tmp_path / "ce.ldif"
+    ldif.write_text("dn: GlueCEUniqueID=ce9:8443/cream-pbs-q,mds-vo-name=resource,o=grid\n"
+                    "objectClass: GlueCE\nGlueCEUniqueID: ce9:8443/cream-pbs-q\n"
+                    "GlueCEStateStatus: Draining\nGlueCEStateEstimatedResponseTime: 5\n")
+    r = run("eval", DATA / "01_hostname_nobrackets.jdl", "--ce-ad", ldif, "--json")
+    row = json.loads(r.output)["jobs"][0]
+    assert r.exit_code == 1 and row["matches"] is False and row["rank_value"] == -5
