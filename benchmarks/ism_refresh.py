@@ -8,6 +8,7 @@ number of ads and the peak RSS of that process. Target: <= 2 s and <= 300 MB.
 
     .venv/bin/python benchmarks/ism_refresh.py [--ces 10000] [--views 1] [--repeat 3]
         [--client auto|ldap3|ldapsearch] [--json]
+    .venv/bin/python benchmarks/ism_refresh.py --update [--ces 1000]   # time vgrid bdii update
 """
 from __future__ import annotations
 
@@ -125,6 +126,31 @@ def measure(url: str, repeat: int, client: str) -> dict:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def measure_update(n_ces: int, views: int) -> dict:
+    """Seconds of update_bdii into a fresh BDII: first load and unchanged reload, per client."""
+    from infosys.bdii_update import update_bdii
+    n_clusters = (n_ces + len(QUEUES) - 1) // len(QUEUES)
+    entries = site_entries(n_clusters)[2:]
+    for i in range(n_clusters):
+        entries += ce_entries(i, views)
+    out = {}
+    for client in ("ldapmodify", "ldap3"):
+        with tempfile.TemporaryDirectory(prefix="vgrid-bench-upd-") as tmp:
+            server = start_bdii(Path(tmp) / "bdii")
+            try:
+                t0 = time.perf_counter()
+                first = update_bdii(server.url, entries, client=client)
+                t1 = time.perf_counter()
+                update_bdii(server.url, entries, client=client)
+                t2 = time.perf_counter()
+            finally:
+                stop_bdii(Path(tmp) / "bdii")
+        out[client] = {"entries": len(entries), "added": first.added,
+                       "refused": len(first.rejected), "first_s": round(t1 - t0, 2),
+                       "unchanged_s": round(t2 - t1, 2)}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ces", type=int, default=10_000)
@@ -133,7 +159,15 @@ def main() -> int:
     ap.add_argument("--client", choices=("auto", "ldap3", "ldapsearch"), default="auto")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--measure", metavar="LDAP_URL", help=argparse.SUPPRESS)
+    ap.add_argument("--update", action="store_true",
+                    help="time loading by difference (update_bdii, both clients) instead")
     args = ap.parse_args()
+    if args.update:
+        res = measure_update(args.ces, args.views)
+        print(json.dumps(res, indent=2) if args.json else "\n".join(
+            f"update_bdii client={c}: first load {r['first_s']} s, unchanged reload "
+            f"{r['unchanged_s']} s ({r['entries']} entries)" for c, r in res.items()))
+        return 0
     if args.measure:
         print(json.dumps(measure(args.measure, args.repeat, args.client)))
         return 0

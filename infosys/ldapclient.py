@@ -137,6 +137,56 @@ def ldapsearch_available() -> bool:
     return shutil.which("ldapsearch") is not None
 
 
+class _Drain:
+    """A reader thread empties the pipe as fast as ldapsearch fills it (the GIL is released
+    while it waits in read), so the C client never stalls while Python parses; ``read``
+    returns the next chunk it got (b"" at the end)."""
+
+    def __init__(self, stream) -> None:
+        import queue
+        self._q: "queue.SimpleQueue[bytes]" = queue.SimpleQueue()
+        self._fd = stream.fileno()
+        self._eof = False
+        threading.Thread(target=self._run, name="ldapsearch-reader", daemon=True).start()
+
+    def _run(self) -> None:
+        import os
+        try:
+            while True:
+                chunk = os.read(self._fd, 1 << 20)
+                if not chunk:
+                    break
+                self._q.put(chunk)
+        except OSError:
+            pass
+        finally:
+            self._q.put(b"")
+
+    def read(self, size: int = -1) -> bytes:
+        """The next chunk (any length) when ``size`` >= 0; everything left when < 0."""
+        if self._eof:
+            return b""
+        if size >= 0:
+            chunk = self._q.get()
+            self._eof = not chunk
+            return chunk
+        parts = []
+        while (chunk := self._q.get()):
+            parts.append(chunk)
+        self._eof = True
+        return b"".join(parts)
+
+
+def _grow_pipe(stream) -> None:
+    """Let ldapsearch run ahead of the parser: a 1 MB pipe instead of 64 kB (Linux
+    F_SETPIPE_SZ; silently kept as is where not allowed)."""
+    try:
+        import fcntl
+        fcntl.fcntl(stream.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
+    except (ImportError, OSError, ValueError):
+        pass
+
+
 def search_entries_ldapsearch(url: str, base: str, search_filter: str, page_size: int = 1000,
                               timeout_s: float = 30.0) -> list[LdifEntry]:
     """The same search as ``search_entries``, run by OpenLDAP's ``ldapsearch`` (C, ldap-utils):
@@ -154,10 +204,11 @@ def search_entries_ldapsearch(url: str, base: str, search_filter: str, page_size
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise LdapError("ldapsearch not found: apt-get install -y ldap-utils") from None
+    _grow_pipe(proc.stdout)
     watchdog = threading.Timer(t * 3 + 5, proc.kill)
     watchdog.start()
     try:
-        entries = parse_ldif_stream(proc.stdout, source=url)
+        entries = parse_ldif_stream(_Drain(proc.stdout), source=url)
         stderr = proc.stderr.read()
         code = proc.wait()
     except LdifError as e:

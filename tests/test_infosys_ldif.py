@@ -111,3 +111,16 @@ def test_stream_parse_reports_the_exact_line_of_an_error():
     with pytest.raises(LdifError) as ei:
         parse_ldif_stream(io.BytesIO(text.encode()), "big.ldif", chunk_size=16)
     assert ei.value.line == 152 and str(ei.value).startswith("big.ldif:152:")
+
+
+def test_stream_fallback_reads_the_rest_of_a_pipe():
+    import os
+    import threading
+    from infosys.ldapclient import _Drain
+    from infosys.ldif import parse_ldif_stream
+    text = ("dn: o=a\no: a\n\n" * 200 + "dn: o=b\nO: b\no: c\n").encode()  # two spellings
+    r, w = os.pipe()
+    threading.Thread(target=lambda: (os.write(w, text), os.close(w)), daemon=True).start()
+    with os.fdopen(r, "rb") as stream:
+        entries = parse_ldif_stream(_Drain(stream), "pipe", chunk_size=64)
+    assert len(entries) == 201 and entries[-1].attrs == {"O": ["b", "c"]}
