@@ -146,10 +146,14 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
 def min_slot_length(sched, lease) -> float:
     """A lower bound (s) of the time a placement of ``lease`` must hold its VM slots: its
     remaining time, or the suspension threshold if it may be suspended."""
+    cached = sched.slot_length_cache.get(lease.id)
+    if cached is not None and cached[0] == lease.time_run:
+        return cached[1]
     length = lease.remaining_s
     if can_suspend(lease, sched.cfg):
         s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
         length = min(length, max(s_est * (1.0 + sched.threshold_factor), s_est + 1.0))
+    sched.slot_length_cache[lease.id] = (lease.time_run, length)
     return length
 
 

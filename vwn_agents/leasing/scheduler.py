@@ -53,6 +53,7 @@ class LeaseScheduler:
         self.children: dict[int, list[Lease]] = {}  # serial best-effort: parent id -> one-VM leases
         self._sub_ids = itertools.count(10**12)
         self._slots_cache: dict = {}
+        self.slot_length_cache: dict = {}
         self.transfer_log: list[tuple] = []  # (lease id, image, dest nodes, start s, end s) as started
         self.transfer_log_res: list[Reservation] = []
         self._dirty = False
