@@ -22,6 +22,7 @@ BATCH = 12_500
 BATCHES = 8  # 8 x 12,500 = 100,000 cases
 
 STRINGS = ["a", "A", "abc", "ABC", "pbs", "PBSPro", "", "x y", "torque", "Production", "b\\c",
+           "q\"uote", "tab\there", "new\nline",
            "1", "2.5", "true", "MPICH", "a,b, c", "é"]
 INTS = [0, 1, 2, 3, -1, -7, 10, 42, 64, 2**31, 2**62, 9223372036854775807]
 REALS = ["0.0", "1.5", "2.25", "1e3", "3.0", "0.1", "1e300", "2.5e-3", "100.0"]
@@ -90,6 +91,11 @@ class Gen:
             return "{" + ", ".join(sub() for _ in range(r.randrange(4))) + "}"
         if k < 19:
             return f"{{{sub()}, {sub()}, {sub()}}}[{r.choice(['0', '1', '2', '3', '-1', sub()])}]"
+        if r.random() < 0.3:  # scopes: parent. and self. inside nested records (without
+            # my., whose value there depends on classad2's evaluation history, docs/jdl.md)
+            inner = sub().replace("my.", "").replace("MY.", "")
+            return (f"[x = {sub()}; r = [x = {inner}; p = parent.x; t = self.x; q = x]]"
+                    f".r.{r.choice(['p', 't', 'q', 'x'])}")
         return f"[x = {sub()}; y = x].{r.choice(['x', 'y', 'z'])}"
 
     def call(self, depth: int) -> str:
@@ -103,7 +109,8 @@ class Gen:
         for i in range(max(n, 0)):
             if name in ("anyCompare", "allCompare") and i == 0:
                 args.append(quote(r.choice(["<", "<=", "==", "!=", ">", ">=", "=?=", "is", "x"])))
-            elif name in ("member", "identicalMember", "anyCompare", "allCompare") and i == 1 - (name.endswith("Compare") and False):
+            elif name in ("member", "identicalMember", "anyCompare", "allCompare") and i == 1 \
+                    and self.other_names:  # (inside ad_text only the ad's own names appear)
                 args.append(r.choice(["l", "other.Tags", "{1, 2.0, \"a\"}", self.expr(depth - 1)]))
             elif name in ("regexp", "regexps") and i == 0:
                 args.append(quote(r.choice(["a", "^a", "pbs", "b.", "[", "(a|b)c", "^$", "A",
@@ -196,12 +203,17 @@ def run_batch(seed: int, count: int):
         chunk = exprs[k:k + 1000]
         rec = parse_classad("[" + ";\n".join(f"e{i} = {e}" for i, e in enumerate(chunk)) + "]")
         parsed += [d.expr for d in rec.defs]
-    mismatches = []
+    mismatches, dirty = [], False
     for i, text in enumerate(exprs):
         if i % 500 == 0 and i:  # fresh ads now and then
             my_text, other_text = g.ad_text(MY_NAMES), g.ad_text(OTHER_NAMES)
             my_c, other_c = classad2.ClassAd(my_text), classad2.ClassAd(other_text)
             my_v, other_v = ClassAd(parse_classad(my_text)), ClassAd(parse_classad(other_text))
+        nested = my_text.count("[") + other_text.count("[") > 2 or "[" in text
+        if dirty or nested:  # classad2's results after evaluating a record literal in a
+            # match context depend on what was evaluated before: use fresh ads each time
+            my_c, other_c = classad2.ClassAd(my_text), classad2.ClassAd(other_text)
+        dirty = nested
         ours = norm_ours(evaluate(parsed[i], my_v, other_v))
         try:
             theirs = condor_eval(text, my_c, other_c)
