@@ -79,3 +79,30 @@ def test_cancel_and_immediate_rejection(node):
     assert engine.cancel("a")["state"] == "Cancelled"
     record = requests.get(f"{url}/vwns/{vwn}", timeout=10).json()
     assert record["state"] != "running" and record.get("reason") == "cancelled"
+
+
+def test_lease_arguments_from_jdl():
+    import jdl
+    from vwn_agents.leasing.live import lease_args_from_jdl
+    job = jdl.parse_jdl('[ Executable = "/bin/true"; LeaseType = "advance-reservation"; '
+                        'LeaseStart = "2026-11-21T10:00:00Z"; LeaseDuration = 3600; VMMemory = 512; '
+                        'CpuNumber = 2; PreemptionClass = "suspendable"; VMImage = "http://i/sl5.img"; '
+                        'VMImageSize = 1024; ]', "ar.jdl")
+    args = lease_args_from_jdl(job)
+    assert args == {"vms": 2, "memory_mb": 512, "duration_s": 3600, "image_mb": 1024,
+                    "image_id": "http://i/sl5.img", "start_s": 1795255200.0, "preemptible": True}
+    plain = jdl.parse_jdl('[ Executable = "/bin/true"; ]', "plain.jdl")
+    assert lease_args_from_jdl(plain) == {}
+    im = jdl.parse_jdl('[ Executable = "/bin/true"; LeaseType = "immediate"; LeaseDuration = 60; '
+                       'PreemptionClass = "non-preemptable"; ]', "im.jdl")
+    assert lease_args_from_jdl(im) == {"duration_s": 60, "immediate": True, "preemptible": False}
+
+
+def test_advance_reservation_job_starts_at_its_time(node):
+    url, receiver = node
+    engine = LeaseEngine([(url, 1, 2048)])
+    start = engine.clock.now() + 1.0
+    st = engine.submit_job("ar", body(receiver, "ar", 0.1), duration_s=30, start_s=start)
+    assert st["state"] == "Scheduled" and not st["vwns"]
+    pump(engine, receiver, lambda: engine.status("ar")["state"] == "Done")
+    assert engine.status("ar")["start_s"] >= start

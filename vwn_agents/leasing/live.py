@@ -20,6 +20,7 @@ software.
 """
 from __future__ import annotations
 
+import datetime
 import itertools
 import threading
 
@@ -29,6 +30,48 @@ from .config import LeaseConfig
 from .enactment import NodeAgentEnactment
 from .model import Lease, LeaseType, Node, resource_vector
 from .scheduler import LeaseScheduler
+
+
+def lease_args_from_jdl(job) -> dict:
+    """``submit_job`` keyword arguments from a ``jdl.JobDescription`` (docs/jdl.md, "vgrid
+    extensions for leases"): ``CpuNumber``/``NodeNumber`` -> vms, ``VMMemory`` -> memory_mb,
+    ``LeaseDuration`` -> duration_s, ``LeaseType`` "advance-reservation" with ``LeaseStart``
+    (epoch seconds or ISO 8601) -> start_s, "immediate" -> immediate, ``PreemptionClass``
+    "non-preemptable" -> preemptible=False (any other class: True), ``VMImage``/``VMImageSize``
+    -> image. Absent attributes are left to the engine's defaults (a one-VM best-effort lease).
+    Raises ValueError for an unreadable LeaseStart."""
+    args: dict = {}
+    vms = job.get("CpuNumber") or job.get("NodeNumber")
+    if vms:
+        args["vms"] = int(vms)
+    for attr, name in (("VMMemory", "memory_mb"), ("LeaseDuration", "duration_s"), ("VMImageSize", "image_mb")):
+        v = job.get(attr)
+        if v is not None:
+            args[name] = v
+    if job.get("VMImage"):
+        args["image_id"] = str(job.get("VMImage"))
+    kind = (job.get("LeaseType") or "best-effort").lower()
+    if kind == "advance-reservation":
+        args["start_s"] = _epoch(job.get("LeaseStart"))
+    elif kind == "immediate":
+        args["immediate"] = True
+    pclass = job.get("PreemptionClass")
+    if pclass is not None:
+        args["preemptible"] = str(pclass).lower() != "non-preemptable"
+    return args
+
+
+def _epoch(value) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        text = str(value).strip().replace("Z", "+00:00")
+        dt = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"LeaseStart {value!r}: expected epoch seconds or ISO 8601") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.timezone.utc)
+    return dt.timestamp()
 
 
 class LeaseEngine:
@@ -63,17 +106,21 @@ class LeaseEngine:
 
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
                    duration_s: float | None = None, start_s: float | None = None,
-                   immediate: bool = False) -> dict:
+                   immediate: bool = False, preemptible: bool | None = None,
+                   image_id: str = "node-software", image_mb: float = 0.0) -> dict:
         """Make a lease for job ``key`` (idempotent on ``key``) and schedule what is due now.
-        Returns ``status(key)``."""
+        Returns ``status(key)``. ``lease_args_from_jdl(job)`` gives the keyword arguments of a
+        job with the vgrid JDL lease attributes."""
         with self._lock:
             if key not in self._by_key:
                 now = self.clock.now()
                 ltype = (LeaseType.ADVANCE_RESERVATION if start_s is not None else
                          LeaseType.IMMEDIATE if immediate else LeaseType.BEST_EFFORT)
+                if preemptible is None:
+                    preemptible = ltype is LeaseType.BEST_EFFORT
                 lease = Lease(next(self._ids), ltype, now, duration_s or self.default_duration_s, vms,
-                              resource_vector(cpu=cpu, memory=memory_mb), "node-software", 0.0,
-                              preemptible=ltype is LeaseType.BEST_EFFORT, requested_start_s=start_s)
+                              resource_vector(cpu=cpu, memory=memory_mb), image_id, image_mb,
+                              preemptible=preemptible, requested_start_s=start_s)
                 self._bodies[lease.id] = dict(body, key=key)
                 self._by_key[key] = lease
                 self.scheduler.submit(lease)
