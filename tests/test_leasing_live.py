@@ -106,3 +106,19 @@ def test_advance_reservation_job_starts_at_its_time(node):
     assert st["state"] == "Scheduled" and not st["vwns"]
     pump(engine, receiver, lambda: engine.status("ar")["state"] == "Done")
     assert engine.status("ar")["start_s"] >= start
+
+
+def test_unreachable_node_agent_is_retried_on_the_next_tick(node, tmp_path):
+    url, receiver = node
+    import socket
+    with socket.socket() as s:  # a loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    engine = LeaseEngine([(dead, 1, 2048)])
+    with pytest.raises(requests.RequestException):
+        engine.submit_job("x", body(receiver, "x", 0.1), duration_s=30)
+    assert engine.status("x")["state"] in ("Scheduled", "Active") and not engine.status("x")["vwns"]
+    engine.enactment.node_urls[0] = url  # the node agent is back (same node, new address)
+    engine.tick()
+    assert engine.status("x")["vwns"]
+    pump(engine, receiver, lambda: engine.status("x")["state"] == "Done")

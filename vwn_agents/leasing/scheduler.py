@@ -214,7 +214,12 @@ class LeaseScheduler:
                 if is_start and res in self.st and res.state is ResState.SCHEDULED and res.start <= now:
                     res.state = ResState.ACTIVE
                     self.st.repush(res)
-                    self._handlers[res.kind][0](res, t)
+                    try:
+                        self._handlers[res.kind][0](res, t)
+                    except Exception:  # enactment failed (e.g. a node agent is down): retry later
+                        res.state = ResState.SCHEDULED
+                        self.st.repush(res)
+                        raise
                     handled = True
             if not handled:
                 return
