@@ -93,10 +93,11 @@ class Gen:
             return f"{{{sub()}, {sub()}, {sub()}}}[{r.choice(['0', '1', '2', '3', '-1', sub()])}]"
         if r.random() < 0.3:  # scopes: parent. and self. inside nested records (without
             # my., whose value there depends on classad2's evaluation history, docs/jdl.md)
-            inner = sub().replace("my.", "").replace("MY.", "")
-            return (f"[x = {sub()}; r = [x = {inner}; p = parent.x; t = self.x; q = x]]"
+            outer, inner = (sub().replace("my.", "").replace("MY.", "") for _ in range(2))
+            return (f"[x = {outer}; r = [x = {inner}; p = parent.x; t = self.x; q = x]]"
                     f".r.{r.choice(['p', 't', 'q', 'x'])}")
-        return f"[x = {sub()}; y = x].{r.choice(['x', 'y', 'z'])}"
+        x = sub().replace("my.", "").replace("MY.", "")
+        return f"[x = {x}; y = x].{r.choice(['x', 'y', 'z'])}"
 
     def call(self, depth: int) -> str:
         r = self.r
