@@ -2,6 +2,8 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infosys.schema import GLUE_TYPES, load_schema_files, parse_schema_text, table_from
 from infosys import glue_types
@@ -43,3 +45,25 @@ objectclass ( 1.2.3.9 NAME 'x' MAY ( aCount ) )
     got = {t.name: (t.kind, t.single_value) for t in parse_schema_text(text)}
     assert got == {"aCount": ("integer", True), "aCountAlias": ("integer", True),
                    "aChild": ("integer", False), "aText": ("string", False)}
+
+
+_names = st.from_regex(r"[a-z][A-Za-z0-9]{0,15}", fullmatch=True)
+_attr = st.tuples(_names, st.sampled_from(["integerMatch", "booleanMatch", "caseIgnoreMatch", None]),
+                  st.booleans(), st.text(st.characters(blacklist_characters="'\n"), max_size=20))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_attr, max_size=8, unique_by=lambda a: a[0].lower()))
+def test_parse_schema_text_recovers_every_declaration(attrs):
+    blocks = []
+    for i, (name, eq, single, desc) in enumerate(attrs):
+        parts = [f"attributetype ( 1.2.3.{i}", f"NAME '{name}'", f"DESC '{desc}'"]
+        if eq:
+            parts.append(f"EQUALITY {eq}")
+        parts.append("SYNTAX 1.3.6.1.4.1.1466.115.121.1.15")
+        if single:
+            parts.append("SINGLE-VALUE")
+        blocks.append("\n    ".join(parts) + " )")
+    got = {t.name: (t.kind, t.single_value) for t in parse_schema_text("\n\n".join(blocks))}
+    kind = {"integerMatch": "integer", "booleanMatch": "boolean"}
+    assert got == {n: (kind.get(eq, "string"), s) for n, eq, s, _ in attrs}
