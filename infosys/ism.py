@@ -79,7 +79,7 @@ class Snapshot:
     """One ISM picture of the grid.
 
     ads: CE ads (dicts, not to be mutated); taken_at: when the snapshot was built (s, clock
-    time); fresh_at: when the oldest data in it was fetched (== taken_at when every source
+    time; 0.0 for the empty snapshot before the first refresh); fresh_at: when the oldest data in it was fetched (== taken_at when every source
     answered); stale: some source failed and its last ads are kept; errors: "source: message"
     of the failed sources; rejected: entries left out by the sources; expired: ids of ads dropped
     because their source had not answered for refresh_s + timeout_s; ad_time: ad id -> time its
@@ -87,8 +87,8 @@ class Snapshot:
     """
 
     ads: tuple[dict, ...] = ()
-    taken_at: float = float("-inf")
-    fresh_at: float = float("-inf")
+    taken_at: float = 0.0
+    fresh_at: float = 0.0
     stale: bool = False
     errors: tuple[str, ...] = ()
     rejected: tuple[Rejected, ...] = ()
