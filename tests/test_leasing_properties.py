@@ -50,6 +50,8 @@ configs = st.fixed_dictionaries({
     "ar-transfer-strategy": st.sampled_from(["edf", "edf-jit"]),
     "besteffort-mode": st.sampled_from(["parallel", "serial"]),
     "imagetransfer-link": st.sampled_from(["separate", "shared"]),
+    "diskimage-cache-expire": st.booleans(),
+    "diskimage-cache-size": st.sampled_from([0.0, 2048.0]),
 })
 
 

@@ -175,3 +175,17 @@ def test_separate_links_do_not_interfere():
     s.submit(ar(3, 150, "c.img"))
     assert s.leases[3].state is LeaseState.SCHEDULED
     assert transfers(s)[3] == (50, 150)
+
+
+def test_strict_expiry_transfers_again_after_expiration():
+    site = uniform_site(1, 1, 1024)
+    leases = [ar(1, 200, "a.img", dur=100), ar(2, 600, "a.img", dur=100)]
+    strict = simulate(leases, site, LeaseConfig({**BASE, "diskimage-cache-expire": True}))
+    assert [l.transfers for l in strict.scheduler.leases.values()] == [1, 1]  # 600 > expiration 300
+    series = disk_series(strict.scheduler)[0]
+    assert series[-1][1] == 0  # removed when it expired
+    leases = [ar(1, 200, "a.img", dur=100), ar(2, 250, "a.img", dur=100, submit=0)]
+    site2 = uniform_site(2, 1, 1024)
+    again = simulate(leases, site2, LeaseConfig({**BASE, "diskimage-cache-expire": True}))
+    got = {l.id: l for l in again.scheduler.leases.values()}
+    assert got[1].ar_on_time and got[2].ar_on_time

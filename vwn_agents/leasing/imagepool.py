@@ -61,13 +61,18 @@ class ImagePools:
         self.disk_events: list[tuple] = []
 
     # ------------------------------------------------------------ queries
-    def usable(self, node: int, image_id: str, lease_id: int, t_start: float) -> PoolEntry | None:
+    def usable(self, node: int, image_id: str, lease_id: int, t_start: float,
+               use_at: float | None = None) -> PoolEntry | None:
         """The entry for ``image_id`` on ``node`` guaranteed there earliest, if by ``t_start``
         (reuse, or piggybacking on a scheduled transfer whose deadline <= t_start), else None.
-        Without reuse only the lease's own entries count."""
+        Without reuse only the lease's own entries count. With strict expiry
+        (``diskimage-cache-expire``) an entry is only reused by a VM starting at ``use_at`` <=
+        its expiration (Algorithm 4's test)."""
         best = None
         for e in self.pools[node].values():
             if e.image_id != image_id or e.evicted_by is not None:
+                continue
+            if self.remove_on_expire and use_at is not None and use_at > e.expire:
                 continue
             if not self.reuse and e.lease_id != lease_id:
                 continue

@@ -57,8 +57,8 @@ class Staging:
             return 0.0
         return math.ceil(lease.image_mb / self.cfg.diskimage_copy_rate)
 
-    def _usable(self, node: int, lease: Lease, t: float) -> PoolEntry | None:
-        e = self.pools.usable(node, lease.image_id, lease.id, t)
+    def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
+        e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
         if e is not None and not e.arrived and e.transfer is not None and not self.piggyback:
             return None
         return e
@@ -82,7 +82,7 @@ class Staging:
         deadline = t_s - self.copy_time(lease)
         missing = []
         for node in sorted(set(mapping)):
-            e = self._usable(node, lease, deadline)
+            e = self._usable(node, lease, deadline, t_s)
             if e is not None:
                 self.pools.pin(e, lease.id, t_e)
             else:
@@ -207,7 +207,7 @@ class Staging:
         copy = self.copy_time(lease)
         out = []
         for node in range(n_nodes):
-            e = self._usable(node, lease, INF)
+            e = self._usable(node, lease, INF, now)
             r = tail if e is None else max(now, e.ready_by())
             out.append(r + copy)
         return out
@@ -221,7 +221,7 @@ class Staging:
         ready = now
         missing = []
         for node in sorted(set(mapping)):
-            e = self._usable(node, lease, INF)
+            e = self._usable(node, lease, INF, start)
             if e is not None:
                 self.pools.pin(e, lease.id, end)
                 if e.transfer is not None and lease.id not in e.transfer.users:
