@@ -150,10 +150,15 @@ def create_app(broker: Broker) -> Flask:
 
     @app.get("/ism")
     def ism():
+        """The ISM as ``vgrid info --json`` shows it, plus the raw CE ads and the feedback
+        counters; ``?vo=VO`` keeps the CEs that admit that VO."""
+        from infosys.summary import snapshot_summary
         snap = broker.ism.snapshot()
         now = broker.clock.now()
-        return jsonify({"taken_at": snap.taken_at, "age_s": snap.age(now) if snap.taken_at else None,
-                        "stale": bool(snap.stale), "ads": snap.ads})
+        doc = snapshot_summary(snap, now, request.args.get("vo"))
+        doc.update(taken_at=snap.taken_at, ads=list(snap.ads),
+                   dispatched_since_refresh=broker.ism.feedback.snapshot())
+        return jsonify(doc)
 
     @app.get("/health")
     def health():

@@ -230,3 +230,13 @@ def test_serve_with_bad_config_names_the_field(tmp_path):
     cfg.write_text('port = "eighty"\n')
     res = run_cli("serve", "broker", "--config", str(cfg))
     assert res.returncode == 2 and "field 'port'" in res.stderr and str(cfg) in res.stderr
+
+
+def test_ism_endpoint_is_the_info_document_with_feedback(site):
+    url, _ = site
+    doc = requests.get(f"{url}/ism", timeout=5).json()
+    assert doc["stale"] is False and doc["age_s"] >= 0
+    assert sorted(c["id"] for c in doc["ces"]) == ["ce-a:8443/vgrid-vwn-long", "ce-b:8443/vgrid-vwn-long"]
+    assert {c["waiting"] for c in doc["ces"]} == {0, 3}
+    assert isinstance(doc["dispatched_since_refresh"], dict)
+    assert requests.get(f"{url}/ism", params={"vo": "atlas"}, timeout=5).json()["ces"] == []

@@ -227,3 +227,16 @@ def test_config_from_toml(tmp_path):
                  'vos = ["dteam", "vgrid"]\nport = 0\n')
     cfg = CEAgentConfig.from_toml(f)
     assert cfg.si00 == 2000 and cfg.vos == ["dteam", "vgrid"] and cfg.lrms_type == "vgrid-vwn"
+
+
+def test_glue2_endpoint_publishes_the_same_ce_in_glue2_units(site):
+    from infosys.glue2 import glue2_ce_ads
+    ce_url, _, _ = site()
+    entries = parse_ldif(requests.get(f"{ce_url}/glue2", timeout=5).text, "glue2")
+    ads, rejected = glue2_ce_ads(entries)
+    assert not rejected and len(ads) == 1
+    ad = ads[0]
+    assert ad["GlueCEUniqueID"] == "ce1.vgrid.local:8443/vgrid-vwn-long"
+    # GLUE 2.0 publishes seconds; mapped back to GLUE 1.3 names it is minutes again
+    g13 = glue_attrs(ce_url)
+    assert int(g13["GlueCEPolicyMaxWallClockTime"][0]) == ad["GlueCEPolicyMaxWallClockTime"]

@@ -5,7 +5,7 @@ It accepts jobs from the broker (POST /jobs, idempotent on the job key), parses 
 with the fewest VWNs, ``placement.fewest_vwns``), tracks it through the node agent's VWN events
 (POST /node-events), forwards every state change to the broker's ``callback_url`` through an
 ``Outbox``, cancels on request, and publishes its state as GLUE 1.3 LDIF (GET /glue, via
-``infosys.gip.render_glue13``). HTTP contract: docs/architecture.md, "CE agent".
+``infosys.gip.render_glue13``) and GLUE 2.0 LDIF (GET /glue2, ``render_glue2``). HTTP contract: docs/architecture.md, "CE agent".
 
 Job states here are the gLite ones the CE can see: Scheduled (accepted, no VWN running yet) ->
 Running -> Done | Aborted | Cancelled.
@@ -378,6 +378,12 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     def glue():
         from infosys.gip import render_glue13
         return Response(render_glue13(agent.ce_state()), mimetype="text/plain")
+
+    @app.get("/glue2")
+    def glue2():
+        """The CE's GLUE 2.0 LDIF (ComputingService/Endpoint/Share, times in seconds)."""
+        from infosys.gip import render_glue2
+        return Response(render_glue2(agent.ce_state()), mimetype="text/plain")
 
     @app.get("/status")
     def status():
