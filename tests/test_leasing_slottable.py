@@ -109,3 +109,16 @@ def test_earliest_finds_first_time_n_vms_fit():
     vm(st2, 0, 40, 100)
     s, e, mapping = Mapper(st2).earliest(VM, 1, 60, 0, min_duration=20)
     assert (s, e) == (0, 40)
+
+
+def test_stop_when_besteffort_done_leaves_later_ars_unfinished():
+    from vwn_agents.leasing import LeaseConfig, LeaseState, simulate, uniform_site
+    from vwn_agents.leasing.model import Lease, LeaseType
+    leases = lambda: [Lease(1, LeaseType.BEST_EFFORT, 0, 100, 1, VM),
+                      Lease(2, LeaseType.ADVANCE_RESERVATION, 0, 100, 1, VM, preemptible=False,
+                            requested_start_s=1000)]
+    site = uniform_site(1, 1, 1024)
+    early = simulate(leases(), site, LeaseConfig({"stop-when": "besteffort-done"})).scheduler.leases
+    assert early[1].state is LeaseState.DONE and early[2].state is LeaseState.SCHEDULED
+    full = simulate(leases(), site, LeaseConfig()).scheduler.leases
+    assert full[2].state is LeaseState.DONE and full[2].end_s == 1100
