@@ -28,6 +28,14 @@ def test_free_and_vms_fit_over_interval():
     assert st.free(0, 16, 17) == (0, 0, 0, 0)
 
 
+def test_fits_checks_every_node_of_a_mapping():
+    st = table()
+    vm(st, 0, 10, 20)
+    assert st.fits((0, 1, 1), VM, 0, 30)
+    assert not st.fits((0, 0, 1), VM, 0, 30)
+    assert st.fits((0, 0, 1), VM, 20, 30)
+
+
 def test_free_until_is_first_time_need_stops_fitting():
     st = table()
     vm(st, 0, 10, 20, k=2)

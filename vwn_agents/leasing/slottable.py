@@ -4,7 +4,8 @@ Every scheduling decision is a typed ``Reservation`` (VM, suspension, resumption
 image transfer) in the slot table (Haizea's "one currency"). The table answers
 
 * ``free(node, t1, t2)``: the resource vector free on a node over the whole of [t1, t2);
-* ``vms_fit(node, need, t1, t2)``: how many VMs of ``need`` fit there;
+* ``vms_fit(node, need, t1, t2)``: how many VMs of ``need`` fit there, and ``fits(mapping,
+  per_vm, t1, t2)``: do these VMs fit on these nodes;
 * ``free_until(node, need, t)``: the first time >= t at which ``need`` stops fitting;
 * ``next_change_point()``: the earliest pending reservation start or end (what a simulated clock
   advances to), and ``pop_due(now)`` the starts and ends that are due;
@@ -258,6 +259,13 @@ class SlotTable:
             if n > 0:
                 best = min(best, int(f // n) if f > 0 else 0)
         return max(best, 0)
+
+    def fits(self, mapping: tuple, per_vm: tuple, t1: float, t2: float) -> bool:
+        """Do VMs of ``per_vm`` placed by ``mapping`` (node index per VM) fit over [t1, t2)?"""
+        counts: dict = {}
+        for node in mapping:
+            counts[node] = counts.get(node, 0) + 1
+        return all(self.vms_fit(node, per_vm, t1, t2) >= k for node, k in counts.items())
 
     def free_until(self, node: int, need: tuple, t: float) -> float:
         """First time >= t at which ``need`` (a total vector) no longer fits on ``node``.
