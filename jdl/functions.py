@@ -412,8 +412,9 @@ def _real_pow(b: float, e: float) -> float:
     except OverflowError:
         return math.inf if b > 0 or float(e).is_integer() and int(e) % 2 == 0 else -math.inf
     except ValueError:
-        if b == 0 and e < 0:
-            return math.inf
+        if b == 0 and e < 0:  # C: pow(-0.0, odd negative) is -inf, otherwise +inf
+            odd = e.is_integer() and int(e) % 2 == 1
+            return -math.inf if odd and math.copysign(1.0, b) < 0 else math.inf
         return math.nan
 
 

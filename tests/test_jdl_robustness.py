@@ -60,6 +60,7 @@ def check_one(text: str, round_trip: bool = True):
 @pytest.mark.slow  # 100,000 inputs, about 80 s
 @pytest.mark.timeout(900)
 @settings(max_examples=BATCHES, deadline=None, database=None, phases=[Phase.generate],
+          derandomize=True,  # the same 100,000 cases on every run (CI must not flake)
           suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**32 - 1))
 def test_100000_random_and_mutated_inputs_never_crash(seed):
