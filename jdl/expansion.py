@@ -105,7 +105,8 @@ def parameter_values(job: JobDescription) -> list:
     step = job.get("ParameterStep", 1)
     if type(count) is not int or type(start) is not int or type(step) is not int or step < 1:
         return []
-    return list(range(start, count, step))
+    values = range(start, count, step)  # a range: its length is known without building it
+    return values if len(values) > MAX_JOBS else list(values)
 
 
 def _expand_parametric(job: JobDescription) -> Expansion:
