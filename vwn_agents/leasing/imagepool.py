@@ -25,13 +25,14 @@ class PoolEntry:
     """An image on (or on its way to) a node.
 
     ``transfer`` is the reservation bringing it (None once arrived); ``expire`` in seconds;
-    ``users`` the ids of leases pinning it; ``lease_id`` set for private (no-reuse) entries.
+    ``users`` maps the ids of the leases pinning it to the end (s) of their VMs, so ``expire``
+    = the latest of them; ``lease_id`` is set for private (no-reuse) entries.
     """
     image_id: str
     mb: float
     transfer: Reservation | None
     expire: float
-    users: set = field(default_factory=set)
+    users: dict = field(default_factory=dict)
     lease_id: int | None = None
     arrived: bool = False
     last_use: float = 0.0
@@ -88,9 +89,9 @@ class ImagePools:
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
         """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
         st = self.st
-        if lease_id not in entry.users:
-            users = set(entry.users)
-            users.add(lease_id)
+        if entry.users.get(lease_id, -math.inf) < t_end:
+            users = dict(entry.users)
+            users[lease_id] = t_end
             st.set(entry, "users", users)
         if t_end > entry.expire:
             st.set(entry, "expire", t_end)
@@ -119,7 +120,7 @@ class ImagePools:
                         self._drop(node, v, arrival)
                     else:
                         self.st.set(v, "evicted_by", transfer)
-        entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id}, None if self.reuse else lease_id,
+        entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end}, None if self.reuse else lease_id,
                           arrived=transfer is None, last_use=t_end, key=key,
                           available_from=-math.inf if transfer is None else arrival)
         pool[key] = entry
@@ -139,11 +140,12 @@ class ImagePools:
                 self.disk_events.append((when, node, -entry.mb))
 
     def release(self, entry: PoolEntry, lease_id: int, now: float) -> None:
-        """A lease no longer needs ``entry`` (unscheduled or ended)."""
+        """A lease no longer needs ``entry`` (unscheduled): its pin goes, and the expiration
+        falls back to the latest end of the remaining users (now if none)."""
         if lease_id in entry.users:
-            users = set(entry.users)
-            users.discard(lease_id)
+            users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
+            self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
 
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:
@@ -167,7 +169,8 @@ class ImagePools:
             pool = self.pools[node]
             for key, e in list(pool.items()):
                 if lease_id in e.users:
-                    e.users = set(e.users) - {lease_id}
+                    e.users = {k: v for k, v in e.users.items() if k != lease_id}
+                    e.expire = max(e.users.values(), default=min(e.expire, now))
                     e.last_use = now
                 if e.arrived and not e.users and (not self.reuse or (self.remove_on_expire and e.expire <= now)):
                     del pool[key]

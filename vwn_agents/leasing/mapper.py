@@ -68,7 +68,7 @@ class Mapper:
     # ------------------------------------------------------------ slot intervals
     def _node_slots(self, node: int, need: tuple) -> tuple[list, list]:
         """([a...], [b...]) maximal intervals where j VMs of ``need`` fit on ``node``, for
-        j = 1..(VMs the empty node can host); a sweep over the node's reservations."""
+        j = 1..(VMs the empty node can host, at most 64)."""
         st = self.st
         cap = st.nodes[node].capacity
         m = self._m.get((cap, need))
@@ -76,90 +76,14 @@ class Mapper:
             m = self._m[(cap, need)] = min(vms_in(cap, need), 64)
         if m <= 0:
             return [], []
-        lst = st._by_node[node]
+        lst = [r for r in st.on_node(node) if r.end > r.start]
         if not lst:
             return [-INF] * m, [INF] * m
         if len(lst) == 1:
-            r = lst[0]
-            u = r.use[node]
-            k = min(vms_in((cap[0] - u[0], cap[1] - u[1], cap[2] - u[2], cap[3] - u[3]), need), m)
-            if r.end <= r.start or k >= m:
-                return [-INF] * m, [INF] * m
-            k = max(k, 0)
-            return ([-INF] * k + [-INF, r.end] * (m - k)), ([INF] * k + [r.start, INF] * (m - k))
-        if m == 1:
-            blocked = []
-            for r in lst:
-                if r.end <= r.start:
-                    continue
-                u = r.use[node]
-                if (u[0] + need[0] > cap[0] or u[1] + need[1] > cap[1] or u[2] + need[2] > cap[2]
-                        or u[3] + need[3] > cap[3]):
-                    blocked.append((r.start, r.end))
-                else:
-                    break
-            else:
-                # every reservation alone leaves no room: free = complement of their union
-                blocked.sort()
-                A, B = [-INF], []
-                cur_end = -INF
-                for a, b in blocked:
-                    if a > cur_end:
-                        if cur_end != -INF or a > -INF:
-                            B.append(a)
-                            A.append(b)
-                        cur_end = b
-                    elif b > cur_end:
-                        cur_end = b
-                        A[-1] = b
-                if not blocked:
-                    return [-INF], [INF]
-                B.append(INF)
-                return A, B
-        dims = [i for i in range(4) if need[i] > 0]
-        delta: dict = {}
-        for r in lst:
-            if r.end <= r.start:
-                continue
-            u = r.use[node]
-            d = delta.get(r.start)
-            if d is None:
-                delta[r.start] = d = [0.0] * len(dims)
-            e = delta.get(r.end)
-            if e is None:
-                delta[r.end] = e = [0.0] * len(dims)
-            for k, i in enumerate(dims):
-                d[k] += u[i]
-                e[k] -= u[i]
-        used = [0.0] * len(dims)
-        A: list = []
-        B: list = []
-        open_at = [-INF] * (m + 1)  # open_at[j]: start of the current free interval of slot j
-        level = m
-        for t in sorted(delta):
-            d = delta[t]
-            k_new = m
-            for k, i in enumerate(dims):
-                used[k] += d[k]
-                free = cap[i] - used[k]
-                fit = int(free // need[i] + 1e-9) if free > 0 else 0
-                if fit < k_new:
-                    k_new = fit
-            if k_new < 0:
-                k_new = 0
-            if k_new < level:
-                for j in range(k_new + 1, level + 1):
-                    if open_at[j] < t:
-                        A.append(open_at[j])
-                        B.append(t)
-            elif k_new > level:
-                for j in range(level + 1, k_new + 1):
-                    open_at[j] = t
-            level = k_new
-        for j in range(1, level + 1):
-            A.append(open_at[j])
-            B.append(INF)
-        return A, B
+            return _one_reservation(lst[0], node, cap, need, m)
+        if m == 1 and all(_blocks(r.use[node], cap, need) for r in lst):
+            return _complement_of_union(lst)
+        return _sweep(lst, node, cap, need, m)
 
     def slot_arrays(self, need: tuple):
         """(A, B, NODE, memo) numpy arrays of all slot intervals for ``need``.
@@ -334,6 +258,76 @@ class Mapper:
         if by_end:
             return mapping, [r[2] for r in rows]
         return mapping
+
+
+def _blocks(use: tuple, cap: tuple, need: tuple) -> bool:
+    """Whether a reservation using ``use`` leaves no room for one more VM of ``need``."""
+    return (use[0] + need[0] > cap[0] or use[1] + need[1] > cap[1] or use[2] + need[2] > cap[2]
+            or use[3] + need[3] > cap[3])
+
+
+def _one_reservation(r, node: int, cap: tuple, need: tuple, m: int) -> tuple[list, list]:
+    """Slot intervals of a node holding one reservation: slots 1..k stay free throughout, the
+    others are free before it and after it."""
+    u = r.use[node]
+    k = max(min(vms_in((cap[0] - u[0], cap[1] - u[1], cap[2] - u[2], cap[3] - u[3]), need), m), 0)
+    if k >= m:
+        return [-INF] * m, [INF] * m
+    return [-INF] * k + [-INF, r.end] * (m - k), [INF] * k + [r.start, INF] * (m - k)
+
+
+def _complement_of_union(lst: list) -> tuple[list, list]:
+    """The one slot of a node where every reservation alone leaves no room: free outside the
+    union of the reservations."""
+    A, B = [-INF], []
+    cur_end = -INF
+    for a, b in sorted((r.start, r.end) for r in lst):
+        if a > cur_end:
+            B.append(a)
+            A.append(b)
+            cur_end = b
+        elif b > cur_end:
+            cur_end = b
+            A[-1] = b
+    B.append(INF)
+    return A, B
+
+
+def _sweep(lst: list, node: int, cap: tuple, need: tuple, m: int) -> tuple[list, list]:
+    """General case: sweep the reservation boundaries, tracking how many VMs fit (level) and
+    opening/closing the intervals of slots level+1..m as the level changes."""
+    dims = [i for i in range(4) if need[i] > 0]
+    delta: dict = {}
+    for r in lst:
+        u = r.use[node]
+        d = delta.setdefault(r.start, [0.0] * len(dims))
+        e = delta.setdefault(r.end, [0.0] * len(dims))
+        for k, i in enumerate(dims):
+            d[k] += u[i]
+            e[k] -= u[i]
+    used = [0.0] * len(dims)
+    A: list = []
+    B: list = []
+    open_at = [-INF] * (m + 1)  # open_at[j]: start of slot j's current free interval
+    level = m
+    for t in sorted(delta):
+        k_new = m
+        for k, i in enumerate(dims):
+            used[k] += delta[t][k]
+            free = cap[i] - used[k]
+            k_new = min(k_new, int(free // need[i] + 1e-9) if free > 0 else 0)
+        k_new = max(k_new, 0)
+        for j in range(k_new + 1, level + 1):  # slots closing at t
+            if open_at[j] < t:
+                A.append(open_at[j])
+                B.append(t)
+        for j in range(level + 1, k_new + 1):  # slots opening at t
+            open_at[j] = t
+        level = k_new
+    for j in range(1, level + 1):
+        A.append(open_at[j])
+        B.append(INF)
+    return A, B
 
 
 def vm_use(mapping: tuple, per_vm: tuple) -> dict:
