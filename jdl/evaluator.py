@@ -19,15 +19,17 @@ SCOPE_WORDS = {"other", "target", "my", "self", "parent"}
 
 
 class Ctx:
-    """Evaluation context; `active` holds (id(ad), name) pairs being evaluated (cycles)."""
+    """Evaluation context; `active` holds (id(ad), name) pairs being evaluated (cycles);
+    `now` is what time() returns (epoch seconds; None: the wall clock)."""
 
-    __slots__ = ("ad", "me", "other", "active")
+    __slots__ = ("ad", "me", "other", "active", "now")
 
-    def __init__(self, ad, me, other, active):
+    def __init__(self, ad, me, other, active, now=None):
         self.ad = ad
         self.me = me
         self.other = other
         self.active = active
+        self.now = now
 
 
 def compile_expr(node: n.Node):
@@ -55,11 +57,12 @@ def compile_expr(node: n.Node):
     return node._fn
 
 
-def evaluate(node: n.Node, ad=None, other=None):
+def evaluate(node: n.Node, ad=None, other=None, now: float | None = None):
     """Evaluate `node` in record `ad` against record `other` (each a ClassAd, a MappingAd, any
-    Mapping of plain values, or None). Returns a ClassAd value (never raises)."""
+    Mapping of plain values, or None); `now`: epoch seconds for time() (None: wall clock;
+    pass clock.now() from a simulation). Returns a ClassAd value (never raises)."""
     ad, other = _record(ad), _record(other)
-    ctx = Ctx(ad, ad, other, set())
+    ctx = Ctx(ad, ad, other, set(), now)
     try:
         return compile_expr(node)(ctx)
     except RecursionError:
@@ -88,9 +91,9 @@ def attr_value(ad, name: str, lname: str, ctx: Ctx):
     if ad is not ctx.ad:
         top = _top(ad)
         if top is ctx.other and top is not ctx.me:
-            ctx = Ctx(ad, ctx.other, ctx.me, active)
+            ctx = Ctx(ad, ctx.other, ctx.me, active, ctx.now)
         else:
-            ctx = Ctx(ad, ctx.me, ctx.other, active)
+            ctx = Ctx(ad, ctx.me, ctx.other, active, ctx.now)
     active.add(key)
     try:
         return compile_expr(d.expr)(ctx)

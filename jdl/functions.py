@@ -418,12 +418,13 @@ def _real_pow(b: float, e: float) -> float:
         return math.nan
 
 
-@_fn("time")
-def _time_now(*args):
-    """Seconds since the epoch (the ClassAd time() function)."""
-    if args:
+@_lazy("time")
+def _time_now(ctx, fns):
+    """time(): seconds since the epoch, the evaluation's `now` (matches(..., now=...)) or the
+    wall clock when none was given."""
+    if fns:
         return ERROR
-    return int(_time_now.clock())
+    return int(ctx.now if ctx.now is not None else _time_now.clock())
 
 
 _time_now.clock = _time.time  # replaceable (tests, simulation) without touching callers

@@ -45,7 +45,7 @@ def _each_ad(ctx, lst, pred_fn):
     from .evaluator import Ctx
     for item in lst:
         if type(item) is ClassAd or type(item) is MappingAd:
-            yield item, to_bool(pred_fn(Ctx(item, ctx.me, ctx.other, ctx.active)))
+            yield item, to_bool(pred_fn(Ctx(item, ctx.me, ctx.other, ctx.active, ctx.now)))
         else:
             yield item, ERROR
 

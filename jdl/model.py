@@ -54,11 +54,12 @@ class CompiledExpression:
     def column(self) -> int:
         return self.node.column
 
-    def evaluate(self, ce_ad=None):
+    def evaluate(self, ce_ad=None, now: float | None = None):
         """The ClassAd value (bool, int, float, str, list, record, UNDEFINED or ERROR) with
-        `other.` bound to ce_ad (any Mapping of GLUE names, a MappingAd or a ClassAd)."""
+        `other.` bound to ce_ad (any Mapping of GLUE names, a MappingAd or a ClassAd); `now`:
+        epoch seconds returned by time() (None: the wall clock)."""
         other = None if ce_ad is None else as_ad(ce_ad)
-        ctx = Ctx(self.owner, self.owner, other, set())
+        ctx = Ctx(self.owner, self.owner, other, set(), now)
         try:
             return self.fn(ctx)
         except RecursionError:
@@ -252,26 +253,28 @@ class JobDescription:
         return self._int("ShallowRetryCount")
 
 
-def matches(job: JobDescription, ce_ad) -> bool:
+def matches(job: JobDescription, ce_ad, now: float | None = None) -> bool:
     """True when job's Requirements evaluate to boolean true with `other.` = ce_ad.
 
     ce_ad: Mapping of GLUE attribute names (case-insensitive) to int/float/str/bool/list, a
     MappingAd (build once per CE for speed) or a ClassAd. Undefined/error/non-bool: False.
+    now: epoch seconds for the ClassAd time() function (None: the wall clock).
     """
     req = job._compiled.get("requirements") or job.requirements
     other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
-    ctx = Ctx(job.ad, job.ad, other, set())
+    ctx = Ctx(job.ad, job.ad, other, set(), now)
     try:
         return req.fn(ctx) is True
     except RecursionError:
         return False
 
 
-def rank_value(job: JobDescription, ce_ad) -> float | None:
-    """job's Rank against ce_ad as a float; None when undefined, error or not a number."""
+def rank_value(job: JobDescription, ce_ad, now: float | None = None) -> float | None:
+    """job's Rank against ce_ad as a float; None when undefined, error or not a number.
+    now: epoch seconds for time() (None: the wall clock)."""
     rank = job._compiled.get("rank") or job.rank
     other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
-    ctx = Ctx(job.ad, job.ad, other, set())
+    ctx = Ctx(job.ad, job.ad, other, set(), now)
     try:
         v = rank.fn(ctx)
     except RecursionError:

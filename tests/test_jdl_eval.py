@@ -141,3 +141,13 @@ def test_gang_matching_functions():
     assert rank_value(job, ce) == 900.0
     job2 = parse_jdl('Executable = "/bin/x"; Requirements = allMatch(other.storage.CloseSEs, free > 500);')
     assert not matches(job2, ce)
+
+
+def test_time_uses_the_given_now_else_the_wall_clock():
+    job = parse_jdl('Executable = "/bin/x"; Requirements = time() < other.GlueCEDeadline; '
+                    "Rank = time();")
+    ce = {"GlueCEDeadline": 1000}
+    assert matches(job, ce, now=999.5) and not matches(job, ce, now=1000)
+    assert rank_value(job, ce, now=42.7) == 42.0
+    assert not matches(job, ce)  # the wall clock is far past 1000
+    assert evaluate(parse_expr("time()"), now=5) == 5
