@@ -81,8 +81,16 @@ class Mapper:
             return [-INF] * m, [INF] * m
         if len(lst) == 1:
             return _one_reservation(lst[0], node, cap, need, m)
-        if m == 1 and all(_blocks(r.use[node], cap, need) for r in lst):
-            return _complement_of_union(lst)
+        if m == 1:
+            key = (node, need)
+            for r in lst:
+                blk = r.blocks.get(key)
+                if blk is None:
+                    blk = r.blocks[key] = _blocks(r.use[node], cap, need)
+                if not blk:
+                    break
+            else:
+                return _complement_of_union(lst)
         return _sweep(lst, node, cap, need, m)
 
     def slot_arrays(self, need: tuple):
@@ -281,7 +289,9 @@ def _complement_of_union(lst: list) -> tuple[list, list]:
     union of the reservations."""
     A, B = [-INF], []
     cur_end = -INF
-    for a, b in sorted((r.start, r.end) for r in lst):
+    spans = [(r.start, r.end) for r in lst]
+    spans.sort()
+    for a, b in spans:
         if a > cur_end:
             B.append(a)
             A.append(b)

@@ -65,6 +65,7 @@ class Reservation:
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
     state: ResState = ResState.SCHEDULED
     id: int = 0
+    blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: (node, need) -> no room left
 
     def __repr__(self) -> str:
         lid = self.lease.id if self.lease is not None else "-"
@@ -115,6 +116,8 @@ class SlotTable:
             elif op == "move":
                 res, start, end, use = entry[1:]
                 self._unindex_nodes(res)
+                if use is not res.use:
+                    res.blocks = {}
                 res.start, res.end, res.use = start, end, use
                 self._index_nodes(res)
                 self._push(res)
@@ -161,6 +164,7 @@ class SlotTable:
         res.start, res.end = start, end
         if use is not None:
             res.use = use
+            res.blocks = {}
         self._index_nodes(res)
         self._push(res)
 
