@@ -1,10 +1,12 @@
-"""vgrid.jdl: gLite JDL and the new-ClassAd expression language.
+"""vgrid.jdl: gLite JDL and the new-ClassAd language with HTCondor's semantics.
 
-Public API (see docs/jdl.md):
-    parse_jdl(text, filename="<string>") -> JobDescription   (JDLSyntaxError, JDLValidationError)
-    matches(job, ce_ad) -> bool ; rank_value(job, ce_ad) -> float | None
-    parse_expr(text) -> node ; evaluate(node, ad=None, other=None) -> value
-    MappingAd(mapping): a case-insensitive CE ad, build once per CE and reuse
+Public API (docs/jdl.md has the details):
+    parse_jdl(text, filename="<string>", validate=True) -> JobDescription
+        raises JDLSyntaxError (file:line:column + caret) or JDLValidationError (.problems)
+    matches(job, ce_ad, now=None) -> bool ; rank_value(job, ce_ad, now=None) -> float | None
+    expand(job, base_dir=None) -> Expansion (plain jobs of parametric jobs, collections, DAGs)
+    to_jdl(job) -> canonical JDL text ; parse_ad(text) -> ClassAd ; MappingAd(mapping)
+    parse_expr(text) -> node ; evaluate(node, ad=None, other=None, now=None) -> value
 """
 from __future__ import annotations
 
