@@ -19,6 +19,7 @@ from .model import (DEFAULT_RANK, DEFAULT_REQUIREMENTS, CompiledExpression, JobD
 from .parser import parse_classad, parse_expr
 from .printer import record_text, unparse, unparse_value
 from .validate import validate_record
+from .expansion import Expansion, PlainJob, expand  # noqa: E402  (after the model it uses)
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd
 
 CaseInsensitiveAd = MappingAd
@@ -47,12 +48,6 @@ def to_jdl(job: JobDescription) -> str:
     return record_text(job.record, indent=2) + "\n"
 
 
-def expand(job: JobDescription, base_dir: str | None = None):
-    """Plain jobs of a job, parametric job, collection or DAG (see jdl.expansion.expand)."""
-    from .expansion import expand as _expand
-    return _expand(job, base_dir)
-
-
 def parse_ad(text: str, filename: str = "<string>") -> ClassAd:
     """Parse ClassAd text (e.g. a CE ad) into a ClassAd record usable as `ce_ad`."""
     return ClassAd(parse_classad(text, filename))
@@ -63,5 +58,5 @@ __all__ = [
     "JobDescription", "CompiledExpression", "JDLError", "JDLSyntaxError", "JDLValidationError",
     "Problem", "ClassAd", "MappingAd", "CaseInsensitiveAd", "UNDEFINED", "ERROR", "as_ad",
     "to_python", "unparse", "unparse_value", "DEFAULT_REQUIREMENTS", "DEFAULT_RANK", "to_jdl",
-    "expand", "validate_record",
+    "expand", "Expansion", "PlainJob", "validate_record",
 ]
