@@ -25,17 +25,20 @@ from .values import ERROR, UNDEFINED, ClassAd, MappingAd
 CaseInsensitiveAd = MappingAd
 
 
-def parse_jdl(text: str, filename: str = "<string>", validate: bool = True) -> JobDescription:
+def parse_jdl(text: str, filename: str = "<string>", validate: bool = True,
+              local_files: bool = True) -> JobDescription:
     """Parse and validate a gLite JDL (with or without the outer [ ]).
 
     Raises JDLSyntaxError (file:line:column, source line and caret in str()) when the text is
     not a ClassAd, JDLValidationError (every problem in .problems) when it breaks the
-    attribute rules (validate=False skips these).
+    attribute rules (validate=False skips these). DAG `file =` nodes are read relative to
+    `filename` when it is an existing file and local_files is True; a server handling
+    submitted text passes local_files=False so that no local file is ever read.
     """
     record = parse_classad(text, filename)
     if validate:
-        base_dir = os.path.dirname(os.path.abspath(filename)) if os.path.isfile(filename) \
-            else None  # file= nodes of a DAG are read relative to the JDL file
+        base_dir = os.path.dirname(os.path.abspath(filename)) \
+            if local_files and os.path.isfile(filename) else None  # DAG file= nodes
         problems = validate_record(record, filename, base_dir)
         problems.sort(key=lambda p: (p.filename != filename, p.filename, p.line, p.column))
         if problems:

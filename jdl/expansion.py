@@ -60,13 +60,17 @@ class Expansion:
                 "jobs": [j.to_json() for j in self.jobs]}
 
 
-def expand(job: JobDescription, base_dir: str | None = None) -> Expansion:
+def expand(job: JobDescription, base_dir: str | None = None,
+           local_files: bool = True) -> Expansion:
     """Expand `job` into plain jobs. base_dir: directory for `file=` nodes (default: the
     directory of job.filename when that is an existing file; otherwise `file=` nodes are a
-    problem, so a server never reads local files named by a submitted JDL). Raises
+    problem, so a server never reads local files named by a submitted JDL; local_files=False
+    refuses them always). Raises
     JDLValidationError with every problem (unreadable node files, invalid nodes, unknown
     dependencies, cycles, too many jobs)."""
-    if base_dir is None and os.path.isfile(job.filename):
+    if not local_files:
+        base_dir = None
+    elif base_dir is None and os.path.isfile(job.filename):
         base_dir = os.path.dirname(os.path.abspath(job.filename))
     kind = job.type
     if kind in ("dag", "collection"):

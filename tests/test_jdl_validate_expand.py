@@ -190,3 +190,13 @@ def test_file_nodes_of_a_jdl_not_read_from_a_file_are_refused():
     with pytest.raises(JDLValidationError) as info:
         expand(job)
     assert "was not read from a file" in info.value.problems[0].message
+
+
+def test_local_files_false_never_reads_node_files(tmp_path):
+    (tmp_path / "n.jdl").write_text('Executable = "/bin/n";')
+    path = tmp_path / "c.jdl"
+    path.write_text('[ Type = "collection"; Nodes = { [ file = "n.jdl" ] } ]')
+    assert len(expand(parse_jdl(path.read_text(), str(path))).jobs) == 1
+    job = parse_jdl(path.read_text(), str(path), local_files=False)
+    with pytest.raises(JDLValidationError):
+        expand(job, local_files=False)
