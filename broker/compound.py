@@ -32,7 +32,7 @@ def expansion_specs(desc: "jdlmod.JobDescription", text: str, filename: str) -> 
     Raises ``jdl.JDLValidationError`` when the expansion fails (unknown DAG node, cycle,
     unreadable node file, too many jobs), with every problem.
     """
-    expansion = jdlmod.expand(desc)
+    expansion = jdlmod.expand(desc, local_files=False)  # never read files on the broker host
     if expansion.kind == "job":
         return [{"jdl": text, "filename": filename, "kind": "job"}]
     parent_key = new_key()

@@ -95,7 +95,7 @@ class Broker:
         Raises ``jdl.JDLError`` (syntax or validation, with file:line:column) before anything is
         stored, and BrokerError when a relative InputSandbox file was not uploaded.
         """
-        job_desc = jdlmod.parse_jdl(text, filename)
+        job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
         specs = compound.expansion_specs(job_desc, text, filename)
         needed = [n for n in job_desc.input_sandbox if "://" not in n]
         uploaded = {safe_name(n): data for n, data in input_files.items()}
@@ -158,7 +158,7 @@ class Broker:
     # -- matching and dispatch -------------------------------------------------------------------
     def list_match(self, text: str, filename: str) -> MatchResult:
         """Candidates for a JDL without submitting it (``vgrid list-match``)."""
-        job_desc = jdlmod.parse_jdl(text, filename)
+        job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
         return self.matchmaker.match(job_desc, self.ism.candidates())
 
     def match_pending(self) -> int:
@@ -179,7 +179,7 @@ class Broker:
             job = self._transition(job, JobState.READY, now)
         except StaleState:
             return False  # cancelled or claimed meanwhile
-        desc = jdlmod.parse_jdl(job.jdl, job.filename)
+        desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
         result = self.matchmaker.match(desc, self.ism.candidates())
         chosen = self.matchmaker.select(result)
         if chosen is None:
@@ -283,7 +283,7 @@ class Broker:
 
     def _stdout_head(self, job: Job) -> str | None:
         try:
-            name = jdlmod.parse_jdl(job.jdl, job.filename).std_output
+            name = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False).std_output
         except jdlmod.JDLError:
             return None
         if not name:

@@ -240,3 +240,15 @@ def test_ism_endpoint_is_the_info_document_with_feedback(site):
     assert {c["waiting"] for c in doc["ces"]} == {0, 3}
     assert isinstance(doc["dispatched_since_refresh"], dict)
     assert requests.get(f"{url}/ism", params={"vo": "atlas"}, timeout=5).json()["ces"] == []
+
+
+def test_dag_file_nodes_are_never_read_on_the_broker_host(site, tmp_path):
+    url, _ = site
+    secret = tmp_path / "node.jdl"
+    secret.write_text('Executable = "/bin/true";\n')
+    dag = f'[ Type = "dag"; nodes = [ a = [ file = "{secret}"; ]; dependencies = {{}}; ]; ]'
+    fake = tmp_path / "dag.jdl"  # exists on this host: the broker must still not read node files
+    fake.write_text(dag)
+    r = requests.post(f"{url}/jobs", data={"jdl": dag, "filename": str(fake)}, timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["line"] == 1
+    assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
