@@ -18,12 +18,13 @@ import platform
 import random
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import jdl  # noqa: E402
 
-DATA = "/work/shared/data/jdl"
+DATA = os.environ.get("VGRID_SHARED", str(Path(__file__).resolve().parents[2] / "shared")) + "/data/jdl"
 REALISTIC_JOB = """[
   Executable = "analysis.sh";
   InputSandbox = {"analysis.sh", "cuts.xml"};

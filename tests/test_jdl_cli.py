@@ -6,8 +6,9 @@ from click.testing import CliRunner
 
 from broker.cli_jdl import jdl_group
 
-DATA = Path("/work/shared/data/jdl")
-LDIF = Path("/work/shared/data/ldif/synthetic_site.ldif")
+from .paths import SHARED_JDL as DATA  # noqa: E402
+from .paths import SHARED_LDIF  # noqa: E402
+LDIF = SHARED_LDIF / "synthetic_site.ldif"
 
 
 def run(*args):

@@ -4,6 +4,8 @@ import pytest
 from jdl import (ERROR, UNDEFINED, MappingAd, evaluate, matches, parse_ad, parse_expr,
                  parse_jdl, rank_value)
 
+from .paths import SHARED_JDL
+
 
 def ev(text, ad=None, other=None):
     return evaluate(parse_expr(text), ad, other)
@@ -89,7 +91,7 @@ def test_requirements_default_and_rank_default():
 
 
 def test_mpi_file_against_ces():
-    with open("/work/shared/data/jdl/02_mpi_member_totalcpus.jdl") as f:
+    with open(SHARED_JDL / "02_mpi_member_totalcpus.jdl") as f:
         job = parse_jdl(f.read())
     assert matches(job, CE)
     assert matches(job, {**CE, "GlueCEInfoLRMSType": "torque"})

@@ -7,9 +7,7 @@ from jdl import (ERROR, UNDEFINED, JDLSyntaxError, JDLValidationError, parse_ad,
                  parse_jdl)
 from jdl import nodes as n
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jdl"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/jdl")
+from .paths import SHARED_JDL as DATA  # noqa: E402
 
 
 def load(name: str):

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from jdl import ERROR, JDLError, JDLSyntaxError, evaluate, matches, parse_expr, parse_jdl, to_jdl
 from jdl import regex as jdl_regex
+from .paths import SHARED_JDL
 
-SEEDS = [open(f"/work/shared/data/jdl/{name}").read() for name in (
+SEEDS = [open(SHARED_JDL / name).read() for name in (
     "01_hostname_nobrackets.jdl", "06_parametric_list.jdl", "09_wmsfeedback_nobrackets.jdl")]
 ALPHABET = 'abcxyzAZ0129_ \t\n;=[]{}()"\'.,+-*/%<>!~^&|?:#\\'
 TOKENS = ["[", "]", "{", "}", "(", ")", ";", "=", "==", "=?=", "&&", "||", "?", ":", "?:", ",",

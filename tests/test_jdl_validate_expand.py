@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from jdl import JDLValidationError, expand, parse_jdl, to_jdl
 from jdl.attributes import ATTRIBUTES, table_markdown
 
-DATA = Path("/work/shared/data/jdl")
+from .paths import SHARED_JDL as DATA  # noqa: E402
 
 
 def problems(text, filename="v.jdl"):
