@@ -171,13 +171,18 @@ def schedule_queue(sched, now: float) -> None:
     mapper = sched.mapper
     keep = []
     blocked = False
+    max_free: dict = {}
     for lease in sched.queue:
         if blocked:
             keep.append(lease)
             continue
         allow_future = max_future > 0 and len(sched.future) < max_future
         if quick and not allow_future:
-            if mapper.count_now_upper(lease.per_vm, now, min_slot_length(sched, lease)) < lease.n_vms:
+            free_now = max_free.get(lease.per_vm)
+            if free_now is None:  # slots free at this instant: an upper bound for the whole pass
+                free_now = max_free[lease.per_vm] = mapper.count_now_upper(lease.per_vm, now, 0.0)
+            if (lease.n_vms > free_now
+                    or mapper.count_now_upper(lease.per_vm, now, min_slot_length(sched, lease)) < lease.n_vms):
                 keep.append(lease)
                 if off:
                     blocked = True
