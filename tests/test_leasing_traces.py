@@ -105,10 +105,12 @@ def test_swf_conversion_like_haizea(tmp_path):
                  "1 0 5 100 8 -1 -1 8 200 -1 1 1 -1 -1 1 -1 -1 -1\n"     # ok: 8 procs, runs 100 of 200
                  "2 10 5 -1 8 -1 -1 8 200 -1 5 1 -1 -1 1 -1 -1 -1\n"     # cancelled in the queue: skipped
                  "3 20 5 300 8 -1 -1 16 200 -1 1 1 -1 -1 1 -1 -1 -1\n"   # runs longer than requested: capped
-                 "4 30 5 0 8 -1 -1 8 -1 -1 1 1 -1 -1 1 -1 -1 -1\n")      # no requested time: skipped
+                 "4 30 5 0 8 -1 -1 8 -1 -1 1 1 -1 -1 1 -1 -1 -1\n"       # no requested time, no run time: skipped
+                 "5 40 5 50 16 -1 -1 -1 -1 -1 1 1 -1 -1 1 -1 -1 -1\n")   # nothing requested: run time, allocated
     w = read_trace(p, cpus_per_node=8)
-    assert [l.id for l in w.leases] == [1, 3]
-    a, b = w.leases
+    assert [l.id for l in w.leases] == [1, 3, 5]
+    a, b, c = w.leases
+    assert c.n_vms == 2 and c.duration_s == 50 and c.real_duration_s is None
     assert a.n_vms == 1 and a.duration_s == 200 and a.real_duration_s == 100
     assert b.n_vms == 2 and b.real_duration_s is None  # min(300, 200) = requested
 

@@ -12,7 +12,8 @@
   (field 8) / ``cpus_per_node``; duration = requested time; real duration = run time (0 -> 1,
   capped at the requested time); each VM takes one node's CPU and ``memory_mb``; no image.
   The shared ``haizea/blue/*.swf`` files were already divided by 8 by Haizea's filter, so
-  ``cpus_per_node`` defaults to 1.
+  ``cpus_per_node`` defaults to 1. Logs that do not record the requested time or processors
+  (-1, e.g. model-generated ones) use the run time and the allocated processors instead.
 
 Errors raise ``TraceError`` naming ``file:line[:column]``. Times are seconds from the start.
 """
@@ -211,9 +212,14 @@ def read_swf(text: str, path: Path, cpus_per_node: int = 1, memory_mb: int = 102
             raise TraceError(path, lineno, f"SWF line has {len(f)} fields, expected 18")
         try:
             submit, runtime, nprocs, reqtime, status = int(f[1]), int(f[3]), int(f[7]), float(f[8]), int(f[10])
+            alloc = int(f[4])
         except ValueError as exc:
             raise TraceError(path, lineno, f"bad number: {exc}") from None
-        if reqtime <= 0 or (runtime < 0 and status == 5):
+        if reqtime == -1 and runtime > 0:  # not recorded (e.g. model-generated logs): the run time
+            reqtime = float(runtime)
+        if nprocs == -1:
+            nprocs = alloc
+        if reqtime <= 0 or nprocs <= 0 or (runtime < 0 and status == 5):
             continue
         n = max(nprocs // cpus_per_node, 1)
         real = min(max(runtime, 1), reqtime)
