@@ -96,8 +96,11 @@ def test_real_jdl_runs_to_done_and_output_comes_back(site, receiver):
     assert record["state"] == "Done" and record["exit_code"] == 0
 
 
-def test_placement_on_fewest_vwns_and_glue_counts(site, receiver):
-    ce_url, ce, nodes = site(n_nodes=2)
+@pytest.mark.parametrize("scheduler, free_cpus", [("fair-share", "0"), ("leases", "5")])
+def test_placement_on_fewest_vwns_and_glue_counts(site, receiver, scheduler, free_cpus):
+    # leases: the engine's mapper also takes the node with the most free VWN slots; FreeCPUs
+    # counts free VWN slots (2 nodes x K=4 - 3 running)
+    ce_url, ce, nodes = site(n_nodes=2, scheduler=scheduler)
     keys = [submit(ce_url, receiver, sleep_jdl(30))[0] for _ in range(3)]
     for k in keys:
         receiver.wait_event(k, "running")
@@ -108,7 +111,7 @@ def test_placement_on_fewest_vwns_and_glue_counts(site, receiver):
     glue = glue_attrs(ce_url)
     assert glue["GlueCEInfoTotalCPUs"] == ["2"] and glue["GlueCEStateRunningJobs"] == ["3"]
     assert glue["GlueCEStateWaitingJobs"] == ["0"] and glue["GlueCEStateTotalJobs"] == ["3"]
-    assert glue["GlueCEStateFreeCPUs"] == ["0"]
+    assert glue["GlueCEStateFreeCPUs"] == [free_cpus]
     assert glue["GlueCEInfoLRMSType"] == ["vgrid-vwn"]
     assert glue["GlueCEInfoContactString"] == [ce.url]
     assert glue["GlueCEAccessControlBaseRule"] == ["VO:dteam"]
@@ -171,10 +174,11 @@ def test_cancel_kills_the_vwn(site, receiver):
 
 
 def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
-    ce_url, _, nodes = site(n_nodes=1, extra_nodes=["http://127.0.0.1:9"])
+    # fair-share placement tries the next node; the lease engine has no node-down state (below)
+    ce_url, _, nodes = site(n_nodes=1, extra_nodes=["http://127.0.0.1:9"], scheduler="fair-share")
     key, _ = submit(ce_url, receiver, sleep_jdl(0.1))
     receiver.wait_event(key, "done")
-    ce_url2, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"])
+    ce_url2, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"], scheduler="fair-share")
     key2, _ = submit(ce_url2, receiver, sleep_jdl(0.1))
 
     def tried(_):
@@ -184,6 +188,22 @@ def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
     record = receiver.wait_for(tried, timeout_s=10)
     assert record["state"] == "Scheduled" and record["reason"].startswith("not placed yet")
     assert glue_attrs(ce_url2)["GlueCEStateWaitingJobs"] == ["1"]
+
+
+def test_lease_on_an_unreachable_node_waits_with_a_reason(site, receiver):
+    ce_url, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"])
+    key, _ = submit(ce_url, receiver, sleep_jdl(0.1))
+
+    def tried(_):
+        record = requests.get(f"{ce_url}/jobs/{key}", timeout=5).json()
+        return record if record["reason"] else None
+
+    record = receiver.wait_for(tried, timeout_s=10)
+    assert record["state"] == "Scheduled"
+    assert record["reason"].startswith("not started yet: node agent http://127.0.0.1:9 did not take the VWN")
+    assert record["lease"]["nodes"] == ["http://127.0.0.1:9"] and record["lease"]["vwns"] == []
+    assert glue_attrs(ce_url)["GlueCEStateWaitingJobs"] == ["1"]
+    assert receiver.events_for(key) == []
 
 
 def test_http_errors_are_json(site):

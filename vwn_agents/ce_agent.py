@@ -1,8 +1,12 @@
 """The CE agent: the site service of one CE queue in front of its node agents.
 
 It accepts jobs from the broker (POST /jobs, idempotent on the job key), parses their JDL once
-(``jdl.parse_jdl``), places each on a node agent chosen by a placement policy (default: the node
-with the fewest VWNs, ``placement.fewest_vwns``), tracks it through the node agent's VWN events
+(``jdl.parse_jdl``), and runs each in a VWN on one of its node agents. ``scheduler = "leases"``
+(default): every job becomes a one-VM lease in the lease engine (``ce_leases``: best-effort, or
+what the JDL lease attributes ask for; at most ``vwns_per_node`` VWNs per node, then a queue).
+``scheduler = "fair-share"``: no admission control, each job is placed at once on the node chosen
+by a placement policy (default: the node with the fewest VWNs, ``placement.fewest_vwns``).
+It tracks each job through the node agent's VWN events
 (POST /node-events), forwards every state change to the broker's ``callback_url`` through an
 ``Outbox``, cancels on request, and publishes its state as GLUE 1.3 LDIF (GET /glue, via
 ``infosys.gip.render_glue13``) and GLUE 2.0 LDIF (GET /glue2, ``render_glue2``). HTTP contract: docs/architecture.md, "CE agent".
@@ -21,6 +25,7 @@ from flask import Flask, Response, jsonify
 
 from infosys.clock import Clock, WallClock
 
+from .ce_leases import JobLeaseRequest, LeaseScheduling
 from .config import load, load_toml
 from .httpjson import ApiError, install_error_handlers, json_body, parse_body
 from .outbox import Outbox
@@ -48,7 +53,15 @@ class CEAgentConfig:
     vos: list[str] = field(default_factory=list, metadata={"help": "VOs allowed (GlueCEAccessControlBaseRule VO:<vo>)"})
     lrms_type: str = field(default="vgrid-vwn", metadata={"help": "GlueCEInfoLRMSType"})
     status: str = field(default="Production", metadata={"help": "GlueCEStateStatus"})
-    placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name"})
+    placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name (fair-share scheduler)"})
+    scheduler: str = field(default="leases", metadata={
+        "help": "leases (every job is a lease in the lease engine, queued when its node's VWN slots are taken) "
+                "or fair-share (every job gets a VWN at once, no admission control)"})
+    vwns_per_node: int = field(default=4, metadata={
+        "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
+    lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
+    lease_config: str | None = field(default=None, metadata={
+        "help": "lease engine options (TOML, docs/leasing.md); suspension is always none"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
     port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
     public_url: str | None = field(default=None, metadata={
@@ -63,6 +76,13 @@ class CEAgentConfig:
             return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
         if self.cpus_per_node < 1:
             return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
+        if self.scheduler not in ("leases", "fair-share"):
+            return f"field 'scheduler': must be 'leases' or 'fair-share', got {self.scheduler!r}"
+        if not 1 <= self.vwns_per_node <= 100 * self.cpus_per_node:
+            return (f"field 'vwns_per_node': must be between 1 and {100 * self.cpus_per_node} "
+                    f"(1/100 of a core per VWN), got {self.vwns_per_node}")
+        if self.lease_tick_s <= 0:
+            return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
         if self.status not in ("Production", "Queueing", "Draining", "Closed"):
             return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
         return None
@@ -105,6 +125,8 @@ class CEJob:
     cap_reason: str | None = None
     exit_code: int | None = None
     reason: str | None = None
+    lease_req: JobLeaseRequest | None = None   # scheduler = leases
+    in_engine: bool = False                    # its lease was submitted to the engine
 
     def record(self) -> dict:
         return {"key": self.request.key, "job_id": self.request.job_id, "state": self.state,
@@ -146,7 +168,10 @@ class CEAgent:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._placer = threading.Thread(target=self._place_loop, name="ce-placer", daemon=True)
+        self.leases = LeaseScheduling(config, self.clock, self.nodes) if config.scheduler == "leases" else None
+        self._tick_error: str | None = None
+        loop = self._lease_loop if self.leases else self._place_loop
+        self._placer = threading.Thread(target=loop, name="ce-placer", daemon=True)
         self._placer.start()
 
     # -- accepting and placing -------------------------------------------------------------------
@@ -157,10 +182,11 @@ class CEAgent:
             if req.key in self.jobs:
                 return self.jobs[req.key], False
         desc = parse_job_jdl(req.jdl, req.filename)
+        lease_req = self.leases.lease_request(desc) if self.leases else None
         with self._lock:
             if req.key in self.jobs:
                 return self.jobs[req.key], False
-            job = CEJob(req, desc, "Scheduled")
+            job = CEJob(req, desc, "Scheduled", lease_req=lease_req)
             self.jobs[req.key] = job
         self._wake.set()
         return job, True
@@ -184,6 +210,90 @@ class CEAgent:
                 if self._stop.is_set():
                     return
                 self._place(job)
+
+    # -- scheduler = leases -------------------------------------------------------------------------
+
+    def _lease_loop(self) -> None:
+        """Submit new jobs' leases, tick the engine, end the jobs whose leases ended without a
+        node event (rejected, wall-clock limit, preempted). Never holds the CE lock while
+        calling the engine or a node agent."""
+        while not self._stop.is_set():
+            self._wake.wait(self.config.lease_tick_s)
+            self._wake.clear()
+            if self.leases.engine is None:
+                continue
+            with self._lock:
+                new = [j for j in self.jobs.values() if j.state == "Scheduled" and not j.in_engine]
+            for job in new:
+                self._submit_lease(job)
+            try:
+                self.leases.engine.tick()
+                self._tick_error = None
+            except Exception as exc:  # a node agent is down: the engine retries on the next tick
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self._tick_error:
+                    log.warning("lease engine: %s (retried every %g s)", error, self.config.lease_tick_s)
+                self._tick_error = error
+            with self._lock:
+                active = [j for j in self.jobs.values() if j.in_engine and j.state not in ENDED]
+            for job in active:
+                self._reconcile(job)
+
+    def _submit_lease(self, job: CEJob) -> None:
+        key = job.request.key
+        try:
+            self.leases.submit(key, self._vwn_body(job), job.lease_req)
+        except requests.RequestException as exc:   # the lease stays due; _reconcile gives the reason
+            self._tick_error = f"{type(exc).__name__}: {exc}"
+        known = self.leases.known(key)
+        with self._lock:
+            job.in_engine = known
+            cancelled = job.state == "Cancelled"
+        if known and cancelled:
+            self._cancel_lease(key)
+
+    def _reconcile(self, job: CEJob) -> None:
+        key = job.request.key
+        view = self.leases.view(key)
+        if view is None:
+            return
+        if view["state"] == "Active" and view["nodes"]:
+            with self._lock:
+                job.node_url = view["nodes"][0]
+                if not view["vwns"] and job.state == "Scheduled":   # the node agent did not take it
+                    job.reason = (f"not started yet: node agent {view['nodes'][0]} did not take the VWN "
+                                  f"(retried every {self.config.lease_tick_s:g} s): {self._tick_error}")
+        reason = self.leases.outcome(job.lease_req, view)
+        if reason is None:
+            return
+        if reason.startswith("killed") and self._vwn_finished(job):
+            return                          # it ended by itself at the limit: its event is on the way
+        if reason.startswith("preempted"):
+            self._cancel_lease(key)         # node agents cannot restart a VWN: the job ends here
+        with self._lock:
+            if job.state in ENDED:
+                return
+            job.state, job.reason = "Aborted", reason
+            self._forward(job, "aborted", self.clock.now())
+        log.info("%s: %s", key, reason)
+
+    def _vwn_finished(self, job: CEJob) -> bool:
+        """Whether the job's VWN ended by itself (done/aborted) rather than being deleted."""
+        if not (job.vwn and job.node_url):
+            return False
+        try:
+            resp = self.http.get(f"{job.node_url}/vwns/{job.vwn}", timeout=self.config.node_timeout_s)
+            return resp.ok and resp.json().get("state") in ("done", "aborted")
+        except (requests.RequestException, ValueError):
+            return False
+
+    def _cancel_lease(self, key: str) -> None:
+        try:
+            self.leases.engine.cancel(key)
+        except requests.RequestException as exc:
+            log.warning("cancel of the lease of %s: %s", key, exc)
+
+    # -- scheduler = fair-share ---------------------------------------------------------------------
 
     def _vwn_body(self, job: CEJob) -> dict:
         d, r = job.desc, job.request
@@ -251,7 +361,12 @@ class CEAgent:
             if kind == "aborted":
                 job.reason = event.get("reason")
             self._forward(job, kind, event.get("time"))
-            return job
+        if self.leases and self.leases.engine and kind in ("done", "aborted"):
+            try:
+                self.leases.engine.job_event(event)     # the lease ends early: its slot frees
+            except requests.RequestException as exc:    # starting a queued lease failed: retried
+                log.warning("lease engine after %s of %s: %s", kind, key, exc)
+        return job
 
     def _forward(self, job: CEJob, kind: str, t: float | None) -> None:
         r = job.request
@@ -279,7 +394,10 @@ class CEAgent:
                 raise ApiError(409, f"job {key} is already {job.state}", key=key, state=job.state)
             job.state, job.reason = "Cancelled", "cancelled"
             placed = job.vwn is not None
-        if placed:
+            in_engine = job.in_engine
+        if in_engine:
+            self._cancel_lease(key)     # queued: leaves the queue; running: its VWN is deleted
+        elif placed and not self.leases:
             self._delete_vwn(job)
         return job
 
@@ -291,10 +409,22 @@ class CEAgent:
         except requests.RequestException as exc:
             log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
 
+    def record(self, job: CEJob) -> dict:
+        """The job's record (docs/architecture.md) plus, with scheduler = leases, ``"lease"``:
+        the request (type, cpu, memory_mb, duration_s, requested_start_s, preemptible, image)
+        and the engine's lease (id, state, start_s, end_s, nodes, reason); else None."""
+        with self._lock:
+            rec = job.record()
+        lease = None
+        if job.lease_req is not None:
+            lease = {**job.lease_req.to_json(), **(self.leases.view(job.request.key) or {"state": "Pending"})}
+        return {**rec, "lease": lease}
+
     def records(self) -> list[dict]:
         """Every job record, in arrival order."""
         with self._lock:
-            return [j.record() for j in self.jobs.values()]
+            jobs = list(self.jobs.values())
+        return [self.record(j) for j in jobs]
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -303,28 +433,39 @@ class CEAgent:
                 out[j.state] = out.get(j.state, 0) + 1
             return out
 
-    def ce_state(self):
-        """The ``infosys.gip.CEState`` this CE publishes (running, waiting, free CPUs, ...).
+    def free_and_ert(self) -> tuple[int, int]:
+        """(GlueCEStateFreeCPUs, GlueCEStateEstimatedResponseTime in s).
 
-        TotalJobs = running + waiting; FreeCPUs = max(0, TotalCPUs - running). ERT is 0: every job
-        accepted here gets its own VWN at once (seed 004, Section 5.1), it never queues.
-        """
+        fair-share: max(0, TotalCPUs - running) and 0 (every job gets its own VWN at once, seed
+        004 Section 5.1). leases: the VWN slots a new best-effort job could take now, and the
+        engine's earliest start of such a job behind the queue, in seconds from now (its
+        reservations last the jobs' wall-clock limits, so this is an upper bound)."""
+        if self.leases:
+            return self.leases.glue_numbers()
+        total = len(self.nodes) * self.config.cpus_per_node
+        return max(0, total - self.counts().get("Running", 0)), 0
+
+    def ce_state(self):
+        """The ``infosys.gip.CEState`` this CE publishes: RunningJobs = jobs with a running VWN,
+        WaitingJobs = accepted jobs without one (queued or reserved leases), TotalJobs = both;
+        FreeCPUs and EstimatedResponseTime from ``free_and_ert``."""
         from infosys.gip import CEState
         c, counts = self.config, self.counts()
         total = len(self.nodes) * c.cpus_per_node
         running = counts.get("Running", 0)
+        free, ert = self.free_and_ert()
         return CEState(ce_id=c.ce_id, host=c.host, site=c.site, queue=c.queue, status=c.status,
-                       lrms_type=c.lrms_type, total_cpus=total, free_cpus=max(0, total - running),
-                       running=running, waiting=counts.get("Scheduled", 0), ert_s=0,
+                       lrms_type=c.lrms_type, total_cpus=total, free_cpus=free,
+                       running=running, waiting=counts.get("Scheduled", 0), ert_s=ert,
                        max_wallclock_s=c.max_wallclock_s, si00=c.si00, ram_mb=c.ram_mb,
                        vos=list(c.vos), contact_string=self.url)
 
     def status(self) -> dict:
         total = len(self.nodes) * self.config.cpus_per_node
         counts = self.counts()
-        return {"ce_id": self.config.ce_id, "url": self.url,
-                "capacity": {"total_cpus": total,
-                             "free_cpus": max(0, total - counts.get("Running", 0))},
+        free, ert = self.free_and_ert()
+        return {"ce_id": self.config.ce_id, "url": self.url, "scheduler": self.config.scheduler,
+                "capacity": {"total_cpus": total, "free_cpus": free, "ert_s": ert},
                 "nodes": [{"url": n.url, "vwns": n.vwns} for n in self.loads()],
                 "jobs": counts}
 
@@ -364,15 +505,15 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
 
     @app.get("/jobs/<key>")
     def get_job(key):
-        return jsonify(agent.get(key).record())
+        return jsonify(agent.record(agent.get(key)))
 
     @app.post("/jobs/<key>/cancel")
     def cancel_job(key):
-        return jsonify(agent.cancel(key).record())
+        return jsonify(agent.record(agent.cancel(key)))
 
     @app.post("/node-events")
     def node_events():
-        return jsonify(agent.node_event(json_body()).record())
+        return jsonify(agent.record(agent.node_event(json_body())))
 
     @app.get("/glue")
     def glue():

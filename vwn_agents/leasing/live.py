@@ -161,6 +161,29 @@ class LeaseEngine:
                     "vwns": [v for _, v in vwns], "start_s": lease.start_s, "end_s": lease.end_s,
                     "reason": lease.reject_reason}
 
+    def outlook(self, cpu: int = 100, memory_mb: int = 512, duration_s: float | None = None) -> dict:
+        """What one more one-VM best-effort lease (``cpu`` hundredths of a core, ``memory_mb``
+        MB, ``duration_s`` s, default the engine's) would get if it were submitted now, without
+        submitting it: ``{"start_s": its earliest start (clock seconds) or None when no node
+        can ever host it, "free_now": how many such VMs could start now}``. The queued leases
+        are placed first (FCFS, each at its earliest start) inside a slot-table transaction
+        that is rolled back. Used by the CE agent for GlueCEStateEstimatedResponseTime and
+        GlueCEStateFreeCPUs."""
+        from .besteffort import place_besteffort
+        with self._lock:
+            sched, now = self.scheduler, self.clock.now()
+            need = resource_vector(cpu=cpu, memory=memory_mb)
+            length = duration_s or self.default_duration_s
+            tx = sched.st.begin()
+            try:
+                for lease in list(sched.queue):
+                    place_besteffort(sched, lease, now, allow_future=True)
+                free = sched.mapper.count_now(need, now, length)
+                found = sched.mapper.earliest(need, 1, length, now)
+            finally:
+                sched.st.rollback(tx)
+            return {"start_s": None if found is None else float(found[0]), "free_now": int(free)}
+
     def start(self, interval_s: float = 1.0) -> None:
         """Run ``tick()`` every ``interval_s`` seconds in a daemon thread until ``stop()``."""
         def loop():

@@ -1,0 +1,187 @@
+"""The CE agent's lease scheduling (``scheduler = "leases"``): every job becomes a lease.
+
+A job is a one-VM lease in the live lease engine (``vwn_agents.leasing.live.LeaseEngine``,
+docs/leasing.md) over the CE's node agents. Its kind and size come from the JDL lease
+attributes (docs/jdl.md, "vgrid extensions for leases"): best-effort by default,
+``LeaseType = "advance-reservation"`` with ``LeaseStart``, ``"immediate"``; ``LeaseDuration``
+(else the CE's ``max_wallclock_s``) is the reservation, and the VWN is deleted when it ends.
+
+VWN fair share (seed 004, Sections 5.1 and 6.2.2, "at most K VWNs, then a queue"): a job lease
+asks for 1/K of a node's CPU units (K = ``vwns_per_node``) and, without ``VMMemory``, 1/K of its
+memory, so at most K VWNs run on a node and further jobs wait in the engine's queue; the node
+agent still caps the VWNs that run at C/n of the node, so fewer than K jobs get more each.
+
+``LeaseScheduling`` is the CE agent's adapter: ``lease_request`` (JDL -> request, 400 naming the
+attribute for what the CE cannot honour), ``submit``, ``tick`` (start/end what is due), ``view``
+(the lease as ``GET /jobs/<key>`` shows it), ``outcome`` (what happened to a lease that ended
+without a node event: rejected, killed at its wall-clock limit, preempted), ``glue_numbers``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .httpjson import ApiError
+from .leasing.config import LeaseConfig, load_config
+from .leasing.live import LeaseEngine, lease_args_from_jdl
+
+#: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
+ERT_INFINITE_S = 2146660842
+
+#: Lease-engine options the CE agent always sets: node agents cannot suspend a VWN.
+LIVE_OVERRIDES = {"suspension": "none"}
+
+
+@dataclass(frozen=True)
+class JobLeaseRequest:
+    """The lease of one job: ``kind`` "best-effort" | "advance-reservation" | "immediate";
+    ``cpu`` in hundredths of a core, ``memory_mb`` MB, ``duration_s`` s (``duration_from`` says
+    whether it is the JDL's LeaseDuration or the CE's max_wallclock_s), ``start_s`` clock seconds
+    (ARs), ``preemptible``, ``image`` (VMImage, recorded only: live VWNs use the node's software)
+    and ``image_mb``."""
+
+    kind: str
+    cpu: int
+    memory_mb: int
+    duration_s: float
+    duration_from: str
+    start_s: float | None = None
+    preemptible: bool = False
+    image: str | None = None
+    image_mb: float = 0.0
+
+    def engine_args(self) -> dict:
+        """``LeaseEngine.submit_job`` keyword arguments (one VM)."""
+        return {"vms": 1, "cpu": self.cpu, "memory_mb": self.memory_mb, "duration_s": self.duration_s,
+                "start_s": self.start_s, "immediate": self.kind == "immediate",
+                "preemptible": self.preemptible, "image_id": self.image or "node-software",
+                "image_mb": self.image_mb}
+
+    def to_json(self) -> dict:
+        return {"type": self.kind, "cpu": self.cpu, "memory_mb": self.memory_mb,
+                "duration_s": self.duration_s, "duration_from": self.duration_from,
+                "requested_start_s": self.start_s, "preemptible": self.preemptible,
+                "image": self.image, "image_mb": self.image_mb}
+
+
+def vwn_slot_units(cpus_per_node: int, vwns_per_node: int) -> int:
+    """CPU units (hundredths of a core) one job lease asks for: floor(cpus x 100 / K).
+    The engine's node capacity is K times this, so exactly K job leases fit on a node.
+    ValueError when K exceeds the node's CPU units."""
+    units = (cpus_per_node * 100) // vwns_per_node
+    if units < 1:
+        raise ValueError(f"vwns_per_node = {vwns_per_node} is more than {cpus_per_node * 100} "
+                         "(a VWN needs at least 1/100 of a core)")
+    return units
+
+
+def _bad(desc, name: str, message: str) -> ApiError:
+    d = desc.ad.attrs.get(name.lower())
+    line = getattr(getattr(d, "expr", None), "line", None)
+    column = getattr(getattr(d, "expr", None), "column", None)
+    where = f"{desc.filename}:{line}:{column}: " if line else f"{desc.filename}: "
+    return ApiError(400, where + message, file=desc.filename, line=line, column=column, field=name)
+
+
+class LeaseScheduling:
+    """The lease engine behind one CE agent (see module doc). Thread-safe (the engine locks);
+    the CE agent never calls it while holding its own lock."""
+
+    def __init__(self, config, clock, nodes: list[str]) -> None:
+        self.k = config.vwns_per_node
+        self.slot = vwn_slot_units(config.cpus_per_node, self.k)
+        self.ram_mb = config.ram_mb
+        self.default_memory_mb = max(1, config.ram_mb // self.k)
+        self.max_wallclock_s = config.max_wallclock_s
+        base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
+        lease_cfg = base.with_options(**LIVE_OVERRIDES)
+        site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
+        self.engine = LeaseEngine(site, lease_cfg, clock, default_duration_s=config.max_wallclock_s) if site else None
+        self.clock = clock
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def lease_request(self, desc) -> JobLeaseRequest:
+        """The lease of a parsed job. Raises ApiError 400 naming the attribute (and its position)
+        for values the jdl package accepts but this CE cannot honour: LeaseDuration above the
+        CE's max_wallclock_s, VMMemory above a node's memory, an unreadable or past LeaseStart."""
+        try:
+            args = lease_args_from_jdl(desc)
+        except ValueError as exc:
+            raise _bad(desc, "LeaseStart", str(exc)) from None
+        kind = str(desc.get("LeaseType") or "best-effort").lower()
+        duration = args.get("duration_s")
+        if duration is not None and duration > self.max_wallclock_s:
+            raise _bad(desc, "LeaseDuration", f"LeaseDuration {duration} s is more than this CE's "
+                       f"GlueCEPolicyMaxWallClockTime ({self.max_wallclock_s} s)")
+        memory = args.get("memory_mb")
+        if memory is not None and memory > self.ram_mb:
+            raise _bad(desc, "VMMemory", f"VMMemory {memory} MB is more than a node's memory "
+                       f"({self.ram_mb} MB, GlueHostMainMemoryRAMSize)")
+        start = args.get("start_s")
+        if start is not None and start < self.clock.now():
+            raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")
+        preemptible = args.get("preemptible", False) and kind == "best-effort"
+        return JobLeaseRequest(kind, self.slot, int(memory or self.default_memory_mb),
+                               float(duration or self.max_wallclock_s),
+                               "LeaseDuration" if duration is not None else "max_wallclock_s",
+                               start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0))
+
+    def submit(self, key: str, body: dict, req: JobLeaseRequest) -> dict:
+        """Submit the job's lease (idempotent on key). A node agent's HTTP error propagates
+        (the lease stays due and is retried by ``tick``)."""
+        return self.engine.submit_job(key, body, **req.engine_args())
+
+    def known(self, key: str) -> bool:
+        try:
+            self.engine.status(key)
+            return True
+        except KeyError:
+            return False
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def view(self, key: str) -> dict | None:
+        """``{"id","state","start_s","end_s","nodes","vwns","reason"}`` of the job's lease (start/end
+        in clock seconds, nodes = node agent URLs), or None."""
+        if self.engine is None:
+            return None
+        try:
+            st = self.engine.status(key)
+        except KeyError:
+            return None
+        return {"id": st["lease_id"], "state": st["state"], "start_s": st["start_s"],
+                "end_s": st["end_s"], "nodes": st["nodes"], "vwns": st["vwns"],
+                "reason": st["reason"] or None}
+
+    @staticmethod
+    def outcome(req: JobLeaseRequest, st: dict) -> str | None:
+        """Why a job whose lease is in ``st`` (``view``) must end now without a node event, or
+        None. Rejected: the reason; Done at its planned end: killed at the wall-clock limit;
+        started and back in the queue: preempted by an advance reservation."""
+        state = st["state"]
+        if state == "Rejected":
+            if req.kind == "immediate":
+                return ("immediate lease rejected: it cannot start now (every node already runs its "
+                        "VWNs or is reserved)")
+            if req.kind == "advance-reservation":
+                return f"advance reservation rejected: {st['reason']}"
+            return f"lease rejected: {st['reason']}"
+        if state == "Done" and st["start_s"] is not None and st["end_s"] is not None \
+                and st["end_s"] - st["start_s"] >= req.duration_s - 1e-3:
+            limit = "LeaseDuration" if req.duration_from == "LeaseDuration" else "the CE's max_wallclock_s"
+            return (f"killed at its wall-clock limit: the lease's {req.duration_s:g} s ({limit}) "
+                    "ended and its VWN was deleted")
+        if st["start_s"] is not None and state in ("Queued", "Scheduled", "Suspended"):
+            return "preempted by an advance reservation: its VWN was deleted"
+        return None
+
+    def glue_numbers(self) -> tuple[int, int]:
+        """(free VWN slots now, estimated response time in s) for a new best-effort job with
+        the default size: from ``LeaseEngine.outlook`` (the queue is placed first)."""
+        if self.engine is None:
+            return 0, ERT_INFINITE_S
+        out = self.engine.outlook(self.slot, self.default_memory_mb, self.max_wallclock_s)
+        if out["start_s"] is None:
+            return out["free_now"], ERT_INFINITE_S
+        return out["free_now"], max(0, math.ceil(out["start_s"] - self.clock.now() - 1e-6))
