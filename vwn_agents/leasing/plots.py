@@ -102,8 +102,10 @@ def _disk(sched, disk: dict, out: Path) -> list[Path]:
             for t, mb in series:
                 w.writerow([t, sched.nodes[n].name, mb])
     fig, ax = plt.subplots(figsize=(9, 3.5))
+    horizon = max([l.end_s for l in reported(sched) if l.end_s is not None] + [t for v in disk.values() for t, _ in v])
     for n, series in sorted(disk.items())[:GANTT_MAX_NODES]:
-        ax.step([t / 3600 for t, _ in series], [mb for _, mb in series], where="post", lw=0.8,
+        pts = [(0.0, 0.0)] + series + [(horizon, series[-1][1])]  # from the start to the end
+        ax.step([t / 3600 for t, _ in pts], [mb for _, mb in pts], where="post", lw=0.8,
                 label=sched.nodes[n].name)
     ax.set_xlabel("time (h)")
     ax.set_ylabel("image MB on node")
