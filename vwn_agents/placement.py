@@ -2,8 +2,10 @@
 
 A placement policy is a plain function ``(nodes: Sequence[NodeLoad]) -> list[NodeLoad]`` returning
 the candidate nodes best first (the CE agent tries them in that order, skipping unreachable ones).
-Policies are selected by name through ``PLACEMENTS`` (CE agent config field ``placement``); the lease
-engine (vwn_agents/leasing/) can register its mapper here later.
+Policies are selected by name through ``PLACEMENTS`` (CE agent config field ``placement``) and are
+used by the ``fair-share`` scheduler. With ``scheduler = "leases"`` the lease engine's mapper places
+each job lease instead (``vwn_agents.leasing.mapper``: the node with the most free VWN slots, ties
+in configuration order -- on nodes of equal size the same choice as ``fewest_vwns``).
 """
 from __future__ import annotations
 
