@@ -198,3 +198,16 @@ def test_slot_units_and_config_checks():
                             ({"lease_tick_s": 0}, "field 'lease_tick_s'")]:
         with pytest.raises(ConfigError, match=message):
             CEAgentConfig.from_dict({**base, **change})
+
+
+def test_lease_config_file_is_checked_and_used(tmp_path, site, receiver):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[scheduling]\nbackfilling = "sometimes"\n')
+    base = {"ce_id": "c:1/vgrid-vwn-q", "host": "c", "site": "s", "queue": "q", "nodes": []}
+    with pytest.raises(ConfigError, match="field 'lease_config': .*bad.toml.*backfilling"):
+        CEAgentConfig.from_dict({**base, "lease_config": str(bad)})
+    good = tmp_path / "lease.toml"
+    good.write_text('[scheduling]\nbackfilling = "off"\nsuspension = "all"\n')
+    _, ce, _ = site(n_nodes=1, lease_config=str(good))
+    cfg = ce.leases.engine.config
+    assert cfg.backfilling == "off" and cfg.suspension == "none"   # node agents cannot suspend

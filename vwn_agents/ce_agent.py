@@ -81,6 +81,12 @@ class CEAgentConfig:
                     f"(1/100 of a core per VWN), got {self.vwns_per_node}")
         if self.lease_tick_s <= 0:
             return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
+        if self.lease_config:
+            from .leasing.config import load_config
+            try:
+                load_config(self.lease_config)
+            except ValueError as exc:      # leasing.ConfigError: names the file and the option
+                return f"field 'lease_config': {exc}"
         if self.status not in ("Production", "Queueing", "Draining", "Closed"):
             return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
         return None
