@@ -211,3 +211,18 @@ def test_lease_config_file_is_checked_and_used(tmp_path, site, receiver):
     _, ce, _ = site(n_nodes=1, lease_config=str(good))
     cfg = ce.leases.engine.config
     assert cfg.backfilling == "off" and cfg.suspension == "none"   # node agents cannot suspend
+
+
+def test_advance_reservation_without_room_is_aborted_with_the_engine_reason(site, receiver):
+    ce_url, _, _ = site(n_nodes=1, vwns_per_node=1)
+    start = int(time.time()) + 30
+    ar_jdl = ('[ Executable = "/bin/true"; LeaseType = "advance-reservation"; '
+              f'LeaseStart = {start}; LeaseDuration = 60; ]')
+    first, _ = submit(ce_url, receiver, ar_jdl)
+    second, resp = submit(ce_url, receiver, ar_jdl)
+    assert resp.status_code == 202
+    aborted = receiver.wait_event(second, "aborted")
+    assert aborted["reason"] == "advance reservation rejected: not enough resources over the requested interval"
+    assert record(ce_url, first)["lease"]["state"] == "Scheduled"
+    requests.post(f"{ce_url}/jobs/{first}/cancel", timeout=15)
+    assert record(ce_url, first)["lease"]["state"] == "Cancelled"
