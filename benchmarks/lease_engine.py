@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = Path("/work/shared/traces/haizea/blue")
+TRACES = Path(os.environ.get("VGRID_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "traces" / "haizea" / "blue"
 
 CHILD = r"""
 import json, resource, sys, time

@@ -10,7 +10,9 @@ import pytest
 
 from vwn_agents.leasing import LeaseConfig, LeaseState, read_trace, simulate, uniform_site
 
-BLUE = Path("/work/shared/traces/haizea/blue/30days.swf")
+from .paths import TRACES
+
+BLUE = TRACES / "haizea/blue/30days.swf"
 
 
 @pytest.mark.skipif(not BLUE.exists(), reason="the shared Blue Horizon trace is not on this machine")

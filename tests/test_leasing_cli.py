@@ -7,7 +7,9 @@ from click.testing import CliRunner
 
 from broker.cli_simulate import simulate_cmd
 
-TESTS = Path("/work/shared/traces/lwf/haizea-tests")
+from .paths import TRACES
+
+TESTS = TRACES / "lwf/haizea-tests"
 LEASE_KEYS = {"id", "type", "state", "submit_s", "requested_start_s", "start_s", "end_s", "nodes", "wait_s",
               "suspensions", "transfers", "mb_transferred"}
 METRIC_KEYS = {"all_best_effort_s", "mean_wait_s", "mean_bounded_slowdown", "utilization", "ar_accepted",

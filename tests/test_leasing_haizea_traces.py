@@ -9,7 +9,9 @@ import pytest
 
 from vwn_agents.leasing import LeaseConfig, LeaseState, read_trace, simulate
 
-TESTS = Path("/work/shared/traces/lwf/haizea-tests")
+from .paths import TRACES
+
+TESTS = TRACES / "lwf/haizea-tests"
 if not TESTS.is_dir():  # the traces live outside the repository
     pytest.skip(f"{TESTS} is not present on this machine", allow_module_level=True)
 

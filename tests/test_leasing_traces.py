@@ -8,8 +8,10 @@ from vwn_agents.leasing import ConfigError, LeaseType, TraceError, load_config, 
 from vwn_agents.leasing.config import OPTIONS, LeaseConfig, options_markdown
 from vwn_agents.leasing.traces import parse_time
 
-BLUE = Path("/work/shared/traces/haizea/blue/30days.swf")
-LWF_OLD = Path("/work/shared/traces/lwf/haizea-blue-60days-inj-work_20-dur_1h-size_1small.lwf")
+from .paths import TRACES
+
+BLUE = TRACES / "haizea/blue/30days.swf"
+LWF_OLD = TRACES / "lwf/haizea-blue-60days-inj-work_20-dur_1h-size_1small.lwf"
 
 
 @given(st.integers(0, 9), st.integers(0, 23), st.integers(0, 59), st.integers(0, 59))
