@@ -304,6 +304,8 @@ class CEAgent:
                 return job                      # e.g. a late event of a cancelled job
             if kind in EVENT_STATE:
                 job.state = EVENT_STATE[kind]
+            if kind == "running" and (job.reason or "").startswith(("not placed yet", "not started yet")):
+                job.reason = None               # it runs now: the earlier delay no longer applies
             if kind == "done":
                 job.exit_code = event.get("exit_code")
             if kind == "aborted":
