@@ -7,10 +7,12 @@ import time
 
 import pytest
 import requests
+from hypothesis import given, strategies as st
 
 from vwn_agents.ce_agent import CEAgentConfig
 from vwn_agents.ce_leases import ERT_INFINITE_S, vwn_slot_units
 from vwn_agents.config import ConfigError
+from vwn_agents.leasing.model import resource_vector, vms_in
 
 from .test_ce_agent import glue_attrs, receiver, site, sleep_jdl, submit  # noqa: F401  (fixtures)
 
@@ -185,6 +187,15 @@ def test_glue_of_an_idle_lease_ce(site):
     assert glue_attrs(empty_url)["GlueCEStateEstimatedResponseTime"] == [str(ERT_INFINITE_S)]
 
 
+@given(st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=1 << 20), st.data())
+def test_exactly_k_job_leases_fit_on_a_node(cpus, ram_mb, data):
+    k = data.draw(st.integers(min_value=1, max_value=min(100 * cpus, ram_mb)))   # what validate() allows
+    units = vwn_slot_units(cpus, k)
+    assert units >= 1 and units * k <= cpus * 100
+    node = resource_vector(cpu=units * k, memory=ram_mb)    # the engine's node, as LeaseScheduling builds it
+    assert vms_in(node, resource_vector(cpu=units, memory=ram_mb // k)) == k
+
+
 def test_slot_units_and_config_checks():
     assert vwn_slot_units(1, 4) == 25 and vwn_slot_units(1, 3) == 33 and vwn_slot_units(2, 3) == 66
     with pytest.raises(ValueError):
@@ -195,6 +206,7 @@ def test_slot_units_and_config_checks():
     for change, message in [({"scheduler": "fifo"}, "field 'scheduler'"),
                             ({"vwns_per_node": 0}, "field 'vwns_per_node'"),
                             ({"vwns_per_node": 101}, "field 'vwns_per_node'"),
+                            ({"vwns_per_node": 8, "ram_mb": 4}, "field 'vwns_per_node'.*1 MB"),
                             ({"lease_tick_s": 0}, "field 'lease_tick_s'")]:
         with pytest.raises(ConfigError, match=message):
             CEAgentConfig.from_dict({**base, **change})

@@ -79,6 +79,9 @@ class CEAgentConfig:
         if not 1 <= self.vwns_per_node <= 100 * self.cpus_per_node:
             return (f"field 'vwns_per_node': must be between 1 and {100 * self.cpus_per_node} "
                     f"(1/100 of a core per VWN), got {self.vwns_per_node}")
+        if self.vwns_per_node > self.ram_mb:
+            return (f"field 'vwns_per_node': {self.vwns_per_node} VWNs need at least 1 MB each, "
+                    f"ram_mb is {self.ram_mb}")
         if self.lease_tick_s <= 0:
             return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
         if self.lease_config:
