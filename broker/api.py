@@ -26,6 +26,7 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "ce": job.ce_id, "node": job.node, "vwn": job.vwn,
             "cpu_caps": [c[1] for c in job.cpu_caps], "cpu_caps_t": [c[0] for c in job.cpu_caps],
             "cpu_capped": job.cpu_capped, "cap_reason": job.cap_reason,
+            "vwn_ended_at": job.vwn_ended_at,
             "exit_code": job.exit_code, "reason": job.reason, "stdout_head": job.stdout_head,
             "submitted_at": job.submitted_at, "filename": job.filename,
             "kind": job.kind, "parent": broker.job_id(job.parent_key) if job.parent_key else None,

@@ -39,6 +39,7 @@ class JobRow(Base):
     cpu_caps: Mapped[str] = mapped_column(Text, default="[]")  # JSON [[t, fraction], ...]
     cpu_capped: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     cap_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    vwn_ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # node agent's clock
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     stdout_head: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -78,6 +79,7 @@ class Job:
     cpu_caps: list[list[float]] = field(default_factory=list)
     cpu_capped: bool | None = None
     cap_reason: str | None = None
+    vwn_ended_at: float | None = None
     exit_code: int | None = None
     reason: str | None = None
     stdout_head: str | None = None
@@ -111,7 +113,7 @@ def new_key() -> str:
     return secrets.token_urlsafe(16)[:22]
 
 
-_COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "exit_code", "reason",
+_COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_ended_at", "exit_code", "reason",
             "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name")
 
 

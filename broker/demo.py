@@ -122,7 +122,8 @@ def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
-             use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0) -> bool:
+             use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0,
+             out_dir: str | None = None) -> bool:
     """Run the demo; True when every job ended Done with exit code 0.
 
     SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is stopped.
@@ -161,6 +162,8 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
             err.print(f"submitted {len(keys)} job(s) to {url}")
             jobs = watch(client, keys, timeout_s, err) if keys else []
             rows = job_rows(jobs) + rejected
+            if out_dir:
+                _write_outputs(Path(out_dir), jobs, err)
             ok = bool(rows) and all(r["state"] == "Done" and r.get("exit_code") == 0 for r in rows)
             if as_json:
                 print(json.dumps({"ok": ok, "jobs": rows}, indent=2))
@@ -181,6 +184,15 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
             if use_bdii:
                 _stop_bdii(Path(tmp))
     return ok
+
+
+def _write_outputs(out: Path, jobs: list[dict], err: Console) -> None:
+    """``jobs.json`` (the broker's records) and ``vwn_caps.png`` (caps over time per node)."""
+    from .demo_plots import write_caps_plot
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "jobs.json").write_text(json.dumps(jobs, indent=2))
+    png = write_caps_plot(jobs, out / "vwn_caps.png")
+    err.print(f"wrote {out / 'jobs.json'}" + (f" and {png}" if png else ""), highlight=False)
 
 
 def _start_bdii(tmp: Path) -> str:

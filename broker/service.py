@@ -272,6 +272,8 @@ class Broker:
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":
                 return self._transition(job, JobState.RUNNING, now, **fields)
+            if kind in ("done", "aborted") and isinstance(event.get("time"), (int, float)):
+                fields["vwn_ended_at"] = float(event["time"])
             if kind == "done":
                 fields["exit_code"] = int(event.get("exit_code") if event.get("exit_code") is not None else -1)
                 fields["stdout_head"] = self._stdout_head(job)

@@ -23,11 +23,14 @@ def test_demo_json_all_done(tmp_path):
     shutil.copy(SHARED_JDL / "01_hostname_nobrackets.jdl", tmp_path)
     shutil.copy(EXAMPLES / "06_cpu_burn_short.jdl", tmp_path)
     shutil.copy(EXAMPLES / "burn.sh", tmp_path)
-    p = demo("--json", "--jobs", str(tmp_path), "--ism-refresh", "2")
+    p = demo("--json", "--jobs", str(tmp_path), "--ism-refresh", "2", "--out", str(tmp_path / "out"))
     out, err = p.communicate(timeout=180)
     assert p.returncode == 0, err
     doc = json.loads(out)
     assert doc["ok"] is True and len(doc["jobs"]) == 2
+    assert (tmp_path / "out" / "vwn_caps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = json.loads((tmp_path / "out" / "jobs.json").read_text())
+    assert all(r["vwn_ended_at"] >= r["cpu_caps_t"][0] for r in records)
     for j in doc["jobs"]:
         assert set(j) >= {"id", "state", "ce", "node", "vwn", "cpu_caps", "exit_code", "stdout_head", "reason"}
         assert j["state"] == "Done" and j["exit_code"] == 0 and j["cpu_caps"]
