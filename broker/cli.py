@@ -21,15 +21,8 @@ import jdl as jdlmod
 from .client import BrokerClient, ClientError, split_job_id
 from vwn_agents.wsgi import ServeError
 
+from .cli_common import exit_on, fail
 from .config import BrokerConfig, ConfigError
-
-err_console = Console(stderr=True)
-
-
-def fail(message: str, code: int) -> None:
-    err_console.print(f"[bold red]vgrid:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    raise SystemExit(code)
-
 
 def handle_errors(fn):
     """Turn the errors people cause into a message and an exit code (never a traceback)."""
@@ -37,16 +30,9 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except jdlmod.JDLError as exc:
-            err_console.print(str(exc), highlight=False, markup=False)
-            raise SystemExit(2)
-        except ConfigError as exc:
-            fail(str(exc).replace("[", "\\["), 2)
         except ClientError as exc:
-            fail(str(exc).replace("[", "\\["), 2 if exc.status and 400 <= exc.status < 500 else 1)
-        except ServeError as exc:
-            fail(str(exc), 1)
-    return wrapper
+            fail(str(exc), 2 if exc.status and 400 <= exc.status < 500 else 1)
+    return exit_on((jdlmod.JDLError, 2), (ConfigError, 2), (ServeError, 1))(wrapper)
 
 
 #: Commands other modules provide, imported only when used (keeps `vgrid serve` fast to start).
@@ -187,7 +173,7 @@ def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | No
     ism = ISM(sources, refresh_s=3600, clock=WallClock())
     snap = ism.refresh()
     if snap.errors:
-        fail("; ".join(snap.errors).replace("[", "\\["), 1)
+        fail("; ".join(snap.errors), 1)
     desc = jdlmod.parse_jdl(text, jdl_file)
     return Matchmaker(ism.feedback).match(desc, ism.candidates()).to_json()
 

@@ -8,44 +8,32 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import functools
 import json
 from pathlib import Path
 from typing import Iterator
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import jdl as jdlmod
 
+from .cli_common import exit_on
 from .gridsim.engine import SimConfig, SimulationError, simulate
 from .gridsim.metrics import capacity_share, jobs_per_ce, result_json
 from .gridsim.model import SpecError
 from .gridsim.workloads import load_ces, load_jobs
 
 console = Console()
-err_console = Console(stderr=True)
+from .cli_common import err_console  # noqa: E402
 
 #: runs with more jobs than this show a progress bar (on a terminal only)
 PROGRESS_MIN_JOBS = 5000
 
 
-def _input_errors(fn):
-    """Print input errors as one line and exit 2 (never a traceback)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except jdlmod.JDLError as exc:
-            err_console.print(str(exc), highlight=False, markup=False)
-        except (SpecError, SimulationError, ValueError, OSError) as exc:
-            err_console.print(f"[bold red]vgrid:[/] {escape(str(exc))}", highlight=False,
-                              soft_wrap=True)
-        raise SystemExit(2)
-    return wrapper
+_input_errors = exit_on((jdlmod.JDLError, 2), ((SpecError, SimulationError, ValueError, OSError), 2))
+"""Input errors (bad spec, trace, JDL) become one line and exit 2 (never a traceback)."""
 
 
 @contextlib.contextmanager

@@ -26,12 +26,8 @@ from infosys.providers import BdiiFeeder, fetch_ce_glue, load_source
 from infosys.sources import SourceError, glue_url
 from infosys.summary import snapshot_summary
 
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int) -> None:
-    err.print(f"vgrid: {message}", highlight=False, markup=False, soft_wrap=True)
-    raise SystemExit(code)
+from .cli_common import err_console as err  # noqa: E402
+from .cli_common import fail as _fail  # noqa: E402
 
 
 def _echo_json(doc) -> None:

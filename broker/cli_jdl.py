@@ -6,7 +6,6 @@ does not match the CE; 2 usage or input errors (unreadable files, bad CE ad).
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 

@@ -21,12 +21,8 @@ from rich.table import Table
 from vwn_agents.leasing import (ConfigError, LeaseConfig, OverCommitError, TraceError, load_config, read_site,
                                 read_trace, simulate, uniform_site)
 
-err_console = Console(stderr=True)
-
-
-def _fail(message: str, code: int):
-    err_console.print(f"[bold red]vgrid:[/] {message.replace('[', chr(92) + '[')}", highlight=False, soft_wrap=True)
-    raise SystemExit(code)
+from .cli_common import err_console  # noqa: E402
+from .cli_common import fail as _fail  # noqa: E402
 
 
 def _fmt(v) -> str:

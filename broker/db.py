@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import (Boolean, Float, ForeignKey, Integer, String, Text, create_engine, event,
                         select, update)
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from .states import ENDED, JobState, check_transition
 

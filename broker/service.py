@@ -22,9 +22,9 @@ import requests
 import jdl as jdlmod
 
 from . import compound
-from .db import Job, JobStore, StaleState, UnknownJob
+from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
-from .states import AT_CE, ENDED, IllegalTransition, JobState
+from .states import AT_CE, IllegalTransition, JobState
 
 log = logging.getLogger("vgrid.broker")
 
