@@ -12,7 +12,7 @@ evaluated at match time), parameters (integer or list), time (integer epoch seco
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 JOB, DAG, COLLECTION = "job", "dag", "collection"
 ALL = frozenset({JOB, DAG, COLLECTION})

@@ -13,7 +13,7 @@ import time as _time
 
 from . import regex as rx
 from .operators import BINARY, eq, fold, identical, to_bool
-from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32, real_to_int, strtod, wrap64
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32, real_to_int, strtod
 from .printer import unparse_value
 
 FUNCTIONS: dict = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from lark import Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
 from . import nodes as n
 from .errors import JDLSyntaxError
