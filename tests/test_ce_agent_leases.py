@@ -179,12 +179,15 @@ def test_vmimage_is_recorded_and_vmmemory_sizes_the_lease(site, receiver):
     assert lease["duration_from"] == "max_wallclock_s"
 
 
-def test_glue_of_an_idle_lease_ce(site):
+def test_glue_of_an_idle_lease_ce(site, receiver):
     ce_url, _, _ = site(n_nodes=2, vwns_per_node=3)
     glue = glue_attrs(ce_url)
     assert glue["GlueCEStateFreeCPUs"] == ["6"] and glue["GlueCEStateEstimatedResponseTime"] == ["0"]
     empty_url, _, _ = site(n_nodes=0)
     assert glue_attrs(empty_url)["GlueCEStateEstimatedResponseTime"] == [str(ERT_INFINITE_S)]
+    key, _ = submit(empty_url, receiver, sleep_jdl(0.1))
+    waiting = receiver.wait_for(lambda _: record(empty_url, key)["reason"] and record(empty_url, key))
+    assert waiting["state"] == "Scheduled" and waiting["reason"] == "not started yet: the CE has no node agents"
 
 
 @given(st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=1 << 20), st.data())

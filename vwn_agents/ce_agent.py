@@ -171,10 +171,12 @@ class CEAgent:
         while not self._stop.is_set():
             self._wake.wait(self.config.lease_tick_s)
             self._wake.clear()
-            if self.leases.engine is None:
-                continue
             with self._lock:
                 new = [j for j in self.jobs.values() if j.state == "Scheduled" and not j.in_engine]
+                if self.leases.engine is None:
+                    for job in new:
+                        job.reason = "not started yet: the CE has no node agents"
+                    continue
             for job in new:
                 self._submit_lease(job)
             try:
