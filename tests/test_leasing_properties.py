@@ -9,9 +9,11 @@
   ARs submitted together. With ARs arriving over time the sets can differ either way, because
   a started transfer cannot move (see test_leasing_staging.py and docs/leasing.md).
 """
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from vwn_agents.leasing import LeaseConfig, LeaseState, simulate, uniform_site
+from vwn_agents.leasing.accounting import disk_series
 from vwn_agents.leasing.model import CPU, MEM, Lease, LeaseType, resource_vector
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("LEASING_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -103,6 +105,28 @@ def test_invariants(work, opts):
             assert total >= lease.effective_duration_s - 1e-6
         elif lease.state is not LeaseState.REJECTED:  # immediate
             assert lease.state is LeaseState.DONE and len(lease.segments) == 1
+
+
+@pytest.mark.parametrize("strategy", ["edf", "edf-jit"])
+@pytest.mark.parametrize("reuse", ["none", "image-caches"])
+def test_transfer_that_evicts_a_pinned_image_does_not_arrive_before_it_expires(strategy, reuse):
+    """Regression (found by test_invariants): with a full image pool, AR 2's transfer evicts
+    AR 1's image, pinned until AR 1 ends at 400 s. EDF used to lay that transfer out as early as
+    possible (ending at 160 s), so the image left before AR 1 started at 300 s."""
+    vm = resource_vector(cpu=100, memory=256)
+    site = uniform_site(1, 1, 1024)
+    leases = [Lease(1, LeaseType.ADVANCE_RESERVATION, 0.0, 100.0, 1, vm, "a.img", 1000.0, False, requested_start_s=300.0),
+              Lease(2, LeaseType.ADVANCE_RESERVATION, 0.0, 100.0, 1, vm, "b.img", 600.0, False, requested_start_s=400.0)]
+    opts = {"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 80.0,  # 10 MB/s
+            "ar-transfer-strategy": strategy, "diskimage-reuse": reuse, "diskimage-cache-size": 1500.0}
+    result = simulate(leases, site, LeaseConfig(opts))
+    got = result.scheduler.leases
+    assert [got[i].state for i in (1, 2)] == [LeaseState.DONE, LeaseState.DONE]
+    assert got[1].ar_on_time and got[2].ar_on_time
+    ends = {lid: end for lid, _, _, _, end in result.scheduler.transfer_log}
+    assert ends[1] <= 300.0 and ends[2] == 400.0  # b.img arrives exactly when AR 1 lets a.img go
+    peak = max(v for _, v in disk_series(result.scheduler)[0])
+    assert peak <= 1500.0
 
 
 @SETTINGS

@@ -99,7 +99,9 @@ class ImagePools:
     def add(self, node: int, image_id: str, mb: float, transfer: Reservation | None, lease_id: int,
             t_end: float, arrival: float) -> PoolEntry | None:
         """Algorithm 4, transfer branch: a new entry arriving at ``arrival`` and pinned until
-        ``t_end``. Evicts unpinned images if the pool is full; None if there is no room."""
+        ``t_end``. Evicts images unpinned by ``arrival`` if the pool is full (they leave when
+        ``transfer`` ends, which is then kept from ending before they expire: its
+        ``not_before``); None if there is no room."""
         pool = self.pools[node]
         key = next(self._keys)
         if self.capacity_mb > 0:
@@ -120,6 +122,13 @@ class ImagePools:
                         self._drop(node, v, arrival)
                     else:
                         self.st.set(v, "evicted_by", transfer)
+                if transfer is not None:
+                    # The victims go when the transfer really ends, and an AR transfer may be
+                    # laid out (EDF) to end before ``arrival`` (its deadline): it must not end
+                    # while a victim is still pinned.
+                    pinned_until = max((v.expire for v in chosen), default=-math.inf)
+                    if pinned_until > transfer.not_before:
+                        self.st.set(transfer, "not_before", pinned_until)
         entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end}, None if self.reuse else lease_id,
                           arrived=transfer is None, last_use=t_end, key=key,
                           available_from=-math.inf if transfer is None else arrival)

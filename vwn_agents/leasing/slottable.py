@@ -49,7 +49,9 @@ class Reservation:
     """One reservation: ``kind`` over [start, end) seconds using ``use[node] = vector``.
 
     VM reservations carry ``mapping`` (node index per VM); transfers carry ``link`` ("ar"/"be"),
-    ``image_id``, ``mb``, ``deadline`` (s, AR transfers) and ``dest`` (receiving node indices).
+    ``image_id``, ``mb``, ``deadline`` (s, AR transfers), ``dest`` (receiving node indices) and
+    ``not_before`` (s): the earliest the transfer may end, because its arrival evicts pool images
+    that are pinned until then (``ImagePools.add``); EDF never moves it to end earlier.
     """
     kind: ResKind
     lease: Lease | None
@@ -62,6 +64,7 @@ class Reservation:
     mb: float = 0.0
     deadline: float | None = None
     dest: tuple = ()
+    not_before: float = -INF
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
     state: ResState = ResState.SCHEDULED
     id: int = 0

@@ -148,12 +148,14 @@ class Staging:
 
     def edf_layout(self, now: float) -> bool:
         """Seed 000 Algorithm 2 over all AR transfers that have not started: by deadline, back
-        to back from when the link is free (around the fixed intervals of a shared link)."""
+        to back from when the link is free (around the fixed intervals of a shared link), none
+        ending before its ``not_before`` (the pool images its arrival evicts are pinned until
+        then; vgrid, ``diskimage-cache-size``)."""
         fixed = self._fixed()
         nxt = now
         for tr in self.ar_schedule():
             dur = tr.end - tr.start
-            start = self._earliest_gap(nxt, dur, fixed)
+            start = self._earliest_gap(max(nxt, tr.not_before - dur), dur, fixed)
             end = start + dur
             if end > tr.deadline + 1e-9:
                 return False
