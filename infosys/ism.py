@@ -25,6 +25,7 @@ from typing import Iterator, Sequence
 from infosys.bdii_source import BdiiSource  # noqa: F401  (re-exported: the broker's --bdii)
 from infosys.clock import Clock, WallClock
 from infosys.feedback import FeedbackCounters
+from infosys.periodic import Periodic
 from infosys.glue import AD_ID, Rejected
 from infosys.sources import (HttpLdifSource, LdifFileSource, Source, SourceError,  # noqa: F401
                              StaticSource)
@@ -163,8 +164,7 @@ class ISM:
         self._last_refresh: float | None = None
         self._blacklist: dict[str, float] = {}
         self._refresh_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self.refresh, self.refresh_s, self.clock, "ism-refresh")
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -287,26 +287,10 @@ class ISM:
 
     # -- background refresh -----------------------------------------------------------------
     def start(self) -> None:
-        """Refresh now and then every refresh_s seconds in a daemon thread until ``stop()``."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ism-refresh", daemon=True)
-        self._thread.start()
+        """Refresh now and then every refresh_s seconds in a daemon thread until ``stop()``.
+        A failed refresh is logged; the last snapshot stays and ages (stale)."""
+        self._loop.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the background refresh (waits for a refresh in progress, up to ``timeout`` s)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = self.clock.now()
-            try:
-                self.refresh()
-            except Exception:  # keep refreshing: the last snapshot stays and ages (stale)
-                log.exception("ISM refresh failed")
-            delay = started + self.refresh_s - self.clock.now()
-            self._stop.wait(max(0.0, delay))
+        self._loop.stop(timeout)

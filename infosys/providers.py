@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from pathlib import Path
 
 import requests
 
 from infosys.bdii_update import UpdateReport, update_bdii
 from infosys.clock import Clock, WallClock
+from infosys.periodic import Periodic
 from infosys.gip import ce_state_from_ad, glue2_entries
 from infosys.glue import AD_ID, glue13_ce_ads
 from infosys.ldapclient import LdapError
@@ -74,8 +74,7 @@ class BdiiFeeder:
         self.glue2 = glue2
         self.timeout_s = timeout_s
         self._last_good: dict[str, list[LdifEntry]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self._run_and_log, interval_s, self.clock, "bdii-feeder")
         self.last_report: UpdateReport | None = None
         self.last_errors: list[str] = []
 
@@ -98,25 +97,12 @@ class BdiiFeeder:
 
     def start(self) -> None:
         """Update now, then every interval_s seconds until ``stop()``."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="bdii-feeder", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._loop.stop(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = self.clock.now()
-            try:
-                _, errors = self.run_once()
-                for e in errors:
-                    log.warning("BDII update: %s", e)
-            except Exception:  # keep feeding: the next cycle may succeed
-                log.exception("BDII update failed")
-            self._stop.wait(max(0.0, started + self.interval_s - self.clock.now()))
+    def _run_and_log(self) -> None:
+        _, errors = self.run_once()
+        for e in errors:
+            log.warning("BDII update: %s", e)

@@ -229,7 +229,7 @@ def test_background_refresh_thread_with_wall_clock():
         assert len(ism.snapshot().ads) == 2 and ism.last_refresh > first
     finally:
         ism.stop()
-    assert ism._thread is None
+    assert not ism._loop.running
 
 
 def test_a_source_bug_is_reported_not_raised():
@@ -344,3 +344,22 @@ def test_gc_paused_nests_and_restores_the_collector():
         gc.enable()
     ISM([StaticSource([ad("a")])], refresh_s=1, clock=SimulatedClock()).refresh(0)
     assert gc.isenabled()
+
+
+def test_periodic_keeps_running_after_a_failed_run():
+    import threading
+    from infosys.periodic import Periodic
+    calls, done = [], threading.Event()
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first run fails")
+        if len(calls) >= 3:
+            done.set()
+
+    loop = Periodic(flaky, 0.01, WallClock(), "test-periodic")
+    loop.start()
+    assert done.wait(5), "the loop stopped after a failed run"
+    loop.stop()
+    assert not loop.running
