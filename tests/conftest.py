@@ -1,0 +1,14 @@
+"""Test-suite settings.
+
+Hypothesis explores new random examples on every developer run (and keeps failures in
+.hypothesis/ to replay them). Under CI (``CI`` set in the environment) it is derandomized: the
+same examples every run, so a submission's CI result does not depend on luck; exploration
+happens in developers' runs, where a new failure is found, fixed and given a regression test.
+"""
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
