@@ -61,7 +61,8 @@ class BrokerClient:
     def submit_file(self, path: str | Path) -> dict[str, Any]:
         """Parse ``path`` locally (JDLError on bad JDL), upload it with its InputSandbox files.
 
-        Relative InputSandbox names are resolved against the JDL file's directory.
+        Relative InputSandbox names and DAG/collection ``file =`` nodes are resolved against the
+        JDL file's directory; node files are inlined, since the broker reads no local files.
         """
         path = Path(path)
         try:
@@ -69,6 +70,7 @@ class BrokerClient:
         except (OSError, UnicodeDecodeError) as exc:
             raise ClientError(f"{path}: cannot read: {exc}") from None
         desc = jdlmod.parse_jdl(text, str(path))
+        text = jdlmod.inline_nodes(desc)  # DAG/collection file= nodes travel inline (gLite UI)
         files = []
         for name in desc.input_sandbox:
             if "://" in name:

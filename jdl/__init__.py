@@ -5,6 +5,7 @@ Public API (docs/jdl.md has the details):
         raises JDLSyntaxError (file:line:column + caret) or JDLValidationError (.problems)
     matches(job, ce_ad, now=None) -> bool ; rank_value(job, ce_ad, now=None) -> float | None
     expand(job, base_dir=None) -> Expansion (plain jobs of parametric jobs, collections, DAGs)
+    inline_nodes(job) -> str (DAG/collection file= nodes inlined, as a client sends them)
     to_jdl(job) -> canonical JDL text ; parse_ad(text) -> ClassAd ; MappingAd(mapping)
     parse_expr(text) -> node ; evaluate(node, ad=None, other=None, now=None) -> value
 """
@@ -19,7 +20,7 @@ from .model import (DEFAULT_RANK, DEFAULT_REQUIREMENTS, CompiledExpression, JobD
 from .parser import parse_classad, parse_expr
 from .printer import record_text, unparse, unparse_value
 from .validate import validate_record
-from .expansion import Expansion, PlainJob, expand  # noqa: E402  (after the model it uses)
+from .expansion import Expansion, PlainJob, expand, inline_nodes  # noqa: E402  (after the model it uses)
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd
 
 CaseInsensitiveAd = MappingAd
@@ -61,5 +62,5 @@ __all__ = [
     "JobDescription", "CompiledExpression", "JDLError", "JDLSyntaxError", "JDLValidationError",
     "Problem", "ClassAd", "MappingAd", "CaseInsensitiveAd", "UNDEFINED", "ERROR", "as_ad",
     "to_python", "unparse", "unparse_value", "DEFAULT_REQUIREMENTS", "DEFAULT_RANK", "to_jdl",
-    "expand", "Expansion", "PlainJob", "validate_record",
+    "expand", "inline_nodes", "Expansion", "PlainJob", "validate_record",
 ]

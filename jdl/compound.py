@@ -224,3 +224,41 @@ def topological(names: list[str], edges) -> list[str]:
         else:
             break
     return out
+
+
+def inline_node_files(rec: n.RecordExpr, kind: str, filename: str, base_dir: str):
+    """``rec`` with every ``file = "x.jdl"`` node of a DAG/collection replaced by
+    ``description = [ ...x.jdl's ad... ]`` (read relative to ``base_dir``), as the gLite UI does
+    before sending a compound request to the WMS. Returns (new record or None when no node
+    uses ``file =``, problems)."""
+    entries, _, problems = node_entries(rec, kind, filename)
+    if problems or not any(e.file for e in entries):
+        return None, problems
+    loaded: dict[int, n.RecordExpr] = {}
+    for e in entries:
+        if e.file:
+            node_rec, _, problem = load_node_file(e, base_dir, filename)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                loaded[id(e.wrapper)] = node_rec
+    if problems:
+        return None, problems
+
+    def swap(wrapper: n.Node) -> n.Node:
+        if type(wrapper) is not n.RecordExpr or id(wrapper) not in loaded:
+            return wrapper
+        defs = tuple(d for d in wrapper.defs if d.lname != "file")
+        defs += (n.AttrDef("description", loaded[id(wrapper)], wrapper.line, wrapper.column),)
+        return n.RecordExpr(defs, wrapper.line, wrapper.column)
+
+    nodes_def = rec.attrs["nodes"]
+    expr = nodes_def.expr
+    if type(expr) is n.ListExpr:
+        new_nodes: n.Node = n.ListExpr(tuple(swap(i) for i in expr.items), expr.line, expr.column)
+    else:
+        new_nodes = n.RecordExpr(tuple(n.AttrDef(d.name, swap(d.expr), d.line, d.column)
+                                       for d in expr.defs), expr.line, expr.column)
+    defs = tuple(n.AttrDef(d.name, new_nodes, d.line, d.column) if d is nodes_def else d
+                 for d in rec.defs)
+    return n.RecordExpr(defs, rec.line, rec.column), []

@@ -16,7 +16,8 @@ import os
 from dataclasses import dataclass, field
 
 from . import nodes as n
-from .compound import dependencies, inherit, load_node_file, node_entries, topological
+from .compound import (dependencies, inherit, inline_node_files, load_node_file, node_entries,
+                       topological)
 from .errors import JDLValidationError, Problem
 from .model import JobDescription
 from .printer import record_text, unparse
@@ -219,3 +220,19 @@ def _expand_compound(job: JobDescription, kind: str, base_dir: str | None) -> Ex
 
 def _plain(rec: n.RecordExpr, filename: str, text: str | None) -> JobDescription:
     return JobDescription(rec, text if text is not None else record_text(rec, indent=2), filename)
+
+
+def inline_nodes(job: JobDescription, base_dir: str | None = None) -> str:
+    """The JDL text of ``job`` with every DAG/collection node given by ``file =`` inlined as
+    ``description = [...]`` (what a client sends to a broker, which reads no local files).
+    base_dir: where node files are (default: the JDL file's directory). Returns ``job.text``
+    unchanged when there is nothing to inline; raises JDLValidationError naming every node file
+    that cannot be read or parsed."""
+    if job.type not in ("dag", "collection"):
+        return job.text
+    if base_dir is None:
+        base_dir = os.path.dirname(os.path.abspath(job.filename))
+    rec, problems = inline_node_files(job.record, job.type, job.filename, base_dir)
+    if problems:
+        raise JDLValidationError(problems, job.text)
+    return job.text if rec is None else record_text(rec, indent=2) + "\n"

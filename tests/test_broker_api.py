@@ -252,3 +252,27 @@ def test_dag_file_nodes_are_never_read_on_the_broker_host(site, tmp_path):
     r = requests.post(f"{url}/jobs", data={"jdl": dag, "filename": str(fake)}, timeout=5)
     assert r.status_code == 400 and r.json()["error"]["line"] == 1
     assert requests.get(f"{url}/jobs", timeout=5).json()["jobs"] == []
+
+
+def test_client_inlines_dag_file_nodes_like_the_glite_ui(site, tmp_path):
+    from broker.client import BrokerClient
+    url, broker = site
+    broker.stop()
+    (tmp_path / "a.jdl").write_text('Executable = "/bin/echo";\nArguments = "from a file";\n')
+    dag = tmp_path / "dag.jdl"
+    dag.write_text('[ Type = "dag"; nodes = [ a = [ file = "a.jdl"; ]; '
+                   'b = [ description = [ Executable = "/bin/true"; ]; ]; dependencies = { { a, b } }; ]; ]')
+    parent = BrokerClient(url).submit_file(dag)["key"]
+    nodes = {j["node_name"]: j for j in requests.get(f"{url}/jobs", timeout=5).json()["jobs"]
+             if j["parent"] and j["parent"].endswith(parent)}
+    assert set(nodes) == {"a", "b"}
+    assert nodes["a"]["state"] == "Waiting" and nodes["b"]["state"] == "Submitted"  # b waits for a
+    assert 'Arguments = "from a file"' in broker.store.get(nodes["a"]["key"]).jdl
+
+
+def test_missing_dag_node_file_is_a_local_error_with_location(site, tmp_path):
+    url, _ = site
+    dag = tmp_path / "dag.jdl"
+    dag.write_text('[ Type = "dag";\n  nodes = [ a = [ file = "missing.jdl"; ]; dependencies = {}; ]; ]\n')
+    res = run_cli("submit", str(dag), "--broker", url)
+    assert res.returncode == 2 and f"{dag}:2:" in res.stderr and "missing.jdl" in res.stderr

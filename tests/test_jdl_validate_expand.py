@@ -200,3 +200,19 @@ def test_local_files_false_never_reads_node_files(tmp_path):
     job = parse_jdl(path.read_text(), str(path), local_files=False)
     with pytest.raises(JDLValidationError):
         expand(job, local_files=False)
+
+
+def test_inline_nodes_replaces_file_nodes_in_both_syntaxes(tmp_path):
+    from jdl import expand, inline_nodes
+    (tmp_path / "n.jdl").write_text('Executable = "/bin/hostname";\nStdOutput = "h";\n')
+    coll = tmp_path / "coll.jdl"
+    coll.write_text('[ Type = "collection"; VirtualOrganisation = "dteam";\n'
+                    '  nodes = { [ NodeName = "x"; file = "n.jdl"; ], [ NodeName = "y"; Executable = "/bin/ls"; ] }; ]')
+    job = parse_jdl(coll.read_text(), str(coll))
+    text = inline_nodes(job)
+    assert "file" not in text.lower().replace("filename", "")
+    again = expand(parse_jdl(text, "sent.jdl", local_files=False), local_files=False)
+    assert [(j.name, j.description.executable) for j in again.jobs] == [("x", "/bin/hostname"), ("y", "/bin/ls")]
+    assert all(j.description.virtual_organisation == "dteam" for j in again.jobs)
+    plain = parse_jdl('Executable = "/bin/true";', str(tmp_path / "p.jdl"))
+    assert inline_nodes(plain) == plain.text  # nothing to inline: the text is sent as written
