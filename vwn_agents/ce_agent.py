@@ -65,6 +65,9 @@ class CEAgentConfig:
     public_url: str | None = field(default=None, metadata={
         "help": "this agent's URL for node callbacks and GlueCEInfoContactString (default: the bound URL)"})
     node_timeout_s: float = field(default=10.0, metadata={"help": "timeout of one node agent request (s)"})
+    node_down_after_s: float = field(default=30.0, metadata={
+        "help": "scheduler = leases: a node agent failing (connection error, timeout, 5xx) this long is "
+                "marked down -- no new leases, its unstarted leases go to the other nodes -- until it answers (s)"})
     retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
@@ -82,6 +85,8 @@ class CEAgentConfig:
         if self.vwns_per_node > self.ram_mb:
             return (f"field 'vwns_per_node': {self.vwns_per_node} VWNs need at least 1 MB each, "
                     f"ram_mb is {self.ram_mb}")
+        if self.node_down_after_s <= 0:
+            return f"field 'node_down_after_s': must be > 0, got {self.node_down_after_s}"
         if self.lease_tick_s <= 0:
             return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
         if self.lease_config:
@@ -213,22 +218,38 @@ class CEAgent:
         if view["state"] == "Active" and view["nodes"]:
             with self._lock:
                 job.node_url = view["nodes"][0]
-                if not view["vwns"] and job.state == "Scheduled":   # the node agent did not take it
+        if view["start_error"] and view["nodes"] and not view["vwns"]:
+            with self._lock:
+                if job.state == "Scheduled":        # the node agent did not take it
                     job.reason = (f"not started yet: node agent {view['nodes'][0]} did not take the VWN "
-                                  f"(retried every {self.config.lease_tick_s:g} s): {self._tick_error}")
+                                  f"(retried every {self.config.lease_tick_s:g} s): {view['start_error']}")
         reason = self.leases.outcome(job.lease_req, view)
         if reason is None:
             return
         if reason.startswith("killed") and self._vwn_finished(job):
             return                          # it ended by itself at the limit: its event is on the way
+        if reason.startswith("preempted") and job.lease_req.restarts:
+            self._requeued(job, reason)     # suspendable/migratable: a new VWN when it starts again
+            return
         if reason.startswith("preempted"):
-            self._cancel_lease(key)         # node agents cannot restart a VWN: the job ends here
+            self._cancel_lease(key)         # cancellable: the job ends here
         with self._lock:
             if job.state in ENDED:
                 return
             job.state, job.reason = "Aborted", reason
             self._forward(job, "aborted", self.clock.now())
         log.info("%s: %s", key, reason)
+
+    def _requeued(self, job: CEJob, reason: str) -> None:
+        """The job's lease was stopped and waits to start again: the job is Scheduled without
+        a VWN until its next VWN (key ``<key>-r2`` ...) reports running."""
+        with self._lock:
+            if job.state != "Running":
+                return
+            job.state, job.vwn, job.node, job.node_url = "Scheduled", None, None, None
+            job.cpu_caps, job.capped, job.cap_reason = [], None, None
+            job.reason = reason.replace("was deleted", "was deleted; it restarts in a new VWN when its lease starts again")
+        log.info("%s: %s", job.request.key, job.reason)
 
     def _vwn_finished(self, job: CEJob) -> bool:
         """Whether the job's VWN ended by itself (done/aborted) rather than being deleted."""
@@ -294,6 +315,11 @@ class CEAgent:
         key, kind = event.get("key"), event.get("event")
         if kind not in ("running", "caps", "done", "aborted"):
             raise ApiError(400, f"field 'event': unknown event {kind!r}", field="event")
+        owner = self.leases.job_of(str(key)) if self.leases else None
+        if owner is not None:           # a lease VWN: <key>, or <key>-r2 ... after a restart
+            key, current = owner
+            if not current:             # the VWN of an earlier start attempt: nothing to apply
+                return self.get(key)
         with self._lock:
             job = self.jobs.get(key)
             if job is None:
@@ -406,7 +432,7 @@ class CEAgent:
         FreeCPUs and EstimatedResponseTime from ``free_and_ert``."""
         from infosys.gip import CEState
         c, counts = self.config, self.counts()
-        total = len(self.nodes) * c.cpus_per_node
+        total = self.total_cpus()
         running = counts.get("Running", 0)
         free, ert = self.free_and_ert()
         return CEState(ce_id=c.ce_id, host=c.host, site=c.site, queue=c.queue, status=c.status,
@@ -415,13 +441,21 @@ class CEAgent:
                        max_wallclock_s=c.max_wallclock_s, si00=c.si00, ram_mb=c.ram_mb,
                        vos=list(c.vos), contact_string=self.url)
 
+    def total_cpus(self) -> int:
+        """GlueCEInfoTotalCPUs: the CPUs of the nodes that are up (scheduler = leases: a node
+        marked down by the lease engine is not counted; fair-share: every node)."""
+        up = self.leases.nodes_up() if self.leases else {}
+        return sum(self.config.cpus_per_node for u in self.nodes if up.get(u, True))
+
     def status(self) -> dict:
-        total = len(self.nodes) * self.config.cpus_per_node
+        """``{"ce_id","url","scheduler","capacity","nodes","jobs"}``; each node is
+        ``{"url","vwns","up"}`` (up: False while the lease engine has it marked down)."""
         counts = self.counts()
         free, ert = self.free_and_ert()
+        up = self.leases.nodes_up() if self.leases else {}
         return {"ce_id": self.config.ce_id, "url": self.url, "scheduler": self.config.scheduler,
-                "capacity": {"total_cpus": total, "free_cpus": free, "ert_s": ert},
-                "nodes": [{"url": n.url, "vwns": n.vwns} for n in self.loads()],
+                "capacity": {"total_cpus": self.total_cpus(), "free_cpus": free, "ert_s": ert},
+                "nodes": [{"url": n.url, "vwns": n.vwns, "up": up.get(n.url, True)} for n in self.loads()],
                 "jobs": counts}
 
     def shutdown(self, flush_s: float = 3.0) -> None:

@@ -37,8 +37,9 @@ class JobLeaseRequest:
     """The lease of one job: ``kind`` "best-effort" | "advance-reservation" | "immediate";
     ``cpu`` in hundredths of a core, ``memory_mb`` MB, ``duration_s`` s (``duration_from`` says
     whether it is the JDL's LeaseDuration or the CE's max_wallclock_s), ``start_s`` clock seconds
-    (ARs), ``preemptible``, ``image`` (VMImage, recorded only: live VWNs use the node's software)
-    and ``image_mb``."""
+    (ARs), ``preemptible``, ``image`` (VMImage, recorded only: live VWNs use the node's software),
+    ``image_mb`` and ``restarts`` (PreemptionClass "suspendable" or "migratable": a preempted job
+    goes back to the queue and restarts in a new VWN; "cancellable": it is aborted)."""
 
     kind: str
     cpu: int
@@ -49,6 +50,7 @@ class JobLeaseRequest:
     preemptible: bool = False
     image: str | None = None
     image_mb: float = 0.0
+    restarts: bool = False
 
     def engine_args(self) -> dict:
         """``LeaseEngine.submit_job`` keyword arguments (one VM)."""
@@ -61,7 +63,7 @@ class JobLeaseRequest:
         return {"type": self.kind, "cpu": self.cpu, "memory_mb": self.memory_mb,
                 "duration_s": self.duration_s, "duration_from": self.duration_from,
                 "requested_start_s": self.start_s, "preemptible": self.preemptible,
-                "image": self.image, "image_mb": self.image_mb}
+                "image": self.image, "image_mb": self.image_mb, "restarts": self.restarts}
 
 
 def vwn_slot_units(cpus_per_node: int, vwns_per_node: int) -> int:
@@ -96,7 +98,10 @@ class LeaseScheduling:
         base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
         lease_cfg = base.with_options(**LIVE_OVERRIDES)
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
-        self.engine = LeaseEngine(site, lease_cfg, clock, default_duration_s=config.max_wallclock_s) if site else None
+        probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
+        self.engine = LeaseEngine(site, lease_cfg, clock, default_duration_s=config.max_wallclock_s,
+                                  node_down_after_s=config.node_down_after_s,
+                                  probe_timeout_s=probe_s) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------
@@ -122,10 +127,12 @@ class LeaseScheduling:
         if start is not None and start < self.clock.now():
             raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")
         preemptible = args.get("preemptible", False) and kind == "best-effort"
+        restarts = preemptible and str(desc.get("PreemptionClass") or "").lower() in ("suspendable", "migratable")
         return JobLeaseRequest(kind, self.slot, int(memory or self.default_memory_mb),
                                float(duration or self.max_wallclock_s),
                                "LeaseDuration" if duration is not None else "max_wallclock_s",
-                               start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0))
+                               start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0),
+                               restarts)
 
     def submit(self, key: str, body: dict, req: JobLeaseRequest) -> dict:
         """Submit the job's lease (idempotent on key). A node agent's HTTP error propagates
@@ -139,11 +146,21 @@ class LeaseScheduling:
         except KeyError:
             return False
 
+    def job_of(self, vwn_key: str) -> tuple[str, bool] | None:
+        """``(job key, current)`` of a VWN key the engine gave a node agent (``<key>``,
+        ``<key>-r2`` ...), or None; ``LeaseEngine.job_of``."""
+        return self.engine.job_of(vwn_key) if self.engine is not None else None
+
+    def nodes_up(self) -> dict[str, bool]:
+        """Node agent URL -> up (False while the engine has the node marked down)."""
+        return dict(self.engine.nodes_up()) if self.engine is not None else {}
+
     # -- state -----------------------------------------------------------------------------------
 
     def view(self, key: str) -> dict | None:
-        """``{"id","state","start_s","end_s","nodes","vwns","reason"}`` of the job's lease (start/end
-        in clock seconds, nodes = node agent URLs), or None."""
+        """``{"id","state","start_s","end_s","nodes","vwns","reason","start_error","attempts"}`` of
+        the job's lease (start/end in clock seconds, nodes = node agent URLs, start_error = why
+        its last start attempt failed, attempts = start attempts so far), or None."""
         if self.engine is None:
             return None
         try:
@@ -152,7 +169,8 @@ class LeaseScheduling:
             return None
         return {"id": st["lease_id"], "state": st["state"], "start_s": st["start_s"],
                 "end_s": st["end_s"], "nodes": st["nodes"], "vwns": st["vwns"],
-                "reason": st["reason"] or None}
+                "reason": st["reason"] or None, "start_error": st["start_error"],
+                "attempts": st["attempts"]}
 
     @staticmethod
     def outcome(req: JobLeaseRequest, st: dict) -> str | None:

@@ -118,20 +118,47 @@ class NodeAgentEnactment:
         self.session = session or requests.Session()
         self.timeout = timeout
         self.vwns: dict[int, list[tuple[int, str]]] = {}
+        self.attempts: dict[int, int] = {}          # lease id -> start attempts so far
+        self.failing_since: dict[int, float] = {}   # node -> clock s of its first unanswered call
+        self.start_errors: dict[int, str] = {}      # lease id -> why its last start attempt failed
         self._ended: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 
     def start_vms(self, lease: Lease, mapping: tuple, now: float, planned_end: float) -> None:
+        """POST one VWN per VM; each call is a new start attempt (``attempts[lease.id]`` + 1,
+        which ``payload`` reads to give the VWNs fresh keys). A connection error, timeout or
+        5xx marks the node failing since ``now`` (``failing_since``); an answer clears it."""
+        self.attempts[lease.id] = self.attempts.get(lease.id, 0) + 1
         started = []
         for vm, node in enumerate(mapping):
-            r = self.session.post(f"{self.node_urls[node]}/vwns", json=self.payload(lease, vm), timeout=self.timeout)
+            try:
+                r = self.session.post(f"{self.node_urls[node]}/vwns", json=self.payload(lease, vm),
+                                      timeout=self.timeout)
+            except Exception as exc:
+                self.failing_since.setdefault(node, now)
+                self.start_errors[lease.id] = f"{type(exc).__name__}: {exc}"
+                raise
+            self.answered(node, r.status_code < 500, now)
+            if r.status_code >= 300:
+                self.start_errors[lease.id] = f"HTTP {r.status_code} {r.text[:200]}"
             r.raise_for_status()
             started.append((node, r.json()["vwn"]))
         self.vwns[lease.id] = started
+        self.start_errors.pop(lease.id, None)
+
+    def answered(self, node: int, ok: bool, now: float) -> None:
+        """Record whether node ``node`` answered (``ok``) or failed at ``now`` (clock s)."""
+        if ok:
+            self.failing_since.pop(node, None)
+        else:
+            self.failing_since.setdefault(node, now)
 
     def stop_vms(self, lease: Lease, now: float) -> None:
         for node, vwn in self.vwns.pop(lease.id, []):
-            self.session.delete(f"{self.node_urls[node]}/vwns/{vwn}", timeout=self.timeout)
+            try:
+                self.session.delete(f"{self.node_urls[node]}/vwns/{vwn}", timeout=self.timeout)
+            except Exception:  # its node is unreachable: the VWN is gone from the engine's view
+                self.failing_since.setdefault(node, now)
 
     def vms_paused(self, lease: Lease, now: float) -> None:
         self.stop_vms(lease, now)

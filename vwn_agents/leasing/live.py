@@ -17,6 +17,11 @@ VWN is deleted). ``start_s`` makes it an advance reservation; ``immediate=True``
 lease. Node agents cannot suspend VWNs, so preempted best-effort jobs are cancelled and
 requeued. Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
 software.
+
+Every start attempt gets fresh VWN keys (``vwn_key``: ``<key>``, ``<key>-r2`` ...); ``job_of``
+maps a node event's key back to the job. ``tick`` probes the node agents: one failing for
+``node_down_after_s`` is marked down in the scheduler (``LeaseScheduler.set_node_down``) and up
+again when it answers (docs/leasing.md, "Node down").
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from infosys.clock import WallClock
 
 from .config import LeaseConfig
 from .enactment import NodeAgentEnactment
-from .model import Lease, LeaseType, Node, resource_vector
+from .model import Lease, LeaseState, LeaseType, Node, resource_vector
 from .scheduler import LeaseScheduler
 
 
@@ -74,6 +79,14 @@ def _epoch(value) -> float:
     return dt.timestamp()
 
 
+def vwn_key(job_key: str, attempt: int, vm: int | None = None) -> str:
+    """The key of a job's VWN at start attempt ``attempt`` (1, 2, ...): ``<key>`` first, then
+    ``<key>-r2``, ``<key>-r3`` ...; ``-<vm>`` appended for VM ``vm`` of a multi-VM lease. Every
+    attempt has its own key because a node agent treats a repeated key as the same VWN."""
+    key = job_key if attempt <= 1 else f"{job_key}-r{attempt}"
+    return key if vm is None else f"{key}-{vm}"
+
+
 class LeaseEngine:
     """Live lease engine for a CE agent (see module doc).
 
@@ -81,7 +94,8 @@ class LeaseEngine:
     """
 
     def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
-                 clock=None, session=None, default_duration_s: float = 86400.0) -> None:
+                 clock=None, session=None, default_duration_s: float = 86400.0,
+                 node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
@@ -89,6 +103,9 @@ class LeaseEngine:
         site = [Node(i, url, (int(round(cpus * 100)), int(mem), 10**12, 10**12))
                 for i, (url, cpus, mem) in enumerate(nodes)]
         self._bodies: dict[int, dict] = {}
+        self._vwn_keys: dict[str, tuple[str, int]] = {}  # VWN key -> (job key, start attempt)
+        self.node_down_after_s = node_down_after_s
+        self.probe_timeout_s = probe_timeout_s
         self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session)
         self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
         self.default_duration_s = default_duration_s
@@ -100,9 +117,24 @@ class LeaseEngine:
 
     def _payload(self, lease: Lease, vm: int) -> dict:
         body = dict(self._bodies[lease.id])
-        if lease.n_vms > 1:
-            body["key"] = f"{body['key']}-{vm}"
+        job_key = body["key"]
+        body["key"] = vwn_key(job_key, self.enactment.attempts.get(lease.id, 1), vm if lease.n_vms > 1 else None)
+        self._vwn_keys[body["key"]] = (job_key, self.enactment.attempts.get(lease.id, 1))
         return body
+
+    def job_of(self, vwn_key_: str) -> tuple[str, bool] | None:
+        """``(job key, current)`` of a VWN key this engine gave a node agent, or None. ``current``
+        is False for the VWN of an earlier start attempt, and for the VWN of a lease that was
+        stopped and waits in the queue to restart (preempted or re-queued): its events are stale."""
+        with self._lock:
+            found = self._vwn_keys.get(vwn_key_)
+            if found is None:
+                return None
+            job_key, attempt = found
+            lease = self._by_key[job_key]
+            current = (attempt == self.enactment.attempts.get(lease.id, 0)
+                       and lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED))
+            return job_key, current
 
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
                    duration_s: float | None = None, start_s: float | None = None,
@@ -131,18 +163,51 @@ class LeaseEngine:
         """A VWN event from a node agent; "done" and "aborted" end the job's lease."""
         if event.get("event") not in ("done", "aborted"):
             return
-        key = str(event.get("key", ""))
         with self._lock:
-            lease = self._by_key.get(key) or self._by_key.get(key.rsplit("-", 1)[0])
-            if lease is None or lease.done:
+            found = self.job_of(str(event.get("key", "")))
+            if found is None or not found[1]:
+                return
+            lease = self._by_key[found[0]]
+            if lease.done:
                 return
             self.enactment.report_end(lease.id, min(float(event.get("time") or self.clock.now()), self.clock.now()))
             self.scheduler.process(self.clock.now())
 
     def tick(self) -> None:
-        """Start and end what is due now (call every second or so)."""
+        """Probe the node agents (``probe_nodes``), then start and end what is due now (call
+        every second or so). Raises the first node agent error of a start that failed (the
+        other starts were made; the failed one is retried on the next tick)."""
+        self.probe_nodes()
         with self._lock:
             self.scheduler.process(self.clock.now())
+
+    def probe_nodes(self) -> None:
+        """``GET {node}/status`` on every node agent (timeout ``probe_timeout_s``, outside the
+        engine lock). A node failing (connection error, timeout, 5xx) for ``node_down_after_s``
+        s or more -- counted from its first failed probe or start -- is marked down in the
+        scheduler (``LeaseScheduler.set_node_down``: not offered to new leases, its leases that
+        have not started are requeued onto the others); a down node that answers is marked up."""
+        answers = []
+        for node, url in enumerate(self.enactment.node_urls):
+            try:
+                r = self.enactment.session.get(f"{url}/status", timeout=self.probe_timeout_s)
+                answers.append((node, r.status_code < 500))
+            except Exception:
+                answers.append((node, False))
+        with self._lock:
+            now = self.clock.now()
+            for node, ok in answers:
+                self.enactment.answered(node, ok, now)
+                since = self.enactment.failing_since.get(node)
+                down = since is not None and now - since >= self.node_down_after_s - 1e-9
+                if ok or down:
+                    self.scheduler.set_node_down(node, down, now)
+
+    def nodes_up(self) -> list[tuple[str, bool]]:
+        """``[(node agent URL, up)]`` in configuration order (up: not marked down)."""
+        with self._lock:
+            down = self.scheduler.st.down
+            return [(url, i not in down) for i, url in enumerate(self.enactment.node_urls)]
 
     def cancel(self, key: str) -> dict:
         """Cancel a job's lease (its VWNs are deleted). KeyError if the key is unknown."""
@@ -152,14 +217,17 @@ class LeaseEngine:
             return self.status(key)
 
     def status(self, key: str) -> dict:
-        """``{"lease_id","state","nodes","vwns","start_s","end_s","reason"}``; KeyError if unknown."""
+        """``{"lease_id","state","nodes","vwns","start_s","end_s","reason","start_error","attempts"}``
+        (start_error: why the last start attempt failed, None after a start; attempts: start
+        attempts so far); KeyError if unknown."""
         with self._lock:
             lease = self._by_key[key]
             vwns = self.enactment.vwns.get(lease.id, [])
             nodes = sorted({self.scheduler.nodes[n].name for n in lease.mapping}) if lease.mapping else []
             return {"lease_id": lease.id, "state": lease.state.value, "nodes": nodes,
                     "vwns": [v for _, v in vwns], "start_s": lease.start_s, "end_s": lease.end_s,
-                    "reason": lease.reject_reason}
+                    "reason": lease.reject_reason, "start_error": self.enactment.start_errors.get(lease.id),
+                    "attempts": self.enactment.attempts.get(lease.id, 0)}
 
     def outlook(self, cpu: int = 100, memory_mb: int = 512, duration_s: float | None = None) -> dict:
         """What one more one-VM best-effort lease (``cpu`` hundredths of a core, ``memory_mb``

@@ -74,7 +74,7 @@ class Mapper:
         m = self._m.get((cap, need))
         if m is None:
             m = self._m[(cap, need)] = min(vms_in(cap, need), 64)
-        if m <= 0:
+        if m <= 0 or node in st.down:
             return [], []
         lst = [r for r in st.on_node(node) if r.end > r.start]
         if not lst:

@@ -191,6 +191,7 @@ class LeaseScheduler:
         """Handle everything due at ``now``: premature ends, reservation ends, the queue, and
         reservation starts, until nothing more is due."""
         now = self.clock.now() if now is None else now
+        failed: dict = {}  # reservations whose start failed in this call: retried on the next one
         for _ in range(100_000):
             handled = False
             for t, lease_id in self.enactment.pop_events(now):
@@ -205,24 +206,55 @@ class LeaseScheduler:
                 for t, is_start, res in due:
                     if is_start:
                         self.st.repush(res)
-                return
+                break
             if self._dirty and self.queue:
                 self._dirty = False
                 schedule_queue(self, now)
             self._dirty = False
             for t, is_start, res in due + self.st.pop_due(now):
                 if is_start and res in self.st and res.state is ResState.SCHEDULED and res.start <= now:
+                    if res in failed:
+                        continue
                     res.state = ResState.ACTIVE
                     self.st.repush(res)
                     try:
                         self._handlers[res.kind][0](res, t)
-                    except Exception:  # enactment failed (e.g. a node agent is down): retry later
+                    except Exception as exc:  # enactment failed (a node agent is down): retry later
                         res.state = ResState.SCHEDULED
-                        self.st.repush(res)
-                        raise
+                        failed[res] = exc
+                        continue
                     handled = True
             if not handled:
-                return
+                break
+        for res in failed:
+            if res in self.st:
+                self.st.repush(res)
+        if failed:  # the others were started; the first error goes to the caller
+            raise next(iter(failed.values()))
+
+    # ------------------------------------------------------------ node availability
+    def set_node_down(self, node: int, down: bool, now: float) -> list[Lease]:
+        """Mark site node ``node`` down (the mapper offers it to no new reservation) or up
+        again. Going down, the best-effort and immediate leases whose VM reservation on it has
+        not started are unscheduled and requeued (the next ``process`` maps them onto the
+        other nodes); running leases and advance reservations keep their reservations. Going
+        up, the queue is scheduled again. Returns the requeued leases."""
+        if not self.st.set_down(node, down):
+            return []
+        self._dirty = True
+        moved = []
+        if down:
+            for res in self.st.on_node(node):
+                lease = res.lease
+                if (res.kind is ResKind.VM and res.state is ResState.SCHEDULED and not lease.is_ar
+                        and lease.state is LeaseState.SCHEDULED and lease not in moved):
+                    moved.append(lease)
+            for lease in moved:
+                self.unschedule(lease, now)
+                self.requeue(lease)
+        else:
+            self.reevaluate(now)
+        return moved
 
     # ------------------------------------------------------------ handlers
     def _noop(self, res: Reservation, t: float) -> None:
@@ -246,14 +278,19 @@ class LeaseScheduler:
 
     def _start_vm(self, res: Reservation, t: float) -> None:
         lease = res.lease
-        if lease.id in self.future:
-            self.future = self.future - {lease.id}
-        if lease.start_s is None:
-            lease.start_s = t
         if lease.is_ar:
             lease.ar_on_time = (t == lease.requested_start_s and self._images_present(lease, res.mapping))
+        before = (lease.state, lease.start_s)
+        if lease.start_s is None:
+            lease.start_s = t
         lease.state = LeaseState.ACTIVE
-        self.enactment.start_vms(lease, res.mapping, t, res.end)
+        try:
+            self.enactment.start_vms(lease, res.mapping, t, res.end)
+        except Exception:  # not started: the lease is as it was (its reservation is retried)
+            lease.state, lease.start_s = before
+            raise
+        if lease.id in self.future:
+            self.future = self.future - {lease.id}
 
     def _images_present(self, lease: Lease, mapping: tuple) -> bool:
         if not self.staging.enabled:

@@ -92,6 +92,20 @@ class SlotTable:
         self.shrink_version = 0  # bumped when resources may have been freed (remove / move)
         self.node_version = [0] * len(nodes)
         self.dirty_nodes: set = set(range(len(nodes)))
+        self.down: frozenset = frozenset()  # nodes not offered to new reservations (node down)
+
+    def set_down(self, node: int, down: bool) -> bool:
+        """Mark ``node`` down (no new reservation fits on it: ``vms_fit`` is 0, the mapper
+        offers no slot there) or up again. Existing reservations are kept. Returns whether the
+        node's state changed."""
+        if (node in self.down) == down:
+            return False
+        self.down = self.down | {node} if down else self.down - {node}
+        self.version += 1
+        self.shrink_version += 1
+        self.node_version[node] += 1
+        self.dirty_nodes.add(node)
+        return True
 
     # ------------------------------------------------------------------ transactions
     def begin(self) -> int:
@@ -259,7 +273,10 @@ class SlotTable:
         return u
 
     def vms_fit(self, node: int, need: tuple, t1: float, t2: float) -> int:
-        """How many VMs of resource vector ``need`` fit on ``node`` over [t1, t2)."""
+        """How many VMs of resource vector ``need`` fit on ``node`` over [t1, t2) (0 on a
+        node that is down)."""
+        if node in self.down:
+            return 0
         free = self.free(node, t1, t2)
         best = 1_000_000
         for f, n in zip(free, need):
@@ -277,8 +294,10 @@ class SlotTable:
     def free_until(self, node: int, need: tuple, t: float) -> float:
         """First time >= t at which ``need`` (a total vector) no longer fits on ``node``.
 
-        Returns t if it does not fit at t, ``inf`` if it fits forever.
+        Returns t if it does not fit at t (or the node is down), ``inf`` if it fits forever.
         """
+        if node in self.down:
+            return t
         cap = self.nodes[node].capacity
         lst = [r for r in self._by_node[node] if r.end > t and r.end > r.start]
         points = sorted({t} | {r.start for r in lst if r.start > t})
