@@ -101,7 +101,8 @@ class LeaseScheduling:
         probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
         self.engine = LeaseEngine(site, lease_cfg, clock, default_duration_s=config.max_wallclock_s,
                                   node_down_after_s=config.node_down_after_s,
-                                  probe_timeout_s=probe_s) if site else None
+                                  probe_timeout_s=probe_s,
+                                  request_timeout_s=config.node_timeout_s) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------

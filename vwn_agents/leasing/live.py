@@ -90,12 +90,16 @@ def vwn_key(job_key: str, attempt: int, vm: int | None = None) -> str:
 class LeaseEngine:
     """Live lease engine for a CE agent (see module doc).
 
-    ``nodes``: ``[(node_agent_url, cpus, memory_mb)]``. Raises ValueError on an empty list.
+    ``nodes``: ``[(node_agent_url, cpus, memory_mb)]``. ``node_down_after_s``: how long a node
+    agent may fail before it is marked down; ``probe_timeout_s``: timeout of a probe;
+    ``request_timeout_s``: timeout of a ``POST``/``DELETE /vwns`` (all seconds). Raises
+    ValueError on an empty list.
     """
 
     def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
                  clock=None, session=None, default_duration_s: float = 86400.0,
-                 node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0) -> None:
+                 node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0,
+                 request_timeout_s: float = 10.0) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
@@ -106,7 +110,8 @@ class LeaseEngine:
         self._vwn_keys: dict[str, tuple[str, int]] = {}  # VWN key -> (job key, start attempt)
         self.node_down_after_s = node_down_after_s
         self.probe_timeout_s = probe_timeout_s
-        self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session)
+        self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session,
+                                            timeout=request_timeout_s)
         self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
         self.default_duration_s = default_duration_s
         self._ids = itertools.count(1)
