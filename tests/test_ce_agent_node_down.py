@@ -45,7 +45,7 @@ def wait_until(predicate, timeout_s: float = 10.0):
         value = predicate()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError("timed out")
 
 
@@ -90,18 +90,18 @@ def test_a_stopped_node_is_marked_down_its_job_runs_elsewhere_and_it_comes_back(
 
 def test_preempted_suspendable_job_restarts_in_a_new_vwn_and_runs_to_done(site, receiver):
     ce_url, _, nodes = site(n_nodes=1, vwns_per_node=1)
-    be, _ = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "2"; '
+    be, _ = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "3"; '
                                      'PreemptionClass = "suspendable"; ]')
     first = receiver.wait_event(be, "running")
-    start = int(time.time()) + 2
-    ar, resp = submit(ce_url, receiver, f'[ Executable = "/bin/sleep"; Arguments = "0.3"; '
+    start = int(time.time()) + 2                         # before its 3 s are over: it is preempted
+    ar, resp = submit(ce_url, receiver, f'[ Executable = "/bin/sleep"; Arguments = "1.5"; '
                                         f'LeaseType = "advance-reservation"; LeaseStart = {start}; '
                                         f'LeaseDuration = 30; ]')
     assert resp.status_code == 202
     assert record(ce_url, be)["lease"]["restarts"] is True
     ar_run = receiver.wait_event(ar, "running", timeout_s=10)
     assert ar_run["time"] >= start - 0.01
-    requeued = wait_until(lambda: (r := record(ce_url, be))["state"] == "Scheduled" and r, 5)
+    requeued = wait_until(lambda: (r := record(ce_url, be))["state"] == "Scheduled" and r, 3)
     assert requeued["vwn"] is None and "restarts in a new VWN" in requeued["reason"]
     receiver.wait_event(ar, "done", timeout_s=10)
     done = receiver.wait_event(be, "done", timeout_s=15)
