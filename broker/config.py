@@ -7,10 +7,9 @@ option are the shared ones of :mod:`vwn_agents.config` (the agents use the same 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from vwn_agents.config import ConfigError, describe, load, load_toml
+from vwn_agents.config import ConfigError, ConfigSchema, describe
 
 __all__ = ["BrokerConfig", "ConfigError", "describe"]
 
@@ -22,8 +21,10 @@ def opt(default: Any, doc: str):
 
 
 @dataclass
-class BrokerConfig:
+class BrokerConfig(ConfigSchema):
     """Options of ``vgrid serve broker`` (top-level keys of the TOML file)."""
+
+    SOURCE = "broker config"
 
     bind: str = opt("127.0.0.1", "address to listen on")
     port: int = opt(8440, "TCP port; 0 takes a free one")
@@ -47,11 +48,3 @@ class BrokerConfig:
             if getattr(self, name) <= 0:
                 return f"field {name!r} must be > 0"
         return None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "broker config") -> "BrokerConfig":
-        return load(cls, data, source)
-
-    @classmethod
-    def from_toml(cls, path: str | Path) -> "BrokerConfig":
-        return load_toml(cls, path)

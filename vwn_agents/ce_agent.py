@@ -27,7 +27,7 @@ from infosys.clock import Clock, WallClock
 
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
 from .ce_leases import LeaseScheduling
-from .config import load, load_toml
+from .config import ConfigSchema
 from .httpjson import ApiError, install_error_handlers, json_body, parse_body
 from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
@@ -36,8 +36,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class CEAgentConfig:
+class CEAgentConfig(ConfigSchema):
     """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
+
+    SOURCE = "CE agent config"
 
     ce_id: str = field(metadata={"help": "GlueCEUniqueID, host:port/vgrid-<lrms>-<queue>"})
     host: str = field(metadata={"help": "GlueCEInfoHostName"})
@@ -99,14 +101,6 @@ class CEAgentConfig:
             return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
         return None
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "CE agent config") -> CEAgentConfig:
-        """Raises config.ConfigError naming the unknown, missing or ill-typed field."""
-        return load(cls, d, source)
-
-    @classmethod
-    def from_toml(cls, path) -> CEAgentConfig:
-        return load_toml(cls, path)
 
 
 class CEAgent:

@@ -70,15 +70,38 @@ def load(cls, d: dict, source: str = "config"):
     return obj
 
 
+def read_toml(path: str | Path, error: type[Exception] = None, what: str = "") -> dict:
+    """The parsed TOML file ``path``. An unreadable file or a TOML syntax error (with its line
+    and column) raises ``error`` (default ConfigError) naming the file; ``what`` names what the
+    file is for in the unreadable case (e.g. "CE spec")."""
+    error = error or ConfigError
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"{path}: cannot read{' ' + what if what else ''}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: {exc}") from None
+
+
 def load_toml(cls, path: str | Path):
     """``load(cls, <parsed TOML file>, source=path)``; a TOML syntax error is a ConfigError."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    return load(cls, data, str(path))
+    return load(cls, read_toml(path), str(path))
+
+
+class ConfigSchema:
+    """Mixin for a configuration dataclass: ``from_dict`` and ``from_toml`` through
+    :func:`load` / :func:`load_toml` (ConfigError naming the unknown, missing or ill-typed
+    field). ``SOURCE`` names the configuration in messages about a dict."""
+
+    SOURCE = "config"
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str | None = None):
+        return load(cls, d, source or cls.SOURCE)
+
+    @classmethod
+    def from_toml(cls, path: str | Path):
+        return load_toml(cls, path)
 
 
 def describe(cls) -> list[dict]:

@@ -29,7 +29,7 @@ from flask import Flask, jsonify
 from infosys.clock import Clock, WallClock
 
 from . import cgroups, fairshare, proctree
-from .config import load, load_toml
+from .config import ConfigSchema
 from .httpjson import ApiError, install_error_handlers, parse_body
 from .outbox import Outbox
 
@@ -44,8 +44,10 @@ JOIN_FAILED = 97
 
 
 @dataclass
-class NodeAgentConfig:
+class NodeAgentConfig(ConfigSchema):
     """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
+
+    SOURCE = "node agent config"
 
     node: str = field(metadata={"help": "node name, used in VWN ids vwn-<node>-<n>"})
     capacity: float = field(default=1.0, metadata={
@@ -75,14 +77,6 @@ class NodeAgentConfig:
             return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
         return None
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "node agent config") -> NodeAgentConfig:
-        """Raises config.ConfigError naming the unknown, missing or ill-typed field."""
-        return load(cls, d, source)
-
-    @classmethod
-    def from_toml(cls, path) -> NodeAgentConfig:
-        return load_toml(cls, path)
 
 
 @dataclass

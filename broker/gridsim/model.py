@@ -7,10 +7,11 @@ Times are seconds of simulated time from the start of the run.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from vwn_agents.config import read_toml
 
 
 class SpecError(ValueError):
@@ -101,12 +102,7 @@ def ces_from_toml(path: str | Path) -> tuple[CESpec, ...]:
     SpecError naming the file (and line/column for TOML syntax errors) or the field.
     """
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read CE spec: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: {exc}") from None
+    data = read_toml(path, SpecError, "CE spec")
     defaults = data.get("defaults", {})
     rows = data.get("ce")
     if not isinstance(rows, list) or not rows:

@@ -8,9 +8,10 @@ generated from ``OPTIONS`` by ``options_markdown()``.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..config import read_toml
 
 
 class ConfigError(ValueError):
@@ -170,12 +171,7 @@ class LeaseConfig:
 def load_config(path: str | Path) -> LeaseConfig:
     """Read a TOML file with Haizea-style sections; raises ConfigError naming the file and line."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: {exc}") from None
+    data = read_toml(p, ConfigError)
     flat = {}
     for section, body in data.items():
         if not isinstance(body, dict):
