@@ -8,8 +8,18 @@ happens in developers' runs, where a new failure is found, fixed and given a reg
 """
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    """A loopback HTTP receiver standing where the broker is (vwn_agents.testing.Receiver)."""
+    from vwn_agents.testing import Receiver
+    r = Receiver()
+    yield r
+    r.close()

@@ -33,13 +33,6 @@ def sleep_jdl(seconds: float) -> str:
     return f'[ Executable = "/bin/sleep"; Arguments = "{seconds}"; ]'
 
 
-@pytest.fixture(scope="module")
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
-
-
 @pytest.fixture
 def site(tmp_path):
     """site(n_nodes=2, extra_nodes=[], **ce_config) -> (ce_url, CEAgent, [node agents])."""

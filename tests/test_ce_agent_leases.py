@@ -14,7 +14,7 @@ from vwn_agents.ce_leases import ERT_INFINITE_S, vwn_slot_units
 from vwn_agents.config import ConfigError
 from vwn_agents.leasing.model import resource_vector, vms_in
 
-from .test_ce_agent import glue_attrs, receiver, site, sleep_jdl, submit  # noqa: F401  (fixtures)
+from .test_ce_agent import glue_attrs, site, sleep_jdl, submit  # noqa: F401  (fixtures)
 
 
 def record(ce_url: str, key: str) -> dict:

@@ -12,7 +12,7 @@ from vwn_agents.leasing.live import vwn_key
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vwn_agents.wsgi import BackgroundServer
 
-from .test_ce_agent import glue_attrs, receiver, site, sleep_jdl, submit  # noqa: F401  (fixtures)
+from .test_ce_agent import glue_attrs, site, sleep_jdl, submit  # noqa: F401  (fixtures)
 from .test_ce_agent_leases import record
 
 _names = itertools.count(1)

@@ -4,11 +4,9 @@ Runs real gLite JDL files to Done in CPU-capped VWNs, checks the bad-input cases
 matches, a missing executable), and kills the broker with SIGKILL mid-run to check that no
 accepted job is lost.
 """
-import json
 import signal
 import socket
 import time
-from pathlib import Path
 
 import pytest
 

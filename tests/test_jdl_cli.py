@@ -1,6 +1,5 @@
 """`vgrid jdl check|expand|eval` through click (the group the lead registers as `vgrid jdl`)."""
 import json
-from pathlib import Path
 
 from click.testing import CliRunner
 

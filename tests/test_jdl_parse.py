@@ -1,5 +1,4 @@
 """jdl parsing: the real gLite JDL files, the syntax surface, error locations."""
-from pathlib import Path
 
 import pytest
 

@@ -21,13 +21,6 @@ from vwn_agents.wsgi import BackgroundServer
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
-
-
 @pytest.fixture
 def start_node(tmp_path):
     """start_node(**config) -> (url, NodeAgent); every node is shut down after the test."""

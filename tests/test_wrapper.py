@@ -11,14 +11,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 from vwn_agents import wrapper
-from vwn_agents.testing import Receiver
-
-
-@pytest.fixture(scope="module")
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def run_wrapper(tmp_path: Path, **spec) -> tuple[dict, list[dict]]:
