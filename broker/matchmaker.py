@@ -21,26 +21,16 @@ import jdl as jdlmod
 from infosys.ism import ad_id
 
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SelectionPolicy,
-                        SfeteSelection, ce_capacity, published_jobs)
+                        SfeteSelection, ad_value, ce_capacity, published_jobs)
 
 CE_ID = "GlueCEUniqueID"
-
-
-def _get(ad: Mapping[str, Any], name: str) -> Any:
-    if name in ad:
-        return ad[name]
-    low = name.lower()
-    for k, v in ad.items():
-        if k.lower() == low:
-            return v
-    return None
 
 
 def vo_allowed(ad: Mapping[str, Any], vo: str | None) -> bool:
     """True when ``vo`` is None or the CE's access control base rules contain ``VO:<vo>``."""
     if not vo:
         return True
-    rules = _get(ad, "GlueCEAccessControlBaseRule")
+    rules = ad_value(ad, "GlueCEAccessControlBaseRule")
     if rules is None:
         return False
     if isinstance(rules, str):
@@ -104,7 +94,7 @@ class Matchmaker:
         vo = job.virtual_organisation
         candidates = []
         for ad in ads:
-            if not isinstance(_get(ad, CE_ID), str):
+            if not isinstance(ad_value(ad, CE_ID), str):
                 continue
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key
             if ce_id in blacklist:

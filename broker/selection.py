@@ -53,26 +53,35 @@ def _number(value: Any, default: float) -> float:
     return float(value)
 
 
+def ad_value(ad: Mapping[str, Any], name: str) -> Any:
+    """Attribute ``name`` of a CE ad, exact spelling first, else case-insensitively; None if absent."""
+    if name in ad:
+        return ad[name]
+    low = name.lower()
+    for k, v in ad.items():
+        if k.lower() == low:
+            return v
+    return None
+
+
 def ce_capacity(ad: Mapping[str, Any]) -> float:
     """C_j of a CE ad: GlueCEInfoTotalCPUs x GlueHostBenchmarkSI00 (seed 004 Section 4.2).
 
     Keys are looked up case-insensitively. A missing benchmark counts as
     :data:`DEFAULT_SI00`; a CE with no CPUs has capacity 0 (and can never be chosen by SFETE).
     """
-    lower = {k.lower(): v for k, v in ad.items()}
-    cpus = _number(lower.get("glueceinfototalcpus"), 0.0)
-    si00 = _number(lower.get("gluehostbenchmarksi00"), DEFAULT_SI00)
+    cpus = _number(ad_value(ad, "GlueCEInfoTotalCPUs"), 0.0)
+    si00 = _number(ad_value(ad, "GlueHostBenchmarkSI00"), DEFAULT_SI00)
     return max(0.0, cpus) * max(0.0, si00)
 
 
 def published_jobs(ad: Mapping[str, Any]) -> int:
     """GlueCEStateTotalJobs of a CE ad, or running + waiting when TotalJobs is not published."""
-    lower = {k.lower(): v for k, v in ad.items()}
-    total = lower.get("gluecestatetotaljobs")
+    total = ad_value(ad, "GlueCEStateTotalJobs")
     if isinstance(total, int) and not isinstance(total, bool):
         return total
-    running = _number(lower.get("gluecestaterunningjobs"), 0)
-    waiting = _number(lower.get("gluecestatewaitingjobs"), 0)
+    running = _number(ad_value(ad, "GlueCEStateRunningJobs"), 0)
+    waiting = _number(ad_value(ad, "GlueCEStateWaitingJobs"), 0)
     return int(running + waiting)
 
 

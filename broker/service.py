@@ -24,6 +24,7 @@ import jdl as jdlmod
 from . import compound
 from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
+from .selection import ad_value
 from .states import AT_CE, IllegalTransition, JobState
 
 log = logging.getLogger("vgrid.broker")
@@ -132,7 +133,7 @@ class Broker:
             parent = self.store.get(parent_key)
             if parent.ended:
                 return
-            target, reason = compound.parent_target(self.store.list(parent=parent_key))
+            target, reason = compound.parent_target(self.store.list(parent=parent_key, history=False))
             for step in compound.path_to(parent.state, target) if target else []:
                 parent = self.store.transition(parent_key, step, now, expect=parent.state,
                                                reason=reason if step == target else None)
@@ -142,8 +143,8 @@ class Broker:
         failed. Returns how many changed."""
         changed = 0
         now = self.clock.now()
-        for parent in self.store.list(states=[JobState.WAITING, JobState.RUNNING], kinds=["dag"]):
-            nodes = self.store.list(parent=parent.key)
+        for parent in self.store.list(states=[JobState.WAITING, JobState.RUNNING], kinds=["dag"], history=False):
+            nodes = self.store.list(parent=parent.key, history=False)
             blocked = [n for n in nodes if n.state is JobState.SUBMITTED and n.depends_on]
             if not blocked:
                 continue
@@ -166,7 +167,7 @@ class Broker:
         if self.ism.last_refresh is None:
             return 0  # the ISM has never been filled: wait rather than abort everything
         done = self.release_dag_nodes()
-        for job in self.store.list(states=[JobState.WAITING], kinds=["job", "node"]):
+        for job in self.store.list(states=[JobState.WAITING], kinds=["job", "node"], history=False):
             if self._stop.is_set():
                 break
             if self._match_one(job):
@@ -194,11 +195,10 @@ class Broker:
 
     @staticmethod
     def _ce_url(ad) -> str | None:
-        for k, v in ad.items():
-            if k.lower() == "glueceinfocontactstring":  # multi-valued in the GLUE 1.3 schema
-                for value in ([v] if isinstance(v, str) else v or []):
-                    if isinstance(value, str) and value.startswith(("http://", "https://")):
-                        return value.rstrip("/")
+        v = ad_value(ad, "GlueCEInfoContactString")  # multi-valued in the GLUE 1.3 schema
+        for value in ([v] if isinstance(v, str) else v or []):
+            if isinstance(value, str) and value.startswith(("http://", "https://")):
+                return value.rstrip("/")
         return None
 
     def _dispatch(self, job: Job, desc, ce_id: str, url: str | None) -> bool:
