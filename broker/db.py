@@ -161,9 +161,11 @@ class JobStore:
             return self._to_job(row, hist)
 
     def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None,
-             parent: str | None = None, kinds: Iterable[str] | None = None) -> list[Job]:
+             parent: str | None = None, kinds: Iterable[str] | None = None,
+             history: bool = True) -> list[Job]:
         """Jobs in submission order, optionally only those in ``states``, with ``keys``, whose
-        parent is ``parent``, or of ``kinds``."""
+        parent is ``parent``, or of ``kinds``; ``history=False`` skips loading the state history
+        (the matcher's every-pass queries do not need it)."""
         with self._session() as s:
             q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
             if states is not None:
@@ -176,7 +178,7 @@ class JobStore:
                 q = q.where(JobRow.kind.in_(list(kinds)))
             rows = list(s.scalars(q))
             hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
-            if rows:
+            if rows and history:
                 for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
                                    .order_by(HistoryRow.id)):
                     hist[h.key].append(h)
