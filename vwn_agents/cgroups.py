@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .proctree import is_running
+
 PERIOD_US = 100_000          # CFS period: 100 ms, the kernel default
 MIN_QUOTA_US = 1_000         # the kernel refuses quotas below 1 ms
 GONE = (errno.ENOENT, errno.ENODEV)   # a cgroup removed while in use answers ENODEV
@@ -290,16 +292,6 @@ def _read_stat(path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (ln.split() for ln in lines if len(ln.split()) == 2)}
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(parent_dir: Path) -> list[str]:
     """Remove node cgroups ``<node>-<pid>`` left by node agents that died (pid gone).
 
@@ -313,7 +305,7 @@ def sweep_stale(parent_dir: Path) -> list[str]:
         return removed
     for d in entries:
         pid = d.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or _pid_alive(int(pid)):
+        if not pid.isdigit() or is_running(int(pid)):
             continue
         try:
             if not d.is_dir():
