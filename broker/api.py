@@ -49,6 +49,12 @@ def jdl_error_json(exc: jdlmod.JDLError) -> dict[str, Any]:
 
 
 def create_app(broker: Broker) -> Flask:
+    """The WMProxy-like Flask app over ``broker`` (routes and shapes: docs/architecture.md).
+
+    Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL error (with file, line,
+    column) or bad request, 404 for an unknown job, 409 for an illegal state change, 500 (no
+    traceback) for anything unexpected.
+    """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
 
