@@ -8,9 +8,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*"]),
-    include_package_data=True,
-    package_data={"broker": ["data/*", "data/**/*"]},
+    packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*", "vgrid_cli*", "vgrid_runtime*"]),
     install_requires=[
         "click>=8.1",
         "cryptography>=41",
@@ -35,5 +33,5 @@ setup(
             "pytest-timeout>=2.3",
         ],
     },
-    entry_points={"console_scripts": ["vgrid=broker.cli:main"]},
+    entry_points={"console_scripts": ["vgrid=vgrid_cli.main:main"]},
 )

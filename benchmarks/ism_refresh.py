@@ -107,7 +107,7 @@ def load(dir_: Path, n_ces: int, views: int = 1) -> tuple[int, float]:
 
 def measure(url: str, repeat: int, client: str) -> dict:
     """Run in a fresh process: ISM refreshes from the BDII at url."""
-    from infosys.clock import WallClock
+    from vgrid_runtime.clock import WallClock
     from infosys.ism import ISM, BdiiSource
     src = BdiiSource(url, timeout_s=60, client=client)
     ism = ISM([src], refresh_s=240, clock=WallClock())

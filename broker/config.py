@@ -2,14 +2,14 @@
 
 One declarative schema: the fields of :class:`BrokerConfig`, whose ``metadata["help"]`` documents
 each option (rendered in docs/cli.md). Loading, validation and the errors naming the file and the
-option are the shared ones of :mod:`vwn_agents.config` (the agents use the same loader).
+option are the shared ones of :mod:`vgrid_runtime.config` (the agents use the same loader).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from vwn_agents.config import ConfigError, ConfigSchema, describe
+from vgrid_runtime.config import ConfigError, ConfigSchema, describe
 
 __all__ = ["BrokerConfig", "ConfigError", "describe"]
 

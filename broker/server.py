@@ -10,7 +10,7 @@ import logging
 import random
 from pathlib import Path
 
-from infosys.clock import WallClock
+from vgrid_runtime.clock import WallClock
 
 from .config import BrokerConfig
 from .db import JobStore
@@ -54,7 +54,7 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
 
 def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
     """Run the broker in the foreground until SIGTERM/SIGINT."""
-    from vwn_agents.wsgi import serve
+    from vgrid_runtime.wsgi import serve
 
     from .api import create_app
 

@@ -1,6 +1,6 @@
 """The broker's logic behind its HTTP API: submission, matching, dispatch, events, sandboxes.
 
-No Flask or click here: :mod:`broker.api` and :mod:`broker.cli` are thin adapters over
+No Flask or click here: :mod:`broker.api` and :mod:`vgrid_cli.main` are thin adapters over
 :class:`Broker`. The path of one job (seed 004 Section 3.2 and 4.2):
 
 Submitted -> Waiting (stored; input sandbox saved) -> Ready (claimed by the matcher with an atomic

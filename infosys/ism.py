@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from infosys.bdii_source import BdiiSource  # noqa: F401  (re-exported: the broker's --bdii)
-from infosys.clock import Clock, WallClock
+from vgrid_runtime.clock import Clock, WallClock
 from infosys.feedback import FeedbackCounters
 from infosys.periodic import Periodic
 from infosys.glue import AD_ID, Rejected

@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from infosys.bdii_update import UpdateReport, update_bdii
-from infosys.clock import Clock, WallClock
+from vgrid_runtime.clock import Clock, WallClock
 from infosys.periodic import Periodic
 from infosys.gip import ce_state_from_ad, glue2_entries
 from infosys.glue import AD_ID, glue13_ce_ads

@@ -14,11 +14,11 @@ from broker.db import JobStore
 from broker.matchmaker import Matchmaker
 from broker.service import Broker, BrokerSettings
 from broker.states import JobState
-from infosys.clock import WallClock
+from vgrid_runtime.clock import WallClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import ISM
 from infosys.sources import StaticSource
-from vwn_agents.wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 from .paths import SHARED_JDL
 
@@ -173,7 +173,7 @@ def run_cli(*args, env_url=None):
     env = dict(os.environ)
     if env_url:
         env["VGRID_BROKER_URL"] = env_url
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vgrid_cli", *args], capture_output=True, text=True,
                           env=env, timeout=60)
 
 

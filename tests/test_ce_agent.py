@@ -10,11 +10,11 @@ from hypothesis import given, strategies as st
 
 from infosys.ldif import parse_ldif
 from vwn_agents.ce_agent import CEAgentConfig, create_app
-from vwn_agents.config import ConfigError
+from vgrid_runtime.config import ConfigError
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vwn_agents.placement import NodeLoad, fewest_vwns
 from vwn_agents.testing import Receiver
-from vwn_agents.wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 from .paths import SHARED_JDL as DATA  # noqa: E402
 REPO_JDL = Path(__file__).resolve().parent.parent / "examples" / "jdl"

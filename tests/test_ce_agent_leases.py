@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from vwn_agents.ce_agent import CEAgentConfig
 from vwn_agents.ce_leases import ERT_INFINITE_S, vwn_slot_units
-from vwn_agents.config import ConfigError
+from vgrid_runtime.config import ConfigError
 from vwn_agents.leasing.model import resource_vector, vms_in
 
 from .test_ce_agent import glue_attrs, site, sleep_jdl, submit  # noqa: F401  (fixtures)

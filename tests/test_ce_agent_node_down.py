@@ -10,7 +10,7 @@ import requests
 
 from vwn_agents.leasing.live import vwn_key
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
-from vwn_agents.wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 from .test_ce_agent import glue_attrs, site, sleep_jdl, submit  # noqa: F401  (fixtures)
 from .test_ce_agent_leases import record

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def demo(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "broker.cli", "demo", *args],
+    return subprocess.Popen([sys.executable, "-m", "vgrid_cli", "demo", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from broker.client import BrokerClient
-from broker.demo import start_site
-from broker.services import ServiceGroup
+from vgrid_cli.demo import start_site
+from vgrid_cli.services import ServiceGroup
 
 from .paths import EXAMPLES, SHARED_JDL
 

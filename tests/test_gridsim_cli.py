@@ -3,7 +3,7 @@ import json
 
 from click.testing import CliRunner
 
-from broker.cli_gridsim import report_cmd, simulate_grid_cmd
+from vgrid_cli.gridsim_cmds import report_cmd, simulate_grid_cmd
 
 
 def invoke(cmd, *args):

@@ -7,7 +7,7 @@ import pytest
 
 from infosys.bdii import bdii_status, pid_alive, start_bdii, stop_bdii
 from infosys.bdii_update import update_bdii
-from infosys.clock import SimulatedClock
+from vgrid_runtime.clock import SimulatedClock
 from infosys.feedback import FeedbackCounters
 from infosys.gip import CEState, glue2_entries, glue13_entries, render_glue13, render_glue2
 from infosys.glue import AD_ID

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from broker.cli_infosys import bdii_group, gip_cmd, info_cmd
+from vgrid_cli.infosys_cmds import bdii_group, gip_cmd, info_cmd
 from infosys.bdii import stop_bdii
 from infosys.ldif import parse_ldif
 from tests.slapd_fixture import bdii, slapd_missing  # noqa: F401  (fixture)
@@ -125,7 +125,7 @@ def test_bdii_update_every_keeps_updating_until_interrupted(bdii, tmp_path):
     from infosys.ism import BdiiSource
     site = tmp_path / "site.ldif"
     site.write_text(Path(SITE).read_text())
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "bdii", "update", "--bdii",
+    proc = subprocess.Popen([sys.executable, "-m", "vgrid_cli", "bdii", "update", "--bdii",
                              bdii.url, "--from", str(site), "--every", "0.2", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from waitress import create_server
 
-from infosys.clock import SimulatedClock, WallClock
+from vgrid_runtime.clock import SimulatedClock, WallClock
 from infosys.gip import CEState, render_glue13
 from infosys.glue import AD_ID
 from infosys.ism import DISPATCHED, ISM, HttpLdifSource, LdifFileSource, SourceError, StaticSource

@@ -3,7 +3,7 @@ import json
 
 from click.testing import CliRunner
 
-from broker.cli_jdl import jdl_group
+from vgrid_cli.jdl_cmds import jdl_group
 
 from .paths import SHARED_JDL as DATA  # noqa: E402
 from .paths import SHARED_LDIF  # noqa: E402

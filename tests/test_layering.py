@@ -1,6 +1,6 @@
 """Package layering: jdl <- infosys <- vwn_agents <- broker, no cycles (STYLE.md, "Ours").
 
-Also: scheduling and bookkeeping code takes a clock; nobody but infosys/clock.py reads the
+Also: scheduling and bookkeeping code takes a clock; nobody but vgrid_runtime/clock.py reads the
 wall clock with time.time().
 """
 import ast
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ORDER = ["jdl", "infosys", "vwn_agents", "broker"]
+ORDER = ["vgrid_runtime", "jdl", "infosys", "vwn_agents", "broker", "vgrid_cli"]
 
 
 def imported_packages(path: Path) -> set[str]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from broker.cli_simulate import simulate_cmd
+from vgrid_cli.simulate_cmds import simulate_cmd
 
 from .paths import TRACES
 

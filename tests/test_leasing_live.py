@@ -10,7 +10,7 @@ from vwn_agents.leasing import LeaseConfig
 from vwn_agents.leasing.live import LeaseEngine
 from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.testing import Receiver
-from vwn_agents.wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 _names = itertools.count(1)
 

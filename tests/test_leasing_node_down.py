@@ -8,7 +8,7 @@ import requests
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from infosys.clock import SimulatedClock
+from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig
 from vwn_agents.leasing.enactment import SimulatedNodes
 from vwn_agents.leasing.live import LeaseEngine

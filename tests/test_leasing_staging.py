@@ -1,7 +1,7 @@
 """Image staging (seed 000 Algorithms 2-4): EDF, EDF/JIT, naive strategies, pools, disk usage."""
 import pytest
 
-from infosys.clock import SimulatedClock
+from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig, LeaseScheduler, LeaseState, SimulatedNodes, simulate, uniform_site
 from vwn_agents.leasing.accounting import ar_satisfaction, disk_series
 from vwn_agents.leasing.model import Lease, LeaseType, resource_vector

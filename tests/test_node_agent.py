@@ -10,13 +10,13 @@ import pytest
 import requests
 from hypothesis import given, settings, strategies as st
 
-from infosys.clock import SimulatedClock
-from vwn_agents.config import ConfigError
+from vgrid_runtime.clock import SimulatedClock
+from vgrid_runtime.config import ConfigError
 from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.outbox import Outbox
 from vwn_agents.proctree import is_running
 from vwn_agents.testing import Receiver
-from vwn_agents.wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 _names = itertools.count(1)
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import requests
 from flask import Flask, Response, jsonify
 
-from infosys.clock import Clock, WallClock
+from vgrid_runtime.clock import Clock, WallClock
 
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
 from .ce_leases import LeaseScheduling
-from .config import ConfigSchema
-from .httpjson import ApiError, install_error_handlers, json_body, parse_body
+from vgrid_runtime.config import ConfigSchema
+from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
 from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
 

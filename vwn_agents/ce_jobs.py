@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .ce_leases import JobLeaseRequest
-from .httpjson import ApiError
+from vgrid_runtime.httpjson import ApiError
 
 ENDED = {"Done", "Aborted", "Cancelled"}
 EVENT_STATE = {"running": "Running", "done": "Done", "aborted": "Aborted"}

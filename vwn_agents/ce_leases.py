@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .httpjson import ApiError
+from vgrid_runtime.httpjson import ApiError
 from .leasing.config import LeaseConfig, load_config
 from .leasing.live import LeaseEngine, lease_args_from_jdl
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from flask import Flask, jsonify
 
-from infosys.clock import Clock, WallClock
+from vgrid_runtime.clock import Clock, WallClock
 
 from . import cgroups, fairshare, proctree
-from .config import ConfigSchema
-from .httpjson import ApiError, install_error_handlers, parse_body
+from vgrid_runtime.config import ConfigSchema
+from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)

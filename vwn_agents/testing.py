@@ -16,7 +16,7 @@ import time
 
 from flask import Flask, abort, jsonify, request
 
-from .wsgi import BackgroundServer
+from vgrid_runtime.wsgi import BackgroundServer
 
 
 class Receiver:

@@ -11,5 +11,5 @@ Layers (one concern per module):
 - :mod:`.report`: the sweeps behind seed 004's Figures 8-11 and issue 6's acceptance checks;
 - :mod:`.figures`: those figures as PNG (matplotlib, Agg).
 
-Command line: ``vgrid simulate-grid`` and ``vgrid report`` (:mod:`broker.cli_gridsim`).
+Command line: ``vgrid simulate-grid`` and ``vgrid report`` (:mod:`vgrid_cli.gridsim_cmds`).
 """

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import jdl
-from infosys.clock import SimulatedClock
+from vgrid_runtime.clock import SimulatedClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import DISPATCHED, ISM
 

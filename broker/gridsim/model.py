@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from vwn_agents.config import read_toml
+from vgrid_runtime.config import read_toml
 
 
 class SpecError(ValueError):

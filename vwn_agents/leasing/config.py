@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import read_toml
+from vgrid_runtime.config import read_toml
 
 
 class ConfigError(ValueError):

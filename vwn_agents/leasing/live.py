@@ -29,7 +29,7 @@ import datetime
 import itertools
 import threading
 
-from infosys.clock import WallClock
+from vgrid_runtime.clock import WallClock
 
 from .config import LeaseConfig
 from .enactment import NodeAgentEnactment

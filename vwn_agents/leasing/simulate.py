@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infosys.clock import SimulatedClock
+from vgrid_runtime.clock import SimulatedClock
 
 from .accounting import report
 from .config import LeaseConfig

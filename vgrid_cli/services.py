@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vwn_agents.config import ConfigError
+from vgrid_runtime.config import ConfigError
 
 
 def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
     """Run a node agent (``kind="node"``) or a CE agent (``"ce"``) in the foreground."""
-    from vwn_agents.wsgi import serve
+    from vgrid_runtime.wsgi import serve
     if kind == "node":
         from vwn_agents.node_agent import NodeAgentConfig as Config, create_app
     else:
@@ -74,7 +74,7 @@ class ServiceGroup:
         ready = self.workdir / f"{name}.ready"
         log = self.workdir / f"{name}.log"
         ready.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "broker.cli", "serve", kind, "--config", str(cfg),
+        cmd = [sys.executable, "-m", "vgrid_cli", "serve", kind, "--config", str(cfg),
                "--ready-file", str(ready)]
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -21,8 +21,8 @@ from rich.table import Table
 from vwn_agents.leasing import (ConfigError, LeaseConfig, OverCommitError, TraceError, load_config, read_site,
                                 read_trace, simulate, uniform_site)
 
-from .cli_common import err_console  # noqa: E402
-from .cli_common import fail as _fail  # noqa: E402
+from .common import err_console  # noqa: E402
+from .common import fail as _fail  # noqa: E402
 
 
 def _fmt(v) -> str:

@@ -1,5 +1,5 @@
 """``vgrid bdii start|stop|status|update``, ``vgrid info`` and ``vgrid gip`` (click adapters over
-infosys; registered by broker/cli.py).
+infosys; registered by vgrid_cli/main.py).
 
 Exit codes: 0 ok; 1 the thing checked is wrong (BDII unreachable, no slapd, nothing to show);
 2 usage or input error (bad LDIF, unreadable source).
@@ -16,7 +16,7 @@ from rich.table import Table
 
 from infosys.bdii import BdiiError, bdii_status, start_bdii, stop_bdii
 from infosys.bdii_update import update_bdii
-from infosys.clock import WallClock
+from vgrid_runtime.clock import WallClock
 from infosys.gip import ce_state_from_ad, render_glue2
 from infosys.glue import AD_ID, glue13_ce_ads
 from infosys.ism import ISM, BdiiSource, LdifFileSource
@@ -26,8 +26,8 @@ from infosys.providers import BdiiFeeder, fetch_ce_glue, load_source
 from infosys.sources import SourceError, glue_url
 from infosys.summary import snapshot_summary
 
-from .cli_common import err_console as err  # noqa: E402
-from .cli_common import fail as _fail  # noqa: E402
+from .common import err_console as err  # noqa: E402
+from .common import fail as _fail  # noqa: E402
 
 
 def _echo_json(doc) -> None:

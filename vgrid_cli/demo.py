@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .client import BrokerClient, ClientError
+from broker.client import BrokerClient, ClientError
 from .services import ServiceError, ServiceGroup
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
@@ -130,7 +130,7 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
     """
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
-    from .cli import jobs_table, out_console  # the same table `vgrid status` prints
+    from .tables import jobs_table, out_console  # the same table `vgrid status` prints
 
     err = Console(stderr=True)
     out = out_console()

@@ -19,14 +19,14 @@ from rich.table import Table
 
 import jdl as jdlmod
 
-from .cli_common import exit_on
-from .gridsim.engine import SimConfig, SimulationError, simulate
-from .gridsim.metrics import capacity_share, jobs_per_ce, result_json
-from .gridsim.model import SpecError
-from .gridsim.workloads import load_ces, load_jobs
+from .common import exit_on
+from broker.gridsim.engine import SimConfig, SimulationError, simulate
+from broker.gridsim.metrics import capacity_share, jobs_per_ce, result_json
+from broker.gridsim.model import SpecError
+from broker.gridsim.workloads import load_ces, load_jobs
 
 console = Console()
-from .cli_common import err_console  # noqa: E402
+from .common import err_console  # noqa: E402
 
 #: runs with more jobs than this show a progress bar (on a terminal only)
 PROGRESS_MIN_JOBS = 5000
@@ -95,7 +95,7 @@ def _write_out(out: Path, doc: dict, result) -> None:
             w.writerow([j.job_id, j.user, f"{j.submit_s:.3f}", f"{j.work:.1f}",
                         "" if j.deadline_s is None else f"{j.deadline_s:.3f}", j.ce,
                         f"{j.start_s:.3f}", f"{j.end_s:.3f}"])
-    from .gridsim.figures import distribution
+    from broker.gridsim.figures import distribution
     distribution(jobs_per_ce(result), capacity_share(result), out / "distribution.png",
                  f"{result.config.policy}: jobs per CE")
 
@@ -182,8 +182,8 @@ def report_cmd(out, ces_spec, seeds, jobs, rates, ism_refresh_s, ablation_refres
 
     Exits 1 when an acceptance check of issue 6 fails.
     """
-    from .gridsim.figures import write_figures
-    from .gridsim.report import ReportParams, run_report
+    from broker.gridsim.figures import write_figures
+    from broker.gridsim.report import ReportParams, run_report
 
     def floats(text: str, opt: str) -> tuple[float, ...]:
         try:

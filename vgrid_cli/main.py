@@ -13,16 +13,16 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 import jdl as jdlmod
 
-from .client import BrokerClient, ClientError, split_job_id
-from vwn_agents.wsgi import ServeError
+from broker.client import BrokerClient, ClientError, split_job_id
+from vgrid_runtime.wsgi import ServeError
 
-from .cli_common import exit_on, fail
-from .config import BrokerConfig, ConfigError
+from .common import exit_on, fail
+from .tables import jobs_table, out_console
+from broker.config import BrokerConfig, ConfigError
 
 def handle_errors(fn):
     """Turn the errors people cause into a message and an exit code (never a traceback)."""
@@ -37,13 +37,13 @@ def handle_errors(fn):
 
 #: Commands other modules provide, imported only when used (keeps `vgrid serve` fast to start).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "jdl": ("broker.cli_jdl", "jdl_group"),
-    "bdii": ("broker.cli_infosys", "bdii_group"),
-    "info": ("broker.cli_infosys", "info_cmd"),
-    "gip": ("broker.cli_infosys", "gip_cmd"),
-    "simulate": ("broker.cli_simulate", "simulate_cmd"),
-    "simulate-grid": ("broker.cli_gridsim", "simulate_grid_cmd"),
-    "report": ("broker.cli_gridsim", "report_cmd"),
+    "jdl": ("vgrid_cli.jdl_cmds", "jdl_group"),
+    "bdii": ("vgrid_cli.infosys_cmds", "bdii_group"),
+    "info": ("vgrid_cli.infosys_cmds", "info_cmd"),
+    "gip": ("vgrid_cli.infosys_cmds", "gip_cmd"),
+    "simulate": ("vgrid_cli.simulate_cmds", "simulate_cmd"),
+    "simulate-grid": ("vgrid_cli.gridsim_cmds", "simulate_grid_cmd"),
+    "report": ("vgrid_cli.gridsim_cmds", "report_cmd"),
 }
 
 
@@ -82,34 +82,6 @@ def submit(jdl_file: str, broker_url: str | None) -> None:
     """Submit JDL_FILE (with its InputSandbox files); prints the job id."""
     res = BrokerClient(broker_url).submit_file(jdl_file)
     click.echo(res["id"])
-
-
-def _caps_text(caps) -> str:
-    return " → ".join(f"{c:.2f}" for c in caps) if caps else "-"
-
-
-def jobs_table(jobs: list[dict], title: str | None = None) -> Table:
-    """One row per job; the job column shows the key, the caption the id prefix."""
-    prefixes = sorted({j["id"].rsplit("/jobs/", 1)[0] for j in jobs if j.get("id")})
-    caption = "job id = " + " | ".join(f"{p}/jobs/<key>" for p in prefixes) if prefixes else None
-    t = Table(title=title, caption=caption)
-    for col in ("job key", "state", "CE", "node", "VWN", "CPU caps over time (cores)", "exit",
-                "StdOutput (1st line) / reason"):
-        t.add_column(col, overflow="fold")
-    for j in jobs:
-        tail = j.get("stdout_head") if j.get("state") in ("Done", "Cleared") else (j.get("reason") or "")
-        caps = _caps_text(j.get("cpu_caps"))
-        if j.get("cpu_capped") is False:
-            caps += " (uncapped)"
-        t.add_row(j["key"], j["state"], j.get("ce") or "-", j.get("node") or "-", j.get("vwn") or "-",
-                  caps, "-" if j.get("exit_code") is None else str(j["exit_code"]), tail or "")
-    return t
-
-
-def out_console() -> Console:
-    """stdout console; wide enough in pipes that ids and caps are not folded."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=200)
 
 
 @main.command()
@@ -159,11 +131,11 @@ def cancel(job_id: str, broker_url: str | None) -> None:
 
 def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | None) -> dict:
     """list-match without a broker: an ISM over LDIF files or a BDII, refreshed once."""
-    from infosys.clock import WallClock
+    from vgrid_runtime.clock import WallClock
     from infosys.ism import ISM
     from infosys.sources import LdifFileSource
 
-    from .matchmaker import Matchmaker
+    from broker.matchmaker import Matchmaker
 
     if bdii:
         from infosys.ism import BdiiSource
@@ -226,7 +198,7 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
     import logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if service == "broker":
-        from .server import serve_broker
+        from broker.server import serve_broker
         config = BrokerConfig.from_toml(config_file) if config_file else BrokerConfig()
         if port is not None:
             config.port = port
