@@ -108,8 +108,7 @@ class ClassAd:
         return self.attrs.get(name.lower())
 
     def __repr__(self) -> str:
-        from .printer import unparse
-        return f"ClassAd({unparse(self.record)})"
+        return f"ClassAd({self.record.text()})"
 
 
 class MappingAd:
