@@ -16,6 +16,7 @@ from itertools import repeat
 from operator import sub
 
 from . import nodes as n
+from .grammar import unescape
 from .values import ERROR, UNDEFINED, wrap64
 
 MAX_DEPTH = 400
@@ -55,7 +56,6 @@ class FastParseError(Exception):
 def tokenize(text: str):
     """Lists (kinds, values, lines, columns); kinds: lit int real string qname name op end."""
     kinds, values, starts = [], [], []
-    unescape = None
     kinds_append, values_append, starts_append = kinds.append, values.append, starts.append
     for m in _TOKEN.finditer(text):
         kind = group = m.lastgroup
@@ -64,8 +64,6 @@ def tokenize(text: str):
         if kind == "kw":
             kind, s = _KEYWORDS[m.group(kind).lower()]
         elif kind == "string":
-            if unescape is None:
-                from .parser import unescape
             body = m.group(kind)[1:-1]
             s = unescape(body) if "\\" in body else body
         elif kind == "bad":
@@ -140,7 +138,6 @@ class _Parser:
             if kind == "name":
                 name = v[i]
             elif kind == "qname":
-                from .parser import unescape
                 name = unescape(v[i][1:-1])
             else:
                 self.fail()
@@ -249,7 +246,6 @@ class _Parser:
             self.i = i + 1
             return self.v[i]
         if kind == "qname":
-            from .parser import unescape
             self.i = i + 1
             return unescape(self.v[i][1:-1])
         self.fail()

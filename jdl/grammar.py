@@ -5,10 +5,12 @@ without the brackets. Comments: `//` to end of line, `/* ... */`, and `#` lines.
 Operator precedence, lowest first (HTCondor ClassAd reference, "Operators"):
   ?: (and the elvis ?:)  ||  &&  |  ^  &  (== != =?= =!= is isnt)  (< <= > >=)
   (<< >> >>>)  (+ -)  (* / %)  unary (- + ! ~)  postfix ([i] .name)  primary
+unescape() gives a STRING / QNAME token its value (both jdl.parser and jdl.fastparse use it).
 """
 from __future__ import annotations
 
 import functools
+import re
 
 from lark import Lark
 
@@ -111,3 +113,20 @@ TERMINAL_TEXT = {
     "SHIFTOP": "'<<'", "BOR": "'|'", "BXOR": "'^'", "BAND": "'&'", "OROR": "'||'",
     "ANDAND": "'&&'", "ELVIS": "'?:'", "$END": "end of input",
 }
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "\\": "\\", '"': '"',
+            "'": "'", "/": "/", "a": "\a", "v": "\v", "?": "?"}
+_ESC_RE = re.compile(r"\\(?:([0-7]{1,3})|(.))", re.S)
+
+
+def unescape(body: str) -> str:
+    """Decode the backslash escapes of a STRING or QNAME body (the quotes removed): `\\n`,
+    `\\t`, ..., octal `\\ooo` (low 8 bits); an unknown escape stands for its character."""
+    if "\\" not in body:
+        return body
+
+    def repl(m):
+        if m.group(1):
+            return chr(int(m.group(1), 8) & 0xFF)
+        return _ESCAPES.get(m.group(2), m.group(2))
+    return _ESC_RE.sub(repl, body)

@@ -14,28 +14,12 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from . import nodes as n
 from .errors import JDLSyntaxError
 from .fastparse import MAX_DEPTH, FastParseError, parse_defs
-from .grammar import TERMINAL_TEXT, lark_parser
+from .grammar import TERMINAL_TEXT, lark_parser, unescape
 from .values import ERROR, UNDEFINED, wrap64
 
 
 MAX_INT = (1 << 63) - 1
 MAX_TEXT = 512 * 1024  # characters; longer JDL is refused (WMProxy also limits request size)
-
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "\\": "\\", '"': '"',
-            "'": "'", "/": "/", "a": "\a", "v": "\v", "?": "?"}
-_ESC_RE = re.compile(r"\\(?:([0-7]{1,3})|(.))", re.S)
-
-
-def unescape(body: str) -> str:
-    """Decode the backslash escapes of a ClassAd string literal body."""
-    if "\\" not in body:
-        return body
-
-    def repl(m):
-        if m.group(1):
-            return chr(int(m.group(1), 8) & 0xFF)
-        return _ESCAPES.get(m.group(2), m.group(2))
-    return _ESC_RE.sub(repl, body)
 
 
 class _SyntaxProblem(Exception):
