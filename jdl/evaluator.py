@@ -1,35 +1,26 @@
 """Compile ClassAd expression trees into Python closures and evaluate them.
 
 compile_expr(node) -> fn(ctx) is cached on the node, so each Requirements / Rank expression is
-compiled once and then evaluated against many CE ads. A Ctx carries the current record
-(`ad`, for unscoped references and `parent`), the top record of its side (`me`: `my.`/`self.`)
-and the record being matched against (`other`: `other.`/`target.`). Evaluating an attribute of
-`other` swaps the two sides, as in the classad library's MatchClassAd.
+compiled once and then evaluated against many CE ads. A Ctx (jdl.context) carries the current
+record (`ad`, for unscoped references and `parent`), the top record of its side (`me`: `my.`/
+`self.`) and the record being matched against (`other`: `other.`/`target.`). Evaluating an
+attribute of `other` swaps the two sides, as in the classad library's MatchClassAd.
 Source: HTCondor manual "ClassAd Evaluation Semantics" (scoping, MY/TARGET, undefined/error).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import functions, glite_functions
 from . import nodes as n
+from .context import Ctx
 from .operators import BINARY, UNARY, fold, identical, to_bool
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd, int32
 
 SCOPE_WORDS = {"other", "target", "my", "self", "parent"}
-
-
-class Ctx:
-    """Evaluation context; `active` holds (id(ad), name) pairs being evaluated (cycles);
-    `now` is what time() returns (epoch seconds; None: the wall clock)."""
-
-    __slots__ = ("ad", "me", "other", "active", "now")
-
-    def __init__(self, ad, me, other, active, now=None):
-        self.ad = ad
-        self.me = me
-        self.other = other
-        self.active = active
-        self.now = now
+# every function by lower-case name: HTCondor's built-ins and the gLite additions
+FUNCTIONS = {**functions.FUNCTIONS, **glite_functions.FUNCTIONS}
+LAZY_FUNCTIONS = {**functions.LAZY_FUNCTIONS, **glite_functions.LAZY_FUNCTIONS}
 
 
 def compile_expr(node: n.Node):
@@ -338,7 +329,6 @@ def _c_conditional(node: n.Conditional):
 
 
 def _c_call(node: n.Call):
-    from .functions import FUNCTIONS, LAZY_FUNCTIONS
     fns = tuple(compile_expr(a) for a in node.args)
     lazy = LAZY_FUNCTIONS.get(node.lname)
     if lazy is not None:

@@ -1,10 +1,10 @@
 """Built-in ClassAd functions used by grid JDL (names are case-insensitive).
 
 Strict functions take evaluated values (FUNCTIONS); lazy ones (LAZY_FUNCTIONS) take the
-context and the compiled argument closures (ifThenElse, isUndefined, ...). Wrong argument
-count or types give ERROR, as in HTCondor's classad library (fnCall.cpp).
-Sources: HTCondor manual "ClassAd Built-in Functions"; gLite JDL Attributes Specification
-(EGEE-JRA1-TEC-590869) Section 4 for fqanMember/anyMatch/allMatch/whichMatch.
+context (jdl.context.Ctx) and the compiled argument closures (ifThenElse, isUndefined, ...).
+Wrong argument count or types give ERROR, as in HTCondor's classad library (fnCall.cpp).
+The gLite additions are in jdl.glite_functions; jdl.evaluator merges both tables.
+Source: HTCondor manual "ClassAd Built-in Functions".
 """
 from __future__ import annotations
 
@@ -428,6 +428,3 @@ def _time_now(ctx, fns):
 
 
 _time_now.clock = _time.time  # replaceable (tests, simulation) without touching callers
-
-
-from . import glite_functions  # noqa: E402,F401  registers fqanMember, anyMatch, ...

@@ -6,12 +6,11 @@ classad_plugin (gang-matching). Not in HTCondor's classad library (docs/jdl.md).
 """
 from __future__ import annotations
 
-from .functions import ERROR, UNDEFINED, _fn, _lazy
+from .context import Ctx
 from .operators import to_bool
-from .values import ClassAd, MappingAd
+from .values import ERROR, UNDEFINED, ClassAd, MappingAd
 
 
-@_fn("fqanMember")
 def _fqan_member(*args):
     """fqanMember(fqan, list): true when an FQAN in list equals fqan or is under it."""
     if len(args) != 2:
@@ -42,7 +41,6 @@ def _match_list(ctx, fns):
 
 
 def _each_ad(ctx, lst, pred_fn):
-    from .evaluator import Ctx
     for item in lst:
         if type(item) is ClassAd or type(item) is MappingAd:
             yield item, to_bool(pred_fn(Ctx(item, ctx.me, ctx.other, ctx.active, ctx.now)))
@@ -50,7 +48,6 @@ def _each_ad(ctx, lst, pred_fn):
             yield item, ERROR
 
 
-@_lazy("anyMatch")
 def _any_match(ctx, fns):
     """anyMatch(list_of_ads, expr): expr true in some ad of the list (gLite gang-matching)."""
     bad, lst, pred = _match_list(ctx, fns)
@@ -59,7 +56,6 @@ def _any_match(ctx, fns):
     return any(r is True for _, r in _each_ad(ctx, lst, pred))
 
 
-@_lazy("allMatch")
 def _all_match(ctx, fns):
     bad, lst, pred = _match_list(ctx, fns)
     if bad is not None:
@@ -67,7 +63,6 @@ def _all_match(ctx, fns):
     return all(r is True for _, r in _each_ad(ctx, lst, pred))
 
 
-@_lazy("whichMatch")
 def _which_match(ctx, fns):
     """whichMatch(list_of_ads, expr): the first ad of the list where expr is true."""
     bad, lst, pred = _match_list(ctx, fns)
@@ -77,3 +72,8 @@ def _which_match(ctx, fns):
         if r is True:
             return item
     return UNDEFINED
+
+
+# by lower-case name, as jdl.functions (strict: evaluated arguments; lazy: ctx and closures)
+FUNCTIONS = {"fqanmember": _fqan_member}
+LAZY_FUNCTIONS = {"anymatch": _any_match, "allmatch": _all_match, "whichmatch": _which_match}

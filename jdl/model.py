@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import nodes as n
-from .evaluator import Ctx, compile_expr
+from .context import Ctx
+from .evaluator import compile_expr
 from .parser import parse_expr
 from .printer import unparse
 from .values import ERROR, UNDEFINED, ClassAd, MappingAd
