@@ -18,7 +18,7 @@ from pathlib import Path
 
 from infosys.glue import Rejected
 from infosys.ldapclient import LdapError
-from infosys.ldif import LdifEntry, format_line
+from infosys.ldif import LdifEntry, format_line, norm_dn, parent_dn, parse_dn_line
 
 
 @dataclass
@@ -63,7 +63,6 @@ def change_ldif(ops: list[Op]) -> str:
 
 def _skipped(path: Path) -> list[tuple[str, str]]:
     """(dn, server's reason) of every record ldapmodify wrote to its -S file."""
-    from infosys.ldif import parse_dn_line
     out: list[tuple[str, str]] = []
     reason = ""
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -79,7 +78,6 @@ def apply_with_ldapmodify(url: str, ops: list[Op], report, timeout_s: float = 30
                           bind_dn: str | None = None, password: str | None = None) -> None:
     """Send ``ops`` in one ``ldapmodify -c`` run and account for them in ``report``
     (an UpdateReport). Raises LdapError if the server cannot be reached."""
-    from infosys.bdii_update import _parent, norm_dn
     if not ops:
         return
     t = max(1, math.ceil(timeout_s))
@@ -122,7 +120,7 @@ def apply_with_ldapmodify(url: str, ops: list[Op], report, timeout_s: float = 30
             report.rejected.append(Rejected(e.dn, f"modify refused: {reason}", e.source, e.line))
             continue
         failed.add(norm_dn(e.dn))
-        parent = _parent(e.dn)
+        parent = parent_dn(e.dn)
         why = (f"parent {parent} was refused" if parent and norm_dn(parent) in failed
                else f"refused by the server: {reason}")
         report.rejected.append(Rejected(e.dn, why, e.source, e.line))

@@ -18,7 +18,7 @@ import ldap3
 from infosys.bdii_bulk import Op, apply_with_ldapmodify, ldap_tools_available
 from infosys.glue import Rejected
 from infosys.ldapclient import LdapError, connect, search_entries, search_entries_ldapsearch
-from infosys.ldif import LdifEntry
+from infosys.ldif import LdifEntry, norm_dn, parent_dn
 
 BASE_ENTRIES = (
     LdifEntry("o=grid", {"objectClass": ["organization"], "o": ["grid"]}),
@@ -46,22 +46,8 @@ class UpdateReport:
                 "unchanged": self.unchanged, "rejected": [r.as_dict() for r in self.rejected]}
 
 
-def norm_dn(dn: str) -> str:
-    """Case- and blank-insensitive form of a DN for comparisons."""
-    parts = []
-    for rdn in dn.split(","):
-        a, _, v = rdn.partition("=")
-        parts.append(f"{a.strip().lower()}={v.strip().lower()}")
-    return ",".join(parts)
-
-
 def _depth(dn: str) -> int:
     return norm_dn(dn).count(",")
-
-
-def _parent(dn: str) -> str | None:
-    i = dn.find(",")
-    return dn[i + 1:].strip() if i >= 0 else None
 
 
 def _synthesize(dn: str) -> LdifEntry | None:
@@ -105,13 +91,13 @@ def _wanted(entries: Iterable[LdifEntry], report: UpdateReport) -> dict[str, Ldi
             continue
         wanted[n] = e  # the same DN from two providers: the later one wins
     for n, e in list(wanted.items()):
-        p = _parent(e.dn)
+        p = parent_dn(e.dn)
         while p and norm_dn(p) not in wanted and norm_dn(p) not in SUFFIXES:
             s = _synthesize(p)
             if s is None:
                 break
             wanted[norm_dn(p)] = s
-            p = _parent(p)
+            p = parent_dn(p)
     for b in BASE_ENTRIES:
         wanted.setdefault(norm_dn(b.dn), b)
     return wanted
@@ -213,7 +199,7 @@ def _apply_ldap3(conn, op: Op, report: UpdateReport, failed: set[str]) -> None:
             report.rejected.append(Rejected(e.dn, "cannot replace: " + _describe(conn.result),
                                             e.source, e.line))
             return
-    parent = _parent(e.dn)
+    parent = parent_dn(e.dn)
     if parent and norm_dn(parent) in failed:
         failed.add(norm_dn(e.dn))
         report.rejected.append(Rejected(e.dn, f"parent {parent} was refused", e.source, e.line))

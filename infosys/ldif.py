@@ -3,7 +3,8 @@
 Written here rather than taken from PyPI's ``ldif`` package because errors must name
 ``source:line`` (that package reports neither, and raises bare ValueError/binascii.Error on bad
 input); the format subset is small: content records only (``version:``, comments, folded lines,
-``attr: value``, ``attr:: base64``, several entries separated by blank lines).
+``attr: value``, ``attr:: base64``, several entries separated by blank lines). Also the DN
+helpers the BDII updaters share (``norm_dn``, ``parent_dn``).
 """
 from __future__ import annotations
 
@@ -357,6 +358,21 @@ def parse_dn_line(line: str) -> str:
     if name.lower() != "dn":
         raise LdifError("<line>", 1, f"expected 'dn:', found {name!r}")
     return value.strip()
+
+
+def norm_dn(dn: str) -> str:
+    """Case- and blank-insensitive form of a DN for comparisons."""
+    parts = []
+    for rdn in dn.split(","):
+        a, _, v = rdn.partition("=")
+        parts.append(f"{a.strip().lower()}={v.strip().lower()}")
+    return ",".join(parts)
+
+
+def parent_dn(dn: str) -> str | None:
+    """The DN one level up (`a=1,b=2` -> `b=2`), None for a single RDN."""
+    i = dn.find(",")
+    return dn[i + 1:].strip() if i >= 0 else None
 
 
 def _line(name: str, value: str) -> str:
