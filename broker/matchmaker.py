@@ -89,8 +89,10 @@ class Matchmaker:
         return self._policies[self.default_policy]
 
     def match(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
-              blacklist: frozenset[str] = frozenset()) -> MatchResult:
-        """Filter ``ads`` for ``job`` and build the candidates; nothing is chosen yet."""
+              blacklist: frozenset[str] = frozenset(), *, now: float) -> MatchResult:
+        """Filter ``ads`` for ``job`` and build the candidates; nothing is chosen yet.
+
+        ``now``: the broker's ``clock.now()`` in seconds, what ``time()`` in the JDL returns."""
         vo = job.virtual_organisation
         candidates = []
         for ad in ads:
@@ -99,10 +101,10 @@ class Matchmaker:
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key
             if ce_id in blacklist:
                 continue
-            if not vo_allowed(ad, vo) or not jdlmod.matches(job, ad):
+            if not vo_allowed(ad, vo) or not jdlmod.matches(job, ad, now):
                 continue
             candidates.append(Candidate(
-                ce_id=ce_id, ad=ad, rank=jdlmod.rank_value(job, ad),
+                ce_id=ce_id, ad=ad, rank=jdlmod.rank_value(job, ad, now),
                 n_jobs=published_jobs(ad) + self.feedback.get(ce_id), capacity=ce_capacity(ad)))
         return MatchResult(candidates, self.policy_for(job))
 

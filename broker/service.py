@@ -160,7 +160,7 @@ class Broker:
     def list_match(self, text: str, filename: str) -> MatchResult:
         """Candidates for a JDL without submitting it (``vgrid list-match``)."""
         job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
-        return self.matchmaker.match(job_desc, self.ism.candidates())
+        return self.matchmaker.match(job_desc, self.ism.candidates(), now=self.clock.now())
 
     def match_pending(self) -> int:
         """One FCFS pass over Waiting jobs; returns how many were dispatched or ended."""
@@ -181,7 +181,7 @@ class Broker:
         except StaleState:
             return False  # cancelled or claimed meanwhile
         desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
-        result = self.matchmaker.match(desc, self.ism.candidates())
+        result = self.matchmaker.match(desc, self.ism.candidates(), now=now)
         chosen = self.matchmaker.select(result)
         if chosen is None:
             if now - job.submitted_at >= self.settings.match_expiry_s:

@@ -3,7 +3,8 @@
 Public API (docs/jdl.md has the details):
     parse_jdl(text, filename="<string>", validate=True) -> JobDescription
         raises JDLSyntaxError (file:line:column + caret) or JDLValidationError (.problems)
-    matches(job, ce_ad, now=None) -> bool ; rank_value(job, ce_ad, now=None) -> float | None
+    matches(job, ce_ad, now) -> bool ; rank_value(job, ce_ad, now) -> float | None
+        (now: the caller's clock.now(), what time() returns; jdl never reads the wall clock)
     expand(job, base_dir=None) -> Expansion (plain jobs of parametric jobs, collections, DAGs)
     inline_nodes(job) -> str (DAG/collection file= nodes inlined, as a client sends them)
     to_jdl(job) -> canonical JDL text ; parse_ad(text) -> ClassAd ; MappingAd(mapping)

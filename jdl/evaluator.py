@@ -50,8 +50,9 @@ def compile_expr(node: n.Node):
 
 def evaluate(node: n.Node, ad=None, other=None, now: float | None = None):
     """Evaluate `node` in record `ad` against record `other` (each a ClassAd, a MappingAd, any
-    Mapping of plain values, or None); `now`: epoch seconds for time() (None: wall clock;
-    pass clock.now() from a simulation). Returns a ClassAd value (never raises)."""
+    Mapping of plain values, or None); `now`: seconds from the caller's clock (clock.now(),
+    epoch seconds live, simulated seconds in a simulation), what time() returns; without it
+    time() is error. Returns a ClassAd value (never raises)."""
     ad, other = _record(ad), _record(other)
     ctx = Ctx(ad, ad, other, set(), now)
     try:

@@ -9,7 +9,6 @@ Source: HTCondor manual "ClassAd Built-in Functions".
 from __future__ import annotations
 
 import math
-import time as _time
 
 from . import regex as rx
 from .operators import BINARY, eq, fold, identical, to_bool
@@ -420,11 +419,9 @@ def _real_pow(b: float, e: float) -> float:
 
 @_lazy("time")
 def _time_now(ctx, fns):
-    """time(): seconds since the epoch, the evaluation's `now` (matches(..., now=...)) or the
-    wall clock when none was given."""
-    if fns:
+    """time(): the evaluation's `now` as integer seconds, which the caller takes from its clock
+    (matches(job, ad, now), rank_value(job, ad, now), evaluate(..., now=...)): epoch seconds live,
+    simulated seconds in a simulation. Error with arguments or when no `now` was given."""
+    if fns or ctx.now is None:
         return ERROR
-    return int(ctx.now if ctx.now is not None else _time_now.clock())
-
-
-_time_now.clock = _time.time  # replaceable (tests, simulation) without touching callers
+    return int(ctx.now)

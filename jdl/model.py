@@ -58,7 +58,7 @@ class CompiledExpression:
     def evaluate(self, ce_ad=None, now: float | None = None):
         """The ClassAd value (bool, int, float, str, list, record, UNDEFINED or ERROR) with
         `other.` bound to ce_ad (any Mapping of GLUE names, a MappingAd or a ClassAd); `now`:
-        epoch seconds returned by time() (None: the wall clock)."""
+        seconds from the caller's clock, what time() returns (None: time() is error)."""
         other = None if ce_ad is None else as_ad(ce_ad)
         ctx = Ctx(self.owner, self.owner, other, set(), now)
         try:
@@ -126,8 +126,8 @@ class JobDescription:
         return self.ad.names()
 
     def value(self, name: str):
-        """The raw ClassAd value of attribute `name` evaluated in this job (other unbound);
-        UNDEFINED when absent."""
+        """The raw ClassAd value of attribute `name` evaluated in this job (other unbound, no
+        `now`: time() is error); UNDEFINED when absent."""
         d = self.ad.attrs.get(name.lower())
         if d is None:
             return UNDEFINED
@@ -254,12 +254,13 @@ class JobDescription:
         return self._int("ShallowRetryCount")
 
 
-def matches(job: JobDescription, ce_ad, now: float | None = None) -> bool:
+def matches(job: JobDescription, ce_ad, now: float | None) -> bool:
     """True when job's Requirements evaluate to boolean true with `other.` = ce_ad.
 
     ce_ad: Mapping of GLUE attribute names (case-insensitive) to int/float/str/bool/list, a
     MappingAd (build once per CE for speed) or a ClassAd. Undefined/error/non-bool: False.
-    now: epoch seconds for the ClassAd time() function (None: the wall clock).
+    now (required): the caller's clock.now() in seconds (epoch live, simulated time in a
+    simulation), what the ClassAd time() function returns; None makes time() error.
     """
     req = job._compiled.get("requirements") or job.requirements
     other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
@@ -270,9 +271,9 @@ def matches(job: JobDescription, ce_ad, now: float | None = None) -> bool:
         return False
 
 
-def rank_value(job: JobDescription, ce_ad, now: float | None = None) -> float | None:
+def rank_value(job: JobDescription, ce_ad, now: float | None) -> float | None:
     """job's Rank against ce_ad as a float; None when undefined, error or not a number.
-    now: epoch seconds for time() (None: the wall clock)."""
+    now (required): the caller's clock.now() in seconds, what time() returns (as matches)."""
     rank = job._compiled.get("rank") or job.rank
     other = ce_ad if type(ce_ad) is MappingAd else as_ad(ce_ad)
     ctx = Ctx(job.ad, job.ad, other, set(), now)

@@ -38,6 +38,17 @@ def _refs_free(expr: n.Node) -> bool:
     return True
 
 
+def _calls_time(expr: n.Node) -> bool:
+    """True when time() is called anywhere in expr: its value depends on the evaluation's now."""
+    stack = [expr]
+    while stack:
+        x = stack.pop()
+        if type(x) is n.Call and x.lname == "time":
+            return True
+        stack.extend(x.children())
+    return False
+
+
 def _is_list_of(v, pred) -> bool:
     return type(v) is list and all(pred(x) for x in v)
 
@@ -79,6 +90,7 @@ class _Checker:
     def __init__(self, rec: n.RecordExpr, filename: str, base_dir: str | None):
         self.rec, self.filename, self.base_dir = rec, filename, base_dir
         self.ad = ClassAd(rec)
+        self.uses_time = _calls_time(rec)  # then error may be time() without a now: not checked
         self.problems: list[Problem] = []
         self.values: dict[str, object] = {}
 
@@ -109,7 +121,8 @@ class _Checker:
                 continue
             v = self.value(d.lname)
             if v is ERROR:
-                self.add(d.expr, f"{spec.name} evaluates to error")
+                if not self.uses_time:
+                    self.add(d.expr, f"{spec.name} evaluates to error")
             elif v is UNDEFINED:
                 if _refs_free(d.expr):
                     self.add(d.expr, f"{spec.name} must be {_A.get(spec.kind, spec.kind)}, "

@@ -13,6 +13,7 @@ from broker.gridsim.workloads import PoissonSpec, poisson_jobs
 from broker.matchmaker import Matchmaker
 from infosys.feedback import FeedbackCounters
 from infosys.ism import ISM, StaticSource
+from vgrid_runtime.clock import SimulatedClock
 
 BIG = CESpec("big.vgrid.local:8443/vgrid-pbs-q", 4, 1000.0)
 SMALL = CESpec("small.vgrid.local:8443/vgrid-pbs-q", 1, 1000.0)
@@ -90,6 +91,27 @@ def test_no_matching_ce_is_a_clear_error():
         simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text))
 
 
+def test_time_in_requirements_is_the_simulated_clock():
+    # issue 9: time() reads the simulated clock (t = 0 here), not the wall clock (far past 1000)
+    text = DEFAULT_JDL.replace("Requirements = ", "Requirements = time() < 1000 && ", 1)
+    res = simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text))
+    assert jobs_per_ce(res) == {SMALL.ce_id: 1}
+    with pytest.raises(SimulationError, match="no CE matches"):  # simulated t = 1000: too late
+        simulate([SMALL], [Job(1, "u", 1000.0, 1.0)],
+                 SimConfig("sfete", jdl=text, ism_refresh_s=1000))
+
+
+def test_matchmaker_evaluates_time_at_the_callers_clock():
+    clock = SimulatedClock(0.0)
+    ism = ISM([StaticSource([_ad(0, 1, 0, 4, 1000, "Production")])], 10.0, clock)
+    ism.refresh(clock.now())
+    job = jdl.parse_jdl(DEFAULT_JDL.replace("Requirements = ", "Requirements = time() < 1000 && ", 1))
+    live = Matchmaker(FeedbackCounters())
+    assert len(live.match(job, ism.candidates(), now=clock.now()).candidates) == 1
+    clock.advance_to(1000.0)
+    assert live.match(job, ism.candidates(), now=clock.now()).candidates == []
+
+
 def test_virtual_organisation_filters_like_the_broker():
     text = DEFAULT_JDL.replace("[", '[ VirtualOrganisation = "vgrid";', 1)
     res = simulate([SMALL], [Job(1, "u", 0.0, 1.0)], SimConfig("sfete", jdl=text))
@@ -128,7 +150,7 @@ def test_candidate_board_equals_the_live_matchmaker(first, second, dispatch, fee
     counters = FeedbackCounters()
     source = StaticSource([_ad(i, *a) for i, a in enumerate(first)])
     ism = ISM([source], 10.0, feedback=counters)
-    board = CandidateBoard(job, counters if feedback_on else None)
+    board = CandidateBoard(job, counters if feedback_on else None, clock=SimulatedClock())
     live = Matchmaker(counters if feedback_on else FeedbackCounters())
     for step, ads in enumerate((first, second)):
         if step:
@@ -136,7 +158,7 @@ def test_candidate_board_equals_the_live_matchmaker(first, second, dispatch, fee
         ism.refresh(float(step * 10))
         board.refresh(ism.candidates(float(step * 10)))
         for d in dispatch[:6] if step == 0 else dispatch[6:]:
-            expected = live.match(job, ism.candidates(float(step * 10))).candidates
+            expected = live.match(job, ism.candidates(float(step * 10)), now=step * 10.0).candidates
             assert [(c.ce_id, c.rank, c.n_jobs, c.capacity) for c in board.candidates] == \
                    [(c.ce_id, c.rank, c.n_jobs, c.capacity) for c in expected]
             if board.candidates:

@@ -264,9 +264,9 @@ def test_ads_and_feedback_work_in_jdl_requirements_and_rank():
         '   anyMatch(other.CloseStorageElements, name == "se01.example");\n'
         ' Rank = -(other.GlueCEStateWaitingJobs + other.VGridDispatchedSinceRefresh);]', "x.jdl")
     views = {v.key: v for v in ism.candidates(0)}
-    assert [k for k, v in views.items() if jdl.matches(job, v)] == [
+    assert [k for k, v in views.items() if jdl.matches(job, v, now=0.0)] == [
         "ce01.example:8443/cream-pbs-long/dteam"]
-    assert jdl.rank_value(job, views["ce01.example:8443/cream-pbs-long/dteam"]) == -4
+    assert jdl.rank_value(job, views["ce01.example:8443/cream-pbs-long/dteam"], now=0.0) == -4
 
 
 _ops = st.lists(st.one_of(

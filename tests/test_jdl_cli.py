@@ -93,3 +93,16 @@ def test_eval_against_json_ad_and_lone_ldif_entry(tmp_path):
     r = run("eval", DATA / "01_hostname_nobrackets.jdl", "--ce-ad", ldif, "--json")
     row = json.loads(r.output)["jobs"][0]
     assert r.exit_code == 1 and row["matches"] is False and row["rank_value"] == -5
+
+
+def test_eval_time_is_now_option_else_the_wall_clock(tmp_path):
+    job = tmp_path / "job.jdl"
+    job.write_text('Executable = "/bin/x"; Requirements = time() < 1000; Rank = time();\n')
+    ce = tmp_path / "ce.json"
+    ce.write_text(json.dumps({"GlueCEUniqueID": "ce9:8443/cream-pbs-q"}))
+    r = run("eval", job, "--ce-ad", ce, "--now", "0", "--json")
+    row = json.loads(r.output)["jobs"][0]
+    assert r.exit_code == 0 and row["matches"] is True and row["rank_number"] == 0.0
+    r = run("eval", job, "--ce-ad", ce, "--json")  # the wall clock: far past 1000
+    row = json.loads(r.output)["jobs"][0]
+    assert r.exit_code == 1 and row["matches"] is False and row["rank_number"] > 1.7e9

@@ -77,45 +77,48 @@ def test_functions(text, expected):
 def test_undefined_reference_and_scopes():
     job = parse_jdl('Executable = "/bin/x"; CpuNumber = 4; '
                     "Requirements = other.GlueCEInfoTotalCPUs >= CpuNumber && other.Missing =?= undefined;")
-    assert matches(job, CE)
-    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2})
+    assert matches(job, CE, now=0.0)
+    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2}, now=0.0)
 
 
 def test_requirements_default_and_rank_default():
     job = parse_jdl('Executable = "/bin/x";')
-    assert matches(job, CE)
-    assert not matches(job, {**CE, "GlueCEStateStatus": "Draining"})
-    assert not matches(job, {"GlueCEUniqueID": "x"})  # undefined -> no match
-    assert rank_value(job, CE) == -120.0
-    assert rank_value(job, {"GlueCEUniqueID": "x"}) is None
+    assert matches(job, CE, now=0.0)
+    assert not matches(job, {**CE, "GlueCEStateStatus": "Draining"}, now=0.0)
+    assert not matches(job, {"GlueCEUniqueID": "x"}, now=0.0)  # undefined -> no match
+    assert rank_value(job, CE, now=0.0) == -120.0
+    assert rank_value(job, {"GlueCEUniqueID": "x"}, now=0.0) is None
 
 
 def test_mpi_file_against_ces():
     with open(SHARED_JDL / "02_mpi_member_totalcpus.jdl") as f:
         job = parse_jdl(f.read())
-    assert matches(job, CE)
-    assert matches(job, {**CE, "GlueCEInfoLRMSType": "torque"})
-    assert not matches(job, {**CE, "GlueCEInfoLRMSType": "lsf"})
-    assert not matches(job, {**CE, "GlueHostApplicationSoftwareRunTimeEnvironment": ["LAM"]})
-    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2})
+    assert matches(job, CE, now=0.0)
+    assert matches(job, {**CE, "GlueCEInfoLRMSType": "torque"}, now=0.0)
+    assert not matches(job, {**CE, "GlueCEInfoLRMSType": "lsf"}, now=0.0)
+    assert not matches(job, {**CE, "GlueHostApplicationSoftwareRunTimeEnvironment": ["LAM"]},
+                       now=0.0)
+    assert not matches(job, {**CE, "GlueCEInfoTotalCPUs": 2}, now=0.0)
 
 
 def test_case_insensitive_ad_lookup_and_prebuilt_ad():
     job = parse_jdl('Executable = "/bin/x"; Requirements = other.gluecestatestatus == "production"; '
                     "Rank = other.GLUECEINFOTOTALCPUS * 2;")
     ad = MappingAd(CE)
-    assert matches(job, ad) and matches(job, CE)
-    assert rank_value(job, ad) == 16.0
+    assert matches(job, ad, now=0.0) and matches(job, CE, now=0.0)
+    assert rank_value(job, ad, now=0.0) == 16.0
 
 
 def test_only_boolean_true_matches_and_rank_types():
-    assert not matches(parse_jdl('Executable = "/bin/x"; Requirements = 1;', validate=False), CE)
-    assert not matches(parse_jdl('Executable = "/bin/x"; Requirements = 1/0;', validate=False), CE)
-    assert matches(parse_jdl('Executable = "/bin/x"; Requirements = true;'), CE)
+    assert not matches(parse_jdl('Executable = "/bin/x"; Requirements = 1;', validate=False), CE,
+                       now=0.0)
+    assert not matches(parse_jdl('Executable = "/bin/x"; Requirements = 1/0;', validate=False), CE,
+                       now=0.0)
+    assert matches(parse_jdl('Executable = "/bin/x"; Requirements = true;'), CE, now=0.0)
     assert rank_value(parse_jdl('Executable = "/bin/x"; Rank = "high";', validate=False),
-                      CE) is None
+                      CE, now=0.0) is None
     assert rank_value(parse_jdl('Executable = "/bin/x"; Rank = other.GlueCEPolicyMaxWallClockTime;'),
-                      CE) == 2880.5
+                      CE, now=0.0) == 2880.5
 
 
 def test_ce_ad_given_as_classad_sees_the_job():
@@ -123,33 +126,49 @@ def test_ce_ad_given_as_classad_sees_the_job():
                   'Requirements = other.VirtualOrganisation == "dteam"; Free = 10 - 3 ]')
     job = parse_jdl('Executable = "/bin/x"; VirtualOrganisation = "dteam"; '
                     "Requirements = other.Requirements && other.Free > 5;")
-    assert matches(job, ce)
+    assert matches(job, ce, now=0.0)
     job2 = parse_jdl('Executable = "/bin/x"; VirtualOrganisation = "atlas"; '
                      "Requirements = other.Requirements;")
-    assert not matches(job2, ce)
+    assert not matches(job2, ce, now=0.0)
 
 
 def test_circular_definitions_are_undefined_not_crash():
     job = parse_jdl('Executable = "/bin/x"; a = b; b = a; Requirements = a;')
     assert job.value("a") is UNDEFINED  # as HTCondor
-    assert not matches(job, CE)
+    assert not matches(job, CE, now=0.0)
 
 
 def test_gang_matching_functions():
     ce = {**CE, "storage": {"CloseSEs": [{"name": "se1", "free": 10}, {"name": "se2", "free": 900}]}}
     job = parse_jdl('Executable = "/bin/x"; Requirements = anyMatch(other.storage.CloseSEs, free > 500);'
                     'Rank = whichMatch(other.storage.CloseSEs, free > 500).free;')
-    assert matches(job, ce)
-    assert rank_value(job, ce) == 900.0
+    assert matches(job, ce, now=0.0)
+    assert rank_value(job, ce, now=0.0) == 900.0
     job2 = parse_jdl('Executable = "/bin/x"; Requirements = allMatch(other.storage.CloseSEs, free > 500);')
-    assert not matches(job2, ce)
+    assert not matches(job2, ce, now=0.0)
 
 
-def test_time_uses_the_given_now_else_the_wall_clock():
+def test_time_is_the_callers_now_never_the_wall_clock():
     job = parse_jdl('Executable = "/bin/x"; Requirements = time() < other.GlueCEDeadline; '
                     "Rank = time();")
     ce = {"GlueCEDeadline": 1000}
     assert matches(job, ce, now=999.5) and not matches(job, ce, now=1000)
+    assert matches(job, ce, 0.0)  # a simulated clock at t = 0 (the wall clock is far past 1000)
     assert rank_value(job, ce, now=42.7) == 42.0
-    assert not matches(job, ce)  # the wall clock is far past 1000
     assert evaluate(parse_expr("time()"), now=5) == 5
+    assert job.requirements.evaluate(ce, now=7) is True and job.rank.evaluate(ce, 7) == 7
+    with pytest.raises(TypeError):
+        matches(job, ce)  # the caller must say what time it is
+    with pytest.raises(TypeError):
+        rank_value(job, ce)
+    # no now: time() is error (never the wall clock), so nothing that calls it matches
+    assert not matches(job, ce, None) and rank_value(job, ce, None) is None
+    assert evaluate(parse_expr("time()")) is ERROR
+    assert evaluate(parse_expr("time(1)"), now=5) is ERROR
+
+
+def test_a_jdl_calling_time_is_valid_and_evaluated_with_the_callers_now():
+    job = parse_jdl('Executable = "/bin/x"; ExpiryTime = time() + 3600; '
+                    "Requirements = time() < 1000;")
+    assert matches(job, CE, now=0.0) and not matches(job, CE, now=1000.0)
+    assert job.get("ExpiryTime") is None  # evaluated without a now

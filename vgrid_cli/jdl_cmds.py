@@ -16,6 +16,7 @@ from rich.table import Table
 
 import jdl
 from jdl.errors import caret_excerpt
+from vgrid_runtime.clock import WallClock
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -215,12 +216,15 @@ def _value_json(v):
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--ce-ad", "ce_ad_path", required=True, type=click.Path(dir_okay=False),
               help="CE ad as ClassAd text, a GLUE LDIF entry or a JSON object")
+@click.option("--now", "now", type=float, default=None, metavar="SECONDS",
+              help="what time() returns, epoch seconds (default: the wall clock now)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def eval_cmd(file: str, ce_ad_path: str, as_json: bool) -> None:
+def eval_cmd(file: str, ce_ad_path: str, now: float | None, as_json: bool) -> None:
     """Evaluate Requirements and Rank of FILE's job(s) against one CE ad.
 
     Exit 0 when every job matches the CE, 1 when one does not (or the JDL is wrong).
     """
+    now = WallClock().now() if now is None else now
     try:
         job = _load_job(file)
         ce_ad, ce_name = load_ce_ad(ce_ad_path)
@@ -234,11 +238,11 @@ def eval_cmd(file: str, ce_ad_path: str, as_json: bool) -> None:
     rows = []
     for j in jobs:
         d = j.description
-        req, rank = d.requirements.evaluate(ad), d.rank.evaluate(ad)
+        req, rank = d.requirements.evaluate(ad, now), d.rank.evaluate(ad, now)
         rows.append({"job": j.name, "requirements": d.requirements.text,
                      "requirements_value": _value_json(req), "matches": req is True,
                      "rank": d.rank.text, "rank_value": _value_json(rank),
-                     "rank_number": jdl.rank_value(d, ad)})
+                     "rank_number": jdl.rank_value(d, ad, now)})
     if as_json:
         click.echo(json.dumps({"file": file, "ce": str(ce_name), "jobs": rows}, indent=2))
     else:

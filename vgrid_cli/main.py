@@ -142,12 +142,13 @@ def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | No
         sources = [BdiiSource(bdii)]
     else:
         sources = [LdifFileSource(p) for p in ldif]
-    ism = ISM(sources, refresh_s=3600, clock=WallClock())
+    clock = WallClock()
+    ism = ISM(sources, refresh_s=3600, clock=clock)
     snap = ism.refresh()
     if snap.errors:
         fail("; ".join(snap.errors), 1)
     desc = jdlmod.parse_jdl(text, jdl_file)
-    return Matchmaker(ism.feedback).match(desc, ism.candidates()).to_json()
+    return Matchmaker(ism.feedback).match(desc, ism.candidates(), now=clock.now()).to_json()
 
 
 @main.command("list-match")

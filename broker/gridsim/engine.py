@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import jdl
-from vgrid_runtime.clock import SimulatedClock
+from vgrid_runtime.clock import Clock, SimulatedClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import DISPATCHED, ISM
 
@@ -134,15 +134,17 @@ class CandidateBoard:
 
     Filtering is the matchmaker's: the VO rule (``broker.matchmaker.vo_allowed``) and
     ``jdl.matches``. ``refresh`` takes the ads the ISM offers to matching (``ISM.candidates``: AdViews of the
-    snapshot). Equivalent to building, for every job, ``Candidate(ce_id, ad, jdl.rank_value(job, ad),
+    snapshot). Equivalent to building, for every job, ``Candidate(ce_id, ad, jdl.rank_value(job, ad, now),
     published_jobs(ad) + feedback.get(ce_id), ce_capacity(ad))`` for each ad of the snapshot
     that ``jdl.matches`` (as :class:`broker.matchmaker.Matchmaker` does), but only recomputes
     what changed: ads replaced by a refresh, and the CE a job was just dispatched to.
+    ``clock`` (the simulated clock) gives ``now`` to every evaluation (the JDL's ``time()``).
     """
 
     def __init__(self, job: "jdl.JobDescription", feedback: FeedbackCounters | None,
-                 rank_uses_feedback: bool = False) -> None:
+                 rank_uses_feedback: bool = False, *, clock: Clock) -> None:
         self.job = job
+        self.clock = clock
         self.feedback = feedback
         self.rank_uses_feedback = rank_uses_feedback
         self.candidates: list[Candidate] = []
@@ -159,8 +161,9 @@ class CandidateBoard:
         raw = getattr(ad, "ad", ad)  # an AdView's underlying dict: same object = same data
         seen = self._evaluated.get(ce_id)
         if seen is None or seen[0] is not raw:
-            ok = vo_allowed(ad, self.job.virtual_organisation) and jdl.matches(self.job, ad)
-            seen = (raw, ok, jdl.rank_value(self.job, ad) if ok else None,
+            now = self.clock.now()
+            ok = vo_allowed(ad, self.job.virtual_organisation) and jdl.matches(self.job, ad, now)
+            seen = (raw, ok, jdl.rank_value(self.job, ad, now) if ok else None,
                     published_jobs(raw), ce_capacity(raw))
             self._evaluated[ce_id] = seen
         return seen
@@ -221,7 +224,8 @@ class CandidateBoard:
             return
         i = self._index[ce_id]
         c = self.candidates[i]
-        rank = jdl.rank_value(self.job, c.ad) if self.rank_uses_feedback else c.rank
+        rank = (jdl.rank_value(self.job, c.ad, self.clock.now()) if self.rank_uses_feedback
+                else c.rank)
         self.candidates[i] = Candidate(ce_id, c.ad, rank, self._n_jobs(ce_id), c.capacity)
 
 
@@ -242,7 +246,7 @@ def simulate(ces: Sequence[CESpec], jobs: Sequence[Job], config: SimConfig,
     ism = ISM([SimulatedGlueSource(ces, models)], config.ism_refresh_s, clock, feedback=feedback)
     board = CandidateBoard(jdl.parse_jdl(config.jdl, config.jdl_filename),
                            feedback if config.feedback else None,
-                           DISPATCHED.lower() in config.jdl.lower())
+                           DISPATCHED.lower() in config.jdl.lower(), clock=clock)
     rng = random.Random(f"gridsim:{config.seed}")
     events = CEEventQueue(models)
     refresh_s, last_refresh, refreshes = config.ism_refresh_s, None, 0
