@@ -1,7 +1,8 @@
 """Package layering: jdl <- infosys <- vwn_agents <- broker, no cycles (STYLE.md, "Ours").
 
-Also: scheduling and bookkeeping code takes a clock; nobody but vgrid_runtime/clock.py reads the
-wall clock with time.time().
+Also: no two files import each other, directly or through others (lazy imports inside
+functions count); scheduling and bookkeeping code takes a clock, and nobody but
+vgrid_runtime/clock.py reads the wall clock (time.time, datetime.now, ... through any alias).
 """
 import ast
 from pathlib import Path
@@ -30,15 +31,207 @@ def test_packages_import_only_lower_layers(pkg):
     assert bad == {}, f"{pkg} must not import {bad}"
 
 
+# ---- no import cycle between files ---------------------------------------------------------
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the vgrid modules it imports anywhere in the file (module level or inside a
+    function; absolute or relative). `from pkg import sub` imports pkg.sub when that is a
+    module, else pkg; `import a.b.c` imports a.b.c (the parent packages' __init__ files that
+    Python runs on the way are not counted: a package is not a cycle with its own modules)."""
+    files = {_module_name(p): p for pkg in ORDER for p in (REPO / pkg).rglob("*.py")}
+    graph = {}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                         for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    targets.add(name)
+        graph[mod] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle (a -> b -> ... -> a) per strongly connected group of modules."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    for root in sorted(graph):  # Tarjan, iteratively
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    group.add(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    groups.append(group)
+    cycles = []
+    for group in groups:  # a shortest path back to the group's first module
+        start = min(group)
+        paths, seen = {start: [start]}, {start}
+        frontier = [start]
+        while frontier and start not in [w for v in frontier for w in graph[v]]:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v] & group):
+                    if w not in seen:
+                        seen.add(w)
+                        paths[w] = paths[v] + [w]
+                        nxt.append(w)
+            frontier = nxt
+        last = next(v for v in frontier if start in graph[v])
+        cycles.append(paths[last] + [start])
+    return cycles
+
+
+def test_import_cycle_detection_sees_lazy_and_relative_imports():
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert import_cycles(graph) == [["a.x", "a.y", "a.z", "a.x"]]
+    g = import_graph()
+    assert "jdl.values" in g["jdl.printer"]  # relative `from .values import ...`
+    assert "jdl.nodes" in g["jdl.printer"]  # `from . import nodes as n`
+    assert "vgrid_runtime.clock" in g["infosys.ism"]  # absolute
+
+
+def test_no_import_cycle_between_files():
+    graph = import_graph()
+    cycles = [" -> ".join(c) for c in import_cycles(graph)]
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+# ---- the wall clock ------------------------------------------------------------------------
+
+# time-module functions that read the wall clock; the ones in _NO_ARG_READS only without a
+# time argument (time.localtime(t) formats t). monotonic / perf_counter (timeouts) are fine.
+_WALL_CLOCK = {"time", "time_ns"}
+_NO_ARG_READS = {"localtime": 0, "gmtime": 0, "ctime": 0, "asctime": 0, "strftime": 1}
+_DATETIME_READS = {"now", "utcnow", "today"}  # datetime.datetime.*, datetime.date.today
+
+
+def wall_clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of every wall-clock read in a module, through any alias of time, datetime,
+    datetime.datetime or datetime.date; referencing time.time without calling it counts."""
+    time_mod, dt_mod, dt_cls = set(), set(), set()
+    found = []
+    nodes = list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "time":
+                    time_mod.add(a.asname or "time")
+                elif a.name == "datetime":
+                    dt_mod.add(a.asname or "datetime")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            for a in node.names:
+                if node.module == "time" and a.name in _WALL_CLOCK:
+                    found.append((node.lineno, f"from time import {a.name}"))
+                elif node.module == "time" and a.name in _NO_ARG_READS:
+                    time_mod.add(("fn", a.asname or a.name, a.name))
+                elif node.module == "datetime" and a.name in ("datetime", "date"):
+                    dt_cls.add(a.asname or a.name)
+    changed = True
+    while changed:  # plain assignments of an alias: `clock_mod = time`
+        changed = False
+        for node in nodes:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                    and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+                src, dst = node.value.id, node.targets[0].id
+                for aliases in (time_mod, dt_mod, dt_cls):
+                    if src in aliases and dst not in aliases:
+                        aliases.add(dst)
+                        changed = True
+    fn_aliases = {t[1]: t[2] for t in time_mod if isinstance(t, tuple)}
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            base, attr = node.value.id, node.attr
+            if base in time_mod and attr in _WALL_CLOCK:
+                found.append((node.lineno, f"{base}.{attr}"))
+            elif base in dt_cls and attr in _DATETIME_READS:
+                found.append((node.lineno, f"{base}.{attr}"))
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                and isinstance(node.value.value, ast.Name) and node.value.value.id in dt_mod
+                and node.value.attr in ("datetime", "date") and node.attr in _DATETIME_READS):
+            found.append((node.lineno, f"{node.value.value.id}.{node.value.attr}.{node.attr}"))
+        if isinstance(node, ast.Call) and not node.keywords:
+            f = node.func
+            name = None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in time_mod:
+                name = f.attr
+            elif isinstance(f, ast.Name) and f.id in fn_aliases:
+                name = fn_aliases[f.id]
+            if name in _NO_ARG_READS and len(node.args) <= _NO_ARG_READS[name]:
+                found.append((node.lineno, f"{name}() without a time"))
+    return sorted(set(found))
+
+
+def test_wall_clock_detection_sees_aliases():
+    cases = {
+        "import time\ntime.time()": 1, "import time as _t\nx = _t.time": 1,
+        "from time import time": 1, "from time import time as now": 1,
+        "import time\nx.clock = time.time": 1, "import time\nt = time\nt.time()": 1,
+        "from datetime import datetime\ndatetime.now()": 1,
+        "from datetime import datetime as dt\ndt.utcnow()": 1,
+        "import datetime\ndatetime.datetime.today()": 1, "import datetime as d\nd.date.today()": 1,
+        "from datetime import date\ndate.today()": 1,
+        "import time\ntime.localtime()": 1, "import time\ntime.gmtime()": 1,
+        "import time\ntime.ctime()": 1, "from time import gmtime\ngmtime()": 1,
+        "import time\ntime.strftime('%Y')": 1,
+        "import time\ntime.localtime(t)": 0, "import time\ntime.strftime('%Y', t)": 0,
+        "import time\ntime.monotonic(); time.perf_counter(); time.sleep(1)": 0,
+        "from datetime import datetime\ndatetime.fromtimestamp(t)": 0,
+        "x.time()": 0, "clock.now()": 0,
+    }
+    for source, n in cases.items():
+        assert len(wall_clock_reads(ast.parse(source))) == n, source
+
+
 def test_no_wall_clock_reads_outside_the_clock_module():
     offenders = []
     for pkg in ORDER:
         for p in (REPO / pkg).rglob("*.py"):
-            if p.name == "clock.py":
+            if p == REPO / "vgrid_runtime" / "clock.py":
                 continue
-            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "time" and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "time"):
-                    offenders.append(f"{p.relative_to(REPO)}:{node.lineno}")
+            for line, what in wall_clock_reads(ast.parse(p.read_text(encoding="utf-8"))):
+                offenders.append(f"{p.relative_to(REPO)}:{line}: {what}")
     assert offenders == []
