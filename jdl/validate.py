@@ -90,7 +90,6 @@ class _Checker:
     def __init__(self, rec: n.RecordExpr, filename: str, base_dir: str | None):
         self.rec, self.filename, self.base_dir = rec, filename, base_dir
         self.ad = ClassAd(rec)
-        self.uses_time = _calls_time(rec)  # then error may be time() without a now: not checked
         self.problems: list[Problem] = []
         self.values: dict[str, object] = {}
 
@@ -121,7 +120,7 @@ class _Checker:
                 continue
             v = self.value(d.lname)
             if v is ERROR:
-                if not self.uses_time:
+                if not _calls_time(self.rec):  # else time() without a now: known at match time
                     self.add(d.expr, f"{spec.name} evaluates to error")
             elif v is UNDEFINED:
                 if _refs_free(d.expr):
