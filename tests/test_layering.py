@@ -33,19 +33,19 @@ def test_packages_import_only_lower_layers(pkg):
 
 # ---- no import cycle between files ---------------------------------------------------------
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = REPO, packages=ORDER) -> dict[str, set[str]]:
     """Module -> the vgrid modules it imports anywhere in the file (module level or inside a
     function; absolute or relative). `from pkg import sub` imports pkg.sub when that is a
     module, else pkg; `import a.b.c` imports a.b.c (the parent packages' __init__ files that
     Python runs on the way are not counted: a package is not a cycle with its own modules)."""
-    files = {_module_name(p): p for pkg in ORDER for p in (REPO / pkg).rglob("*.py")}
+    files = {_module_name(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
     graph = {}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -72,7 +72,8 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One shortest cycle (a -> b -> ... -> a) per strongly connected group of modules."""
+    """Cycles (a -> b -> ... -> a), shortest first within each strongly connected group of
+    modules, until every module of the group is on one of them."""
     index, low, stack, on_stack, groups = {}, {}, [], set(), []
     for root in sorted(graph):  # Tarjan, iteratively
         if root in index:
@@ -107,27 +108,43 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(group) > 1:
                     groups.append(group)
     cycles = []
-    for group in groups:  # a shortest path back to the group's first module
-        start = min(group)
-        paths, seen = {start: [start]}, {start}
-        frontier = [start]
-        while frontier and start not in [w for v in frontier for w in graph[v]]:
-            nxt = []
-            for v in frontier:
-                for w in sorted(graph[v] & group):
-                    if w not in seen:
-                        seen.add(w)
-                        paths[w] = paths[v] + [w]
-                        nxt.append(w)
-            frontier = nxt
-        last = next(v for v in frontier if start in graph[v])
-        cycles.append(paths[last] + [start])
+    for group in groups:  # shortest cycles until every module of the group is on one
+        left = set(group)
+        while left:
+            cycles.append(_shortest_cycle(graph, group, min(left)))
+            left -= set(cycles[-1])
     return cycles
 
 
-def test_import_cycle_detection_sees_lazy_and_relative_imports():
+def _shortest_cycle(graph, group: set[str], start: str) -> list[str]:
+    paths, frontier = {start: [start]}, [start]
+    while True:
+        for v in frontier:
+            if start in graph[v]:
+                return paths[v] + [start]
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & group):
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+
+
+def test_import_cycle_detection_sees_lazy_and_relative_imports(tmp_path):
     graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
     assert import_cycles(graph) == [["a.x", "a.y", "a.z", "a.x"]]
+    files = {"p/__init__.py": "from .x import f\n",
+             "p/x.py": "def f():\n    from .sub import y  # lazy\n",
+             "p/sub/__init__.py": "", "p/sub/y.py": "from p import z\n",
+             "p/z.py": "import p.x as px\n", "q/w.py": "from p.sub import y\nimport os\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    g = import_graph(tmp_path, ["p", "q"])
+    assert g == {"p": {"p.x"}, "p.x": {"p.sub.y"}, "p.sub": set(), "p.sub.y": {"p.z"},
+                 "p.z": {"p.x"}, "q.w": {"p.sub.y"}}
+    assert import_cycles(g) == [["p.sub.y", "p.z", "p.x", "p.sub.y"]]
     g = import_graph()
     assert "jdl.values" in g["jdl.printer"]  # relative `from .values import ...`
     assert "jdl.nodes" in g["jdl.printer"]  # `from . import nodes as n`
@@ -153,6 +170,7 @@ def wall_clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, what) of every wall-clock read in a module, through any alias of time, datetime,
     datetime.datetime or datetime.date; referencing time.time without calling it counts."""
     time_mod, dt_mod, dt_cls = set(), set(), set()
+    time_fns = {}  # local name -> time function (from time import gmtime as g)
     found = []
     nodes = list(ast.walk(tree))
     for node in nodes:
@@ -167,7 +185,7 @@ def wall_clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
                 if node.module == "time" and a.name in _WALL_CLOCK:
                     found.append((node.lineno, f"from time import {a.name}"))
                 elif node.module == "time" and a.name in _NO_ARG_READS:
-                    time_mod.add(("fn", a.asname or a.name, a.name))
+                    time_fns[a.asname or a.name] = a.name
                 elif node.module == "datetime" and a.name in ("datetime", "date"):
                     dt_cls.add(a.asname or a.name)
     changed = True
@@ -181,7 +199,6 @@ def wall_clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
                     if src in aliases and dst not in aliases:
                         aliases.add(dst)
                         changed = True
-    fn_aliases = {t[1]: t[2] for t in time_mod if isinstance(t, tuple)}
     for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             base, attr = node.value.id, node.attr
@@ -196,10 +213,11 @@ def wall_clock_reads(tree: ast.AST) -> list[tuple[int, str]]:
         if isinstance(node, ast.Call) and not node.keywords:
             f = node.func
             name = None
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in time_mod:
+            if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                    and f.value.id in time_mod):
                 name = f.attr
-            elif isinstance(f, ast.Name) and f.id in fn_aliases:
-                name = fn_aliases[f.id]
+            elif isinstance(f, ast.Name) and f.id in time_fns:
+                name = time_fns[f.id]
             if name in _NO_ARG_READS and len(node.args) <= _NO_ARG_READS[name]:
                 found.append((node.lineno, f"{name}() without a time"))
     return sorted(set(found))
