@@ -29,6 +29,7 @@ from .ce_jobs import ENDED, EVENT_STATE, CEJob, JobRequest, parse_job_jdl  # noq
 from .ce_leases import LeaseScheduling
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
+from .node_client import NodeAgentError
 from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
 
@@ -195,7 +196,7 @@ class CEAgent:
         key = job.request.key
         try:
             self.leases.submit(key, self._vwn_body(job), job.lease_req)
-        except requests.RequestException as exc:   # the lease stays due; _reconcile gives the reason
+        except NodeAgentError as exc:   # the lease stays due; _reconcile gives the reason
             self._tick_error = f"{type(exc).__name__}: {exc}"
         known = self.leases.known(key)
         with self._lock:
@@ -258,7 +259,7 @@ class CEAgent:
     def _cancel_lease(self, key: str) -> None:
         try:
             self.leases.engine.cancel(key)
-        except requests.RequestException as exc:
+        except NodeAgentError as exc:
             log.warning("cancel of the lease of %s: %s", key, exc)
 
     # -- scheduler = fair-share ---------------------------------------------------------------------
@@ -339,7 +340,7 @@ class CEAgent:
         if self.leases and self.leases.engine and kind in ("done", "aborted"):
             try:
                 self.leases.engine.job_event(event)     # the lease ends early: its slot frees
-            except requests.RequestException as exc:    # starting a queued lease failed: retried
+            except NodeAgentError as exc:    # starting a queued lease failed: retried
                 log.warning("lease engine after %s of %s: %s", kind, key, exc)
         return job
 
