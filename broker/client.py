@@ -1,4 +1,7 @@
-"""HTTP client of the broker API, used by the ``vgrid`` CLI and by ``vgrid demo``.
+"""The one HTTP client of the broker API, used by the ``vgrid`` CLI and by ``vgrid demo``.
+
+(Events reach the broker through the CE agent's ``vwn_agents.outbox``, sandbox files through the
+job wrapper: both use URLs the broker handed out with the job, docs/architecture.md, "Clients".)
 
 Every method raises :class:`ClientError` with a message fit for a person (never a traceback):
 the broker's own error message when it answered, or why it could not be reached.
@@ -12,17 +15,22 @@ from typing import Any
 import requests
 
 import jdl as jdlmod
+from vgrid_runtime.httpclient import ErrorKind, new_session
 
 DEFAULT_BROKER = "http://127.0.0.1:8440"
 
 
 class ClientError(Exception):
-    """The broker refused a request or could not be reached. ``status`` is the HTTP status or None."""
+    """The broker refused a request or could not be reached. ``status`` is the HTTP status or
+    None; ``kind`` (``vgrid_runtime.httpclient.ErrorKind``): UNREACHABLE, TIMEOUT, HTTP, or None
+    for an error found before any call (e.g. an unreadable local file)."""
 
-    def __init__(self, message: str, status: int | None = None, body: dict | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, body: dict | None = None,
+                 kind: ErrorKind | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = body or {}
+        self.kind = kind if kind is not None else (ErrorKind.HTTP if status is not None else None)
 
 
 def default_broker() -> str:
@@ -42,13 +50,15 @@ class BrokerClient:
     def __init__(self, url: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = (url or default_broker()).rstrip("/")
         self.timeout_s = timeout_s
-        self.http = requests.Session()
+        self.http = new_session()
 
     def _call(self, method: str, path: str, **kw: Any) -> requests.Response:
         try:
             r = self.http.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kw)
         except requests.RequestException as exc:
-            raise ClientError(f"cannot reach the broker at {self.url}: {exc.__class__.__name__}") from None
+            kind = ErrorKind.TIMEOUT if isinstance(exc, requests.Timeout) else ErrorKind.UNREACHABLE
+            raise ClientError(f"cannot reach the broker at {self.url}: {exc.__class__.__name__}",
+                              kind=kind) from None
         if r.status_code >= 400:
             try:
                 body = r.json()

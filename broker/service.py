@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
-
 import jdl as jdlmod
+from vgrid_runtime.httpclient import new_session
+from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from . import compound
 from .db import Job, JobStore, StaleState
@@ -66,19 +66,25 @@ class Broker:
     """The WMS logic. Thread-safe; ``start()`` runs the matcher loop in a thread.
 
     ``ism`` is an infosys ISM (``snapshot().ads``, ``feedback``); ``clock`` has ``now()``;
-    ``sandbox_dir`` holds ``<key>/input`` and ``<key>/output``.
+    ``sandbox_dir`` holds ``<key>/input`` and ``<key>/output``; ``http``: the ``requests.Session`` its
+    CE agent clients share (``vwn_agents.ce_client``; default a new one).
     """
 
     def __init__(self, store: JobStore, ism, matchmaker: Matchmaker, clock, sandbox_dir: Path,
-                 settings: BrokerSettings, http: requests.Session | None = None) -> None:
+                 settings: BrokerSettings, http=None) -> None:
         self.store, self.ism, self.matchmaker, self.clock = store, ism, matchmaker, clock
         self.sandbox_dir = Path(sandbox_dir)
         self.settings = settings
-        self.http = http or requests.Session()
+        self.http = http or new_session()   # shared by its CEAgentClients
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
+
+    def _ce(self, url: str) -> CEAgentClient:
+        """The client of the CE agent at ``url`` (sharing the broker's session; timeout
+        ``dispatch_timeout_s``)."""
+        return CEAgentClient(url, session=self.http, timeout_s=self.settings.dispatch_timeout_s)
 
     # -- identifiers -----------------------------------------------------------------------------
     def job_id(self, key: str) -> str:
@@ -214,11 +220,10 @@ class Broker:
                     "input_sandbox": self._input_urls(job.key, desc),
                     "output_upload_url": f"{self.settings.base_url}/jobs/{job.key}/output"}
             try:
-                r = self.http.post(f"{url}/jobs", json=body, timeout=self.settings.dispatch_timeout_s)
-                if r.status_code >= 300:
-                    error = f"CE {ce_id} refused the job: HTTP {r.status_code} {r.text[:200]}"
-            except requests.RequestException as exc:
-                error = f"CE {ce_id} unreachable: {exc.__class__.__name__}"
+                self._ce(url).submit(body)
+            except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
+                error = (f"CE {ce_id} refused the job: {exc}" if exc.status is not None
+                         else f"CE {ce_id} unreachable: {exc.brief()}")
         if error is None:
             try:
                 self._transition(job, JobState.SCHEDULED, now, ce_id=ce_id, ce_url=url,
@@ -323,9 +328,8 @@ class Broker:
     def _cancel_one(self, job: Job) -> Job:
         if job.state in AT_CE and job.ce_url:
             try:
-                self.http.post(f"{job.ce_url}/jobs/{job.key}/cancel",
-                               timeout=self.settings.dispatch_timeout_s)
-            except requests.RequestException as exc:
+                self._ce(job.ce_url).cancel(job.key)
+            except CEAgentError as exc:
                 log.warning("cancel of %s at %s failed: %s", job.key, job.ce_url, exc)
         try:
             return self._transition(job, JobState.CANCELLED, self.clock.now(),
@@ -387,14 +391,12 @@ class Broker:
         if not job.ce_url:
             return
         try:
-            r = self.http.get(f"{job.ce_url}/jobs/{job.key}", timeout=self.settings.dispatch_timeout_s)
-            if r.status_code == 404:
+            info = self._ce(job.ce_url).job(job.key)
+        except CEAgentError as exc:
+            if exc.status == 404:
                 self._transition(job, JobState.WAITING, self.clock.now(),
                                  reason="the CE no longer knows the job; resubmitting")
                 return
-            r.raise_for_status()
-            info = r.json()
-        except (requests.RequestException, ValueError) as exc:
             log.warning("resync of %s failed: %s", job.key, exc)
             return
         state = str(info.get("state", "")).lower()

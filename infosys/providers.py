@@ -11,8 +11,6 @@ import logging
 import sys
 from pathlib import Path
 
-import requests
-
 from infosys.bdii_update import UpdateReport, update_bdii
 from vgrid_runtime.clock import Clock, WallClock
 from infosys.periodic import Periodic
@@ -20,20 +18,15 @@ from infosys.gip import ce_state_from_ad, glue2_entries
 from infosys.glue import AD_ID, glue13_ce_ads
 from infosys.ldapclient import LdapError
 from infosys.ldif import LdifEntry, LdifError, parse_ldif
-from infosys.sources import SourceError, glue_url
+from infosys.sources import SourceError, fetch_glue, glue_url
 
 log = logging.getLogger(__name__)
 
 
 def fetch_ce_glue(url: str, timeout_s: float = 10.0) -> str:
-    """The GLUE 1.3 LDIF a CE agent publishes at ``<url>/glue``. Raises SourceError."""
-    try:
-        r = requests.get(glue_url(url), timeout=timeout_s)
-    except requests.RequestException as e:
-        raise SourceError(f"{glue_url(url)}: {type(e).__name__}: {e}") from None
-    if r.status_code != 200:
-        raise SourceError(f"{glue_url(url)}: HTTP {r.status_code}")
-    return r.text
+    """The GLUE 1.3 LDIF a CE agent publishes at ``<url>/glue`` (``sources.fetch_glue``).
+    Raises SourceError."""
+    return fetch_glue(url, timeout_s)
 
 
 def load_source(source: str, glue2: bool = True, timeout_s: float = 10.0) -> list[LdifEntry]:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from vgrid_runtime.httpclient import new_session
 from infosys.glue import Rejected, glue13_ce_ads
 from infosys.glue2 import glue2_ce_ads, merge_glue_ads
 from infosys.ldif import LdifError, parse_ldif
@@ -109,6 +110,27 @@ def glue_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+def fetch_glue(url: str, timeout_s: float = 5.0, session: requests.Session | None = None) -> str:
+    """The LDIF text a CE agent publishes at ``glue_url(url)`` (``GET /glue``): the one reader
+    of that endpoint (the ISM's ``HttpLdifSource``, the BDII feeder's providers, ``vgrid
+    info``). ``timeout_s``: connect and read timeout in seconds; ``session``: a
+    ``requests.Session`` (default: a new one). Raises SourceError on connection errors,
+    timeouts and non-200 answers (the message names the URL)."""
+    url = glue_url(url)
+    own = session is None
+    session = session or new_session()
+    try:
+        r = session.get(url, timeout=timeout_s)
+    except requests.RequestException as e:
+        raise SourceError(f"{url}: {type(e).__name__}: {e}") from None
+    finally:
+        if own:
+            session.close()
+    if r.status_code != 200:
+        raise SourceError(f"{url}: HTTP {r.status_code}")
+    return r.text
+
+
 class HttpLdifSource:
     """GLUE 1.3 CE ads from a CE agent's ``GET /glue`` (text/plain LDIF).
 
@@ -124,18 +146,13 @@ class HttpLdifSource:
         self.url = glue_url(url)
         self.name = self.url
         self.timeout_s = timeout_s
-        self._session = session or requests.Session()
+        self._session = session or new_session()
         self.rejected: list[Rejected] = []
 
     def fetch(self) -> list[dict]:
+        text = fetch_glue(self.url, self.timeout_s, self._session)
         try:
-            r = self._session.get(self.url, timeout=self.timeout_s)
-        except requests.RequestException as e:
-            raise SourceError(f"{self.url}: {type(e).__name__}: {e}") from None
-        if r.status_code != 200:
-            raise SourceError(f"{self.url}: HTTP {r.status_code}")
-        try:
-            entries = parse_ldif(r.text, source=self.url)
+            entries = parse_ldif(text, source=self.url)
         except LdifError as e:
             raise SourceError(str(e)) from None
         ads, self.rejected = glue13_ce_ads(entries)

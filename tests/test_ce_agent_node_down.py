@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from vwn_agents.leasing.live import vwn_key
+from vwn_agents.lease_engine import vwn_key
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vgrid_runtime.wsgi import BackgroundServer
 

@@ -4,10 +4,10 @@ import sys
 import time
 
 import pytest
-import requests
 
 from vwn_agents.leasing import LeaseConfig
-from vwn_agents.leasing.live import LeaseEngine
+from vwn_agents.lease_engine import LeaseEngine
+from vwn_agents.node_client import NodeAgentClient, NodeAgentError
 from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
@@ -66,7 +66,7 @@ def test_wall_clock_limit_deletes_the_vwn(node):
     engine = LeaseEngine([(url, 1, 2048)])
     vwn = engine.submit_job("long", body(receiver, "long", 30), duration_s=0.5)["vwns"][0]
     pump(engine, receiver, lambda: engine.status("long")["state"] == "Done")
-    record = requests.get(f"{url}/vwns/{vwn}", timeout=10).json()
+    record = NodeAgentClient(url).vwn(vwn)
     assert record["state"] != "running" and record.get("reason") == "cancelled"
 
 
@@ -77,13 +77,13 @@ def test_cancel_and_immediate_rejection(node):
     im = engine.submit_job("b", body(receiver, "b", 1), duration_s=60, immediate=True)
     assert im["state"] == "Rejected"
     assert engine.cancel("a")["state"] == "Cancelled"
-    record = requests.get(f"{url}/vwns/{vwn}", timeout=10).json()
+    record = NodeAgentClient(url).vwn(vwn)
     assert record["state"] != "running" and record.get("reason") == "cancelled"
 
 
 def test_lease_arguments_from_jdl():
     import jdl
-    from vwn_agents.leasing.live import lease_args_from_jdl
+    from vwn_agents.lease_engine import lease_args_from_jdl
     job = jdl.parse_jdl('[ Executable = "/bin/true"; LeaseType = "advance-reservation"; '
                         'LeaseStart = "2026-11-21T10:00:00Z"; LeaseDuration = 3600; VMMemory = 512; '
                         'CpuNumber = 2; PreemptionClass = "suspendable"; VMImage = "http://i/sl5.img"; '
@@ -115,7 +115,7 @@ def test_unreachable_node_agent_is_retried_on_the_next_tick(node, tmp_path):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     engine = LeaseEngine([(dead, 1, 2048)])
-    with pytest.raises(requests.RequestException):
+    with pytest.raises(NodeAgentError):
         engine.submit_job("x", body(receiver, "x", 0.1), duration_s=30)
     assert engine.status("x")["state"] in ("Scheduled", "Active") and not engine.status("x")["vwns"]
     engine.enactment.node_urls[0] = url  # the node agent is back (same node, new address)

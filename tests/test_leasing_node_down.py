@@ -4,14 +4,14 @@ SimulatedNodes), and the live engine marks an unreachable node agent down and up
 import socket
 import time
 
-import requests
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig
 from vwn_agents.leasing.enactment import SimulatedNodes
-from vwn_agents.leasing.live import LeaseEngine
+from vwn_agents.lease_engine import LeaseEngine
+from vwn_agents.node_client import NodeAgentError
 from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, Node, resource_vector
 from vwn_agents.leasing.scheduler import LeaseScheduler
 from vwn_agents.leasing.slottable import ResKind, ResState
@@ -64,7 +64,7 @@ def test_live_engine_marks_an_unreachable_node_down_and_moves_the_job(node):
     url, receiver = node
     dead = _dead_url()
     engine = LeaseEngine([(dead, 1, 2048), (url, 1, 2048)], node_down_after_s=0.3, probe_timeout_s=0.5)
-    with pytest.raises(requests.RequestException):
+    with pytest.raises(NodeAgentError):
         engine.submit_job("x", body(receiver, "x", 0.1), duration_s=30)
     st = engine.status("x")
     assert st["state"] == "Scheduled" and st["nodes"] == [dead] and st["start_error"]

@@ -20,15 +20,16 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-import requests
 from flask import Flask, Response, jsonify
 
 from vgrid_runtime.clock import Clock, WallClock
+from vgrid_runtime.httpclient import new_session
 
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
 from .ce_leases import LeaseScheduling
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
+from .node_client import NodeAgentClient, NodeAgentError
 from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
 
@@ -114,7 +115,7 @@ class CEAgent:
         self.jobs: dict[str, CEJob] = {}
         self.url: str | None = config.public_url
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events")
-        self.http = requests.Session()
+        self.http = new_session()       # shared by its NodeAgentClients
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -195,7 +196,7 @@ class CEAgent:
         key = job.request.key
         try:
             self.leases.submit(key, self._vwn_body(job), job.lease_req)
-        except requests.RequestException as exc:   # the lease stays due; _reconcile gives the reason
+        except NodeAgentError as exc:   # the lease stays due; _reconcile gives the reason
             self._tick_error = f"{type(exc).__name__}: {exc}"
         known = self.leases.known(key)
         with self._lock:
@@ -250,15 +251,15 @@ class CEAgent:
         if not (job.vwn and job.node_url):
             return False
         try:
-            resp = self.http.get(f"{job.node_url}/vwns/{job.vwn}", timeout=self.config.node_timeout_s)
-            return resp.ok and resp.json().get("state") in ("done", "aborted")
-        except (requests.RequestException, ValueError):
+            record = NodeAgentClient(job.node_url, self.http, self.config.node_timeout_s).vwn(job.vwn)
+            return record.get("state") in ("done", "aborted")
+        except NodeAgentError:
             return False
 
     def _cancel_lease(self, key: str) -> None:
         try:
             self.leases.engine.cancel(key)
-        except requests.RequestException as exc:
+        except NodeAgentError as exc:
             log.warning("cancel of the lease of %s: %s", key, exc)
 
     # -- scheduler = fair-share ---------------------------------------------------------------------
@@ -281,15 +282,10 @@ class CEAgent:
                 if job.state != "Scheduled" or job.vwn:
                     return True
             try:
-                resp = self.http.post(f"{node.url}/vwns", json=self._vwn_body(job),
-                                      timeout=self.config.node_timeout_s)
-            except requests.RequestException as exc:
-                errors.append(f"{node.url}: {type(exc).__name__}")
+                info = NodeAgentClient(node.url, self.http, self.config.node_timeout_s).create_vwn(self._vwn_body(job))
+            except NodeAgentError as exc:   # no answer: the error's class name; else HTTP <status> <text>
+                errors.append(f"{node.url}: {exc.brief()}")
                 continue
-            if resp.status_code >= 300:
-                errors.append(f"{node.url}: HTTP {resp.status_code} {resp.text[:200]}")
-                continue
-            info = resp.json()
             with self._lock:
                 job.node_url, job.vwn = node.url, info["vwn"]
                 job.capped, job.cap_reason = info.get("capped"), info.get("cap_reason")
@@ -339,7 +335,7 @@ class CEAgent:
         if self.leases and self.leases.engine and kind in ("done", "aborted"):
             try:
                 self.leases.engine.job_event(event)     # the lease ends early: its slot frees
-            except requests.RequestException as exc:    # starting a queued lease failed: retried
+            except NodeAgentError as exc:    # starting a queued lease failed: retried
                 log.warning("lease engine after %s of %s: %s", kind, key, exc)
         return job
 
@@ -378,10 +374,8 @@ class CEAgent:
 
     def _delete_vwn(self, job: CEJob) -> None:
         try:
-            resp = self.http.delete(f"{job.node_url}/vwns/{job.vwn}", timeout=self.config.node_timeout_s)
-            if resp.status_code >= 300:
-                log.warning("cancel of %s on %s: HTTP %s", job.vwn, job.node_url, resp.status_code)
-        except requests.RequestException as exc:
+            NodeAgentClient(job.node_url, self.http, self.config.node_timeout_s).delete_vwn(job.vwn)
+        except NodeAgentError as exc:
             log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
 
     def record(self, job: CEJob) -> dict:

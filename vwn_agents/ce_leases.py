@@ -1,6 +1,6 @@
 """The CE agent's lease scheduling (``scheduler = "leases"``): every job becomes a lease.
 
-A job is a one-VM lease in the live lease engine (``vwn_agents.leasing.live.LeaseEngine``,
+A job is a one-VM lease in the live lease engine (``vwn_agents.lease_engine.LeaseEngine``,
 docs/leasing.md) over the CE's node agents. Its kind and size come from the JDL lease
 attributes (docs/jdl.md, "vgrid extensions for leases"): best-effort by default,
 ``LeaseType = "advance-reservation"`` with ``LeaseStart``, ``"immediate"``; ``LeaseDuration``
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from vgrid_runtime.httpjson import ApiError
 from .leasing.config import LeaseConfig, load_config
-from .leasing.live import LeaseEngine, lease_args_from_jdl
+from .lease_engine import LeaseEngine, lease_args_from_jdl
 
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import requests
 
+from vgrid_runtime.httpclient import new_session
+
 log = logging.getLogger(__name__)
 
 RETRYABLE = {408, 429}
@@ -51,7 +53,7 @@ class Outbox:
         self._next_try: dict[str, float] = {}
         self._cond = threading.Condition()
         self._stop = False
-        self._session = requests.Session()
+        self._session = new_session()   # vgrid_runtime.httpclient: where mutual TLS goes
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

@@ -3,11 +3,13 @@ suspend/resume, and image staging and reuse (seed 000 Sections 5, 6 and 8; seed 
 
 Layers (Haizea's): ``scheduler`` (orchestration) -> ``besteffort``/``ar`` (temporal
 placement) -> ``mapper`` (spatial placement) -> ``staging``/``imagepool`` (preparation) ->
-``slottable`` (bookkeeping) -> ``enactment`` (simulated or node agents) -> ``traces``
-(input) -> ``preemption`` (policy) -> ``accounting`` (measurement). See docs/leasing.md.
+``slottable`` (bookkeeping) -> ``enactment`` (the interface, and simulated nodes; node agents
+are enacted by ``vwn_agents.node_enactment``) -> ``traces`` (input) -> ``preemption`` (policy)
+-> ``accounting`` (measurement). See docs/leasing.md. The live engine of a CE agent is
+``vwn_agents.lease_engine``; nothing here imports ``vwn_agents`` outside this package.
 """
 from .config import ConfigError, LeaseConfig, load_config
-from .enactment import NodeAgentEnactment, OverCommitError, SimulatedNodes
+from .enactment import Enactment, OverCommitError, SimulatedNodes
 from .model import Lease, LeaseState, LeaseType, Node, resource_vector
 from .scheduler import LeaseScheduler
 from .simulate import SimulationResult, simulate
@@ -15,7 +17,7 @@ from .slottable import Reservation, ResKind, SlotTable
 from .traces import TraceError, Workload, read_site, read_trace, uniform_site
 
 __all__ = [
-    "ConfigError", "LeaseConfig", "load_config", "NodeAgentEnactment", "OverCommitError", "SimulatedNodes",
+    "ConfigError", "LeaseConfig", "load_config", "Enactment", "OverCommitError", "SimulatedNodes",
     "Lease", "LeaseState", "LeaseType", "Node", "resource_vector", "LeaseScheduler", "SimulationResult",
     "simulate", "Reservation", "ResKind", "SlotTable", "TraceError", "Workload", "read_site", "read_trace",
     "uniform_site",

@@ -4,7 +4,7 @@
 best-effort FCFS queue, and turns reservation starts and ends in the slot table into
 enactment calls (``process(now)``). A simulator advances a ``SimulatedClock`` to
 ``next_event_time()``; a live service calls ``process(clock.now())`` periodically (the CE agent
-adapter in ``vwn_agents.leasing.live``). Handlers are registered per reservation type.
+adapter in ``vwn_agents.lease_engine``). Handlers are registered per reservation type.
 
 Life cycle: AR -> SCHEDULED or REJECTED at submission (``ar.schedule_ar``); IMMEDIATE ->
 SCHEDULED now or REJECTED; BEST_EFFORT -> QUEUED -> SCHEDULED -> ACTIVE [-> SUSPENDING ->

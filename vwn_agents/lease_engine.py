@@ -1,7 +1,9 @@
 """The lease engine in live time, for a CE agent: jobs become leases on real node agents.
 
-The same ``LeaseScheduler`` as in simulation, with a ``WallClock`` and ``NodeAgentEnactment``.
-How a CE agent uses it (it owns the HTTP front end; this class is thread-safe):
+The same ``LeaseScheduler`` as in simulation, with a ``WallClock`` and ``NodeAgentEnactment``
+(``node_enactment``: the node agents, called through ``node_client``). It lives outside
+``leasing/`` because it is the CE agent's front end to the engine: job keys, node agent
+bodies, events and URLs. How a CE agent uses it (it owns the HTTP front end; this class is thread-safe):
 
     engine = LeaseEngine([("http://127.0.0.1:8501", 1, 2048), ...], LeaseConfig(...))
     engine.start(interval_s=1.0)          # or call engine.tick() from its own loop
@@ -31,10 +33,10 @@ import threading
 
 from vgrid_runtime.clock import WallClock
 
-from .config import LeaseConfig
-from .enactment import NodeAgentEnactment
-from .model import Lease, LeaseState, LeaseType, Node, resource_vector
-from .scheduler import LeaseScheduler
+from .leasing.config import LeaseConfig
+from .leasing.model import Lease, LeaseState, LeaseType, Node, resource_vector
+from .leasing.scheduler import LeaseScheduler
+from .node_enactment import NodeAgentEnactment
 
 
 def lease_args_from_jdl(job) -> dict:
@@ -180,7 +182,7 @@ class LeaseEngine:
 
     def tick(self) -> None:
         """Probe the node agents (``probe_nodes``), then start and end what is due now (call
-        every second or so). Raises the first node agent error of a start that failed (the
+        every second or so). Raises the first ``NodeAgentError`` of a start that failed (the
         other starts were made; the failed one is retried on the next tick)."""
         self.probe_nodes()
         with self._lock:
@@ -192,13 +194,8 @@ class LeaseEngine:
         s or more -- counted from its first failed probe or start -- is marked down in the
         scheduler (``LeaseScheduler.set_node_down``: not offered to new leases, its leases that
         have not started are requeued onto the others); a down node that answers is marked up."""
-        answers = []
-        for node, url in enumerate(self.enactment.node_urls):
-            try:
-                r = self.enactment.session.get(f"{url}/status", timeout=self.probe_timeout_s)
-                answers.append((node, r.status_code < 500))
-            except Exception:
-                answers.append((node, False))
+        answers = [(node, self.enactment.probe(node, self.probe_timeout_s))
+                   for node in range(len(self.enactment.node_urls))]
         with self._lock:
             now = self.clock.now()
             for node, ok in answers:
@@ -242,7 +239,7 @@ class LeaseEngine:
         are placed first (FCFS, each at its earliest start) inside a slot-table transaction
         that is rolled back. Used by the CE agent for GlueCEStateEstimatedResponseTime and
         GlueCEStateFreeCPUs."""
-        from .besteffort import place_besteffort
+        from .leasing.besteffort import place_besteffort
         with self._lock:
             sched, now = self.scheduler, self.clock.now()
             need = resource_vector(cpu=cpu, memory=memory_mb)

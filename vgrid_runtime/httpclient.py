@@ -1,0 +1,129 @@
+"""The base of every vgrid service client: one ``requests.Session``, timeouts, typed errors.
+
+Each service API has exactly one client module built on ``ServiceClient`` (docs/architecture.md,
+"Clients"): ``vwn_agents/node_client.py`` (node agent), ``vwn_agents/ce_client.py`` (CE agent).
+Sessions come from ``new_session()``, the one place where transport security (mutual TLS) is
+to be configured.
+
+Every failure of a call is a ``ServiceError`` (each client raises its own subclass) whose
+``kind`` says what went wrong, so callers branch on ``kind`` and ``status``, never on text:
+
+* ``ErrorKind.UNREACHABLE``: no answer (connection refused or reset, unknown host, TLS failure);
+* ``ErrorKind.TIMEOUT``: no answer within the timeout (connect or read);
+* ``ErrorKind.HTTP``: the service answered with a status >= 300 (``status``; ``body`` is its
+  JSON error ``{"error": {...}}`` or ``{}``);
+* ``ErrorKind.BAD_ANSWER``: a 2xx answer that is not the JSON the contract promises.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import requests
+
+
+class ErrorKind(str, enum.Enum):
+    """What went wrong with a call to a service (see module doc)."""
+
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    HTTP = "http"
+    BAD_ANSWER = "bad-answer"
+
+
+class ServiceError(Exception):
+    """A call to a vgrid service failed. ``kind``: ``ErrorKind``; ``status``: the HTTP status
+    when the service answered, else None; ``url``: the URL called; ``body``: the decoded JSON
+    answer of an HTTP error, else ``{}``; ``cause``: the class name of the transport error
+    (e.g. "ConnectionError", "ReadTimeout") for UNREACHABLE and TIMEOUT, else None.
+
+    ``str()`` is for people: "<cause>: <detail>" (no answer), "HTTP <status> <first 200
+    characters of the answer>" (HTTP), "HTTP <status> from <url>: <why>" (bad answer).
+    """
+
+    def __init__(self, kind: ErrorKind, message: str, url: str, status: int | None = None,
+                 body: dict | None = None, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.url = url
+        self.status = status
+        self.body = body or {}
+        self.cause = cause
+
+    @property
+    def answered(self) -> bool:
+        """True when the service answered below 500 (it is up, though it refused the request
+        or garbled its answer); False for no answer, a timeout or a 5xx."""
+        return self.status is not None and self.status < 500
+
+    def brief(self) -> str:
+        """A short form for a job's reason: the transport error's class name when there was
+        no answer, else ``str(self)``."""
+        return self.cause if self.cause else str(self)
+
+
+def new_session() -> requests.Session:
+    """A new HTTP session for service clients (the place for client certificates and CA
+    bundles once services authenticate each other)."""
+    return requests.Session()
+
+
+class ServiceClient:
+    """JSON client of one service at ``base_url`` (no trailing slash needed).
+
+    ``session``: a shared ``requests.Session`` (default: a new one, closed by ``close()``);
+    ``timeout_s``: connect and read timeout of each call in seconds. Subclasses set ``Error``
+    (the ``ServiceError`` subclass they raise) and add one typed method per API call.
+    """
+
+    Error: type[ServiceError] = ServiceError
+
+    def __init__(self, base_url: str, session: requests.Session | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session or new_session()
+        self._own_session = session is None
+        self.timeout_s = timeout_s
+
+    def close(self) -> None:
+        """Close the session if this client created it."""
+        if self._own_session:
+            self.session.close()
+
+    def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None,
+              answer: type | None = dict, required: tuple[str, ...] = ()) -> Any:
+        """``method`` ``base_url + path`` with an optional JSON body; returns the decoded JSON
+        answer, checked to be an instance of ``answer`` (None: the answer is not read) with
+        every key of ``required``. Raises ``self.Error`` (see module doc)."""
+        url = f"{self.base_url}{path}"
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            r = self.session.request(method, url, json=json, timeout=timeout)
+        except requests.Timeout as exc:        # before ConnectionError: ConnectTimeout is both
+            raise self.Error(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}", url,
+                             cause=type(exc).__name__) from exc
+        except requests.RequestException as exc:
+            raise self.Error(ErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", url,
+                             cause=type(exc).__name__) from exc
+        if r.status_code >= 300:
+            try:
+                body = r.json()
+            except ValueError:
+                body = None
+            raise self.Error(ErrorKind.HTTP, f"HTTP {r.status_code} {r.text[:200]}", url, r.status_code,
+                             body if isinstance(body, dict) else None)
+        if answer is None:
+            return None
+        try:
+            data = r.json()
+        except ValueError:
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: not JSON: "
+                             f"{r.text[:200]!r}", url, r.status_code) from None
+        if not isinstance(data, answer):
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: expected a JSON "
+                             f"{answer.__name__}, got {type(data).__name__}", url, r.status_code)
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: the answer lacks "
+                             f"{', '.join(missing)}", url, r.status_code)
+        return data

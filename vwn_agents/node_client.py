@@ -1,0 +1,82 @@
+"""The one client of the node agent's HTTP API (docs/architecture.md, "node agent").
+
+``NodeAgentClient(base_url, session=None, timeout_s=10.0)``: ``create_vwn`` (POST /vwns),
+``vwns`` (GET /vwns), ``vwn`` (GET /vwns/<vwn>), ``delete_vwn`` (DELETE /vwns/<vwn>), ``status``
+(GET /status). Every failure raises ``NodeAgentError`` with a ``kind``
+(``vgrid_runtime.httpclient.ErrorKind``: unreachable, timeout, http, bad-answer) and the HTTP
+``status`` when the node agent answered. Used by the CE agent (fair-share placement, cancel)
+and by ``node_enactment.NodeAgentEnactment`` (the lease engine's nodes).
+"""
+from __future__ import annotations
+
+from typing import TypedDict
+
+from vgrid_runtime.httpclient import ErrorKind, ServiceClient, ServiceError
+
+__all__ = ["ErrorKind", "NodeAgentClient", "NodeAgentError", "VWNCreated", "VWNRecord"]
+
+
+class NodeAgentError(ServiceError):
+    """A node agent call failed: ``kind``, ``status``, ``url``, ``body`` (``ServiceError``)."""
+
+
+class VWNCreated(TypedDict, total=False):
+    """Answer of POST /vwns: ``vwn`` id, ``cpu_cap`` (fraction of the node), ``capped``,
+    ``cap_reason``, ``state``."""
+
+    vwn: str
+    cpu_cap: float
+    capped: bool
+    cap_reason: str | None
+    state: str
+
+
+class VWNRecord(TypedDict, total=False):
+    """A VWN record: ``state`` is starting | running | done | aborted | cancelled; ``created``,
+    ``ended`` in clock seconds, ``cpu_time_s`` in seconds, ``cpu_caps`` ``[[t, fraction], ...]``."""
+
+    vwn: str
+    job_id: str
+    key: str
+    state: str
+    pid: int | None
+    cpu_cap: float
+    cpu_caps: list
+    capped: bool
+    cap_reason: str | None
+    exit_code: int | None
+    reason: str | None
+    created: float
+    ended: float | None
+    cpu_time_s: float | None
+
+
+class NodeAgentClient(ServiceClient):
+    """Client of one node agent at ``base_url``; ``timeout_s`` bounds each call (seconds).
+    ``session``: a ``requests.Session`` to share (default: its own)."""
+
+    Error = NodeAgentError
+
+    def create_vwn(self, body: dict) -> VWNCreated:
+        """POST /vwns with the VWN request ``body`` (docs/architecture.md: job_id, key,
+        executable, ...). 201 for a new VWN, 200 for a repeated ``key`` (the existing VWN).
+        Raises NodeAgentError (HTTP 400 for a bad body; BAD_ANSWER without ``vwn``)."""
+        return self._call("POST", "/vwns", json=body, required=("vwn",))
+
+    def vwns(self) -> list[VWNRecord]:
+        """GET /vwns: every VWN of the node. Raises NodeAgentError."""
+        return self._call("GET", "/vwns", answer=list)
+
+    def vwn(self, vwn: str) -> VWNRecord:
+        """GET /vwns/<vwn>. Raises NodeAgentError (HTTP 404 for an unknown VWN)."""
+        return self._call("GET", f"/vwns/{vwn}", required=("state",))
+
+    def delete_vwn(self, vwn: str) -> VWNRecord:
+        """DELETE /vwns/<vwn>: kill its process tree, remove its cgroup; the record (state
+        cancelled unless it had ended). Raises NodeAgentError (HTTP 404 for an unknown VWN)."""
+        return self._call("DELETE", f"/vwns/{vwn}")
+
+    def status(self, timeout_s: float | None = None) -> dict:
+        """GET /status: ``{"node","capacity","vwns","cgroup":{...}}``; ``timeout_s`` overrides
+        the client's (a liveness probe). Raises NodeAgentError."""
+        return self._call("GET", "/status", timeout_s=timeout_s)

@@ -1,0 +1,118 @@
+"""Real enactment of the lease engine on vgrid node agents (``leasing.enactment.Enactment``).
+
+``NodeAgentEnactment`` turns the scheduler's VM starts and stops into node agent calls through
+``node_client.NodeAgentClient`` (docs/architecture.md): ``POST {node}/vwns`` per VM to start,
+``DELETE {node}/vwns/<vwn>`` to stop. The node agent API has no suspend/resume, so
+``supports_suspend`` is False and the scheduler cancels and requeues preempted leases instead.
+Node-agent "done"/"aborted" events reach it through ``report_end(lease_id, time)``.
+"""
+from __future__ import annotations
+
+import threading
+
+from vgrid_runtime.httpclient import new_session
+
+from .leasing.model import Lease
+from .node_client import NodeAgentClient, NodeAgentError
+
+
+class NodeAgentEnactment:
+    """Real enactment on vgrid node agents over HTTP (see module doc).
+
+    ``node_urls[i]`` is the base URL of the node agent of site node i (the list may be changed
+    in place: clients are made per URL); ``payload(lease, vm)`` returns the ``POST /vwns`` body
+    for VM number ``vm`` of a lease (the CE agent builds it from the job); ``session`` is a
+    ``requests.Session`` shared by the node clients; ``timeout`` bounds each call (seconds).
+    A failed start raises ``NodeAgentError`` to the caller of the scheduler.
+    """
+
+    supports_suspend = False
+
+    def __init__(self, node_urls: list[str], payload, session=None, timeout: float = 10.0) -> None:
+        self.node_urls = node_urls
+        self.payload = payload
+        self.session = session or new_session()
+        self.timeout = timeout
+        self._clients: dict[str, NodeAgentClient] = {}
+        self.vwns: dict[int, list[tuple[int, str]]] = {}
+        self.attempts: dict[int, int] = {}          # lease id -> start attempts so far
+        self.failing_since: dict[int, float] = {}   # node -> clock s of its first unanswered call
+        self.start_errors: dict[int, str] = {}      # lease id -> why its last start attempt failed
+        self._ended: list[tuple[float, int]] = []
+        self._lock = threading.Lock()
+
+    def client(self, node: int) -> NodeAgentClient:
+        """The client of site node ``node``'s agent (at its current URL)."""
+        url = self.node_urls[node]
+        if url not in self._clients:
+            self._clients[url] = NodeAgentClient(url, session=self.session, timeout_s=self.timeout)
+        return self._clients[url]
+
+    def start_vms(self, lease: Lease, mapping: tuple, now: float, planned_end: float) -> None:
+        """POST one VWN per VM; each call is a new start attempt (``attempts[lease.id]`` + 1,
+        which ``payload`` reads to give the VWNs fresh keys). No answer, a timeout or a 5xx
+        marks the node failing since ``now`` (``failing_since``); an answer clears it. Raises
+        NodeAgentError (its text is kept in ``start_errors[lease.id]``)."""
+        self.attempts[lease.id] = self.attempts.get(lease.id, 0) + 1
+        started = []
+        for vm, node in enumerate(mapping):
+            try:
+                info = self.client(node).create_vwn(self.payload(lease, vm))
+            except NodeAgentError as exc:
+                self.answered(node, exc.answered, now)
+                self.start_errors[lease.id] = str(exc)
+                raise
+            self.answered(node, True, now)
+            started.append((node, info["vwn"]))
+        self.vwns[lease.id] = started
+        self.start_errors.pop(lease.id, None)
+
+    def answered(self, node: int, ok: bool, now: float) -> None:
+        """Record whether node ``node`` answered (``ok``) or failed at ``now`` (clock s)."""
+        if ok:
+            self.failing_since.pop(node, None)
+        else:
+            self.failing_since.setdefault(node, now)
+
+    def probe(self, node: int, timeout_s: float) -> bool:
+        """``GET {node}/status`` within ``timeout_s`` seconds: True when the node agent answers
+        below 500 (it is up), False for no answer, a timeout or a 5xx."""
+        try:
+            self.client(node).status(timeout_s=timeout_s)
+            return True
+        except NodeAgentError as exc:
+            return exc.answered
+
+    def stop_vms(self, lease: Lease, now: float) -> None:
+        for node, vwn in self.vwns.pop(lease.id, []):
+            try:
+                self.client(node).delete_vwn(vwn)
+            except NodeAgentError as exc:
+                if exc.status is None:  # its node is unreachable: the VWN is gone from the engine's view
+                    self.failing_since.setdefault(node, now)
+
+    def vms_paused(self, lease: Lease, now: float) -> None:
+        self.stop_vms(lease, now)
+
+    def suspended(self, lease: Lease, now: float) -> None:
+        pass
+
+    def resume_vms(self, lease: Lease, mapping: tuple, now: float) -> None:
+        raise NotImplementedError("node agents cannot resume VMs")
+
+    def start_transfer(self, res, now: float) -> None:
+        pass
+
+    def report_end(self, lease_id: int, time: float) -> None:
+        """A node agent reported the lease's VM done (thread-safe)."""
+        with self._lock:
+            self._ended.append((time, lease_id))
+
+    def next_event_time(self) -> float:
+        with self._lock:
+            return min((t for t, _ in self._ended), default=float("inf"))
+
+    def pop_events(self, now: float) -> list[tuple[float, int]]:
+        with self._lock:
+            out, self._ended = self._ended, []
+        return [(min(t, now), lid) for t, lid in out]
