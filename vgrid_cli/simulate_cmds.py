@@ -1,7 +1,7 @@
 """``vgrid simulate TRACE``: run the lease engine on a trace in simulated time (issue 5).
 
 A thin click adapter over ``vwn_agents.leasing``: read the trace (Haizea LWF XML or text, or
-SWF), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
+SWF; a file or a bundled trace's name, see ``vgrid_runtime.traces``), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
 the site embedded in an LWF), read the TOML configuration, optionally inject advance
 reservations from an LWF, simulate with a progress bar on a TTY, and report a table, or
 ``--json``, and with ``--out DIR`` the per-lease CSV and PNG plots.
