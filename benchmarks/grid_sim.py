@@ -7,10 +7,12 @@ counters, the job's Requirements and Rank through jdl, selection through broker.
 Reports, per policy, the wall time of the trace load (first policy only: cached after) and of
 the simulation, the CPU time of this process (the wall time on a busy shared machine includes
 waiting for a core), the number of ISM refreshes and the metrics. Exit 1 if a replay took
-more than 60 s of wall time.
+more than 60 s of wall time; exit 2, naming it, if the trace is missing (no figures reported).
 
-    .venv/bin/python benchmarks/grid_sim.py [--trace PATH] [--policies sfete,max,fuzzy]
+    .venv/bin/python benchmarks/grid_sim.py [--trace PATH|NAME] [--policies sfete,max,fuzzy]
         [--ism-refresh 240] [--limit N] [--json]
+
+The trace defaults to the bundled examples/traces/swf/LCG-2005-1.swf.gz (name ``lcg-2005-1``).
 """
 from __future__ import annotations
 
@@ -25,18 +27,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from broker.gridsim.engine import SimConfig, simulate  # noqa: E402
 from broker.gridsim.metrics import max_share_gap, run_metrics  # noqa: E402
 from broker.gridsim.workloads import load_ces, load_jobs  # noqa: E402
+from vgrid_runtime import traces  # noqa: E402
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "swf" / "LCG-2005-1.swf.gz"
+DEFAULT_TRACE = "lcg-2005-1"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--trace", default=DEFAULT_TRACE, help="SWF file or bundled trace name (default lcg-2005-1)")
     ap.add_argument("--policies", default="sfete,max,fuzzy")
     ap.add_argument("--ism-refresh", type=float, default=240.0, help="ISM refresh interval, s")
     ap.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        trace = traces.resolve(args.trace)
+    except traces.TraceNameError as exc:
+        print(f"grid_sim.py: {exc}", file=sys.stderr)
+        return 2
+    if not trace.is_file():
+        print(f"grid_sim.py: trace {trace} not found; no figures reported", file=sys.stderr)
+        return 2
+    args.trace = str(trace)
 
     t0, c0 = time.perf_counter(), time.process_time()
     ces = load_ces(f"swf:{args.trace}")

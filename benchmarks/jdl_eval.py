@@ -1,7 +1,10 @@
 """Benchmark of vgrid's jdl: Requirements+Rank evaluations/s against 1,000 GLUE CE ads, in
 the same run for vgrid and for HTCondor's classad2, and JDL parses/s.
 
-    .venv/bin/python benchmarks/jdl_eval.py [--ads 1000] [--seconds 3] [--json]
+    .venv/bin/python benchmarks/jdl_eval.py [--ads 1000] [--seconds 3] [--jdl-dir DIR] [--json]
+
+Inputs: the real gLite JDL files of tests/data/jdl (01, 02, 09 are matched, all five parsed);
+if one is missing the benchmark names it and exits 2 without reporting any figure.
 
 Rates are per CPU second of the benchmark process (time.process_time).
 One evaluation = Requirements and Rank of one job against one CE ad, each job compiled once,
@@ -11,7 +14,6 @@ classad2.ClassAd). Targets (issue 3): vgrid >= 2x classad2, >= 2,000 parses/s.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -25,7 +27,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jdl  # noqa: E402
 
 NOW = 1_700_000_000.0  # what time() returns: a fixed instant, so that runs are comparable
-DATA = os.environ.get("VGRID_SHARED", str(Path(__file__).resolve().parents[2] / "shared")) + "/data/jdl"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "jdl"
+MATCHED = ("01_hostname_nobrackets.jdl", "02_mpi_member_totalcpus.jdl", "09_wmsfeedback_nobrackets.jdl")
+PARSED = MATCHED + ("05_collection_fuzzyrank.jdl", "06_parametric_list.jdl")
 REALISTIC_JOB = """[
   Executable = "analysis.sh";
   InputSandbox = {"analysis.sh", "cuts.xml"};
@@ -73,9 +77,21 @@ def glue_ads(count: int, seed: int = 2026) -> list[dict]:
     return ads
 
 
-def jobs_texts() -> list[tuple[str, str]]:
-    out = [(os.path.basename(p), open(p).read()) for p in sorted(glob.glob(f"{DATA}/0[129]_*.jdl"))]
-    return out + [("realistic", REALISTIC_JOB)]
+def read_inputs(data: Path, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, text) of each file; exits 2 naming the first missing file (no fallback input)."""
+    out = []
+    for name in names:
+        try:
+            out.append((name, (data / name).read_text(encoding="utf-8")))
+        except OSError as exc:
+            print(f"jdl_eval.py: input {data / name} cannot be read ({exc.strerror}); no figures reported",
+                  file=sys.stderr)
+            sys.exit(2)
+    return out
+
+
+def jobs_texts(data: Path = DATA) -> list[tuple[str, str]]:
+    return read_inputs(data, MATCHED) + [("realistic", REALISTIC_JOB)]
 
 
 def _rate(fn, seconds: float) -> float:
@@ -129,8 +145,8 @@ def bench_classad2(texts, ads, seconds):
     return _rate(run, seconds), hits
 
 
-def bench_parse(seconds):
-    texts = [(p, open(p).read()) for p in sorted(glob.glob(f"{DATA}/*.jdl"))]
+def bench_parse(seconds, data: Path = DATA):
+    texts = read_inputs(data, PARSED)
 
     def run():
         for name, t in texts:
@@ -143,15 +159,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ads", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--jdl-dir", type=Path, default=DATA, help=f"directory of the JDL files {', '.join(PARSED)}")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    texts, ads = jobs_texts(), glue_ads(a.ads)
+    read_inputs(a.jdl_dir, PARSED)  # every input present before any measurement
+    texts, ads = jobs_texts(a.jdl_dir), glue_ads(a.ads)
     vg, vg_hits = bench_vgrid(texts, ads, a.seconds)
     try:
         c2, c2_hits = bench_classad2(texts, ads, a.seconds)
     except ImportError:
         c2, c2_hits = None, None
-    parses = bench_parse(a.seconds)
+    parses = bench_parse(a.seconds, a.jdl_dir)
     res = {"ads": a.ads, "jobs": len(texts), "vgrid_evals_per_s": round(vg),
            "classad2_evals_per_s": None if c2 is None else round(c2),
            "speedup": None if c2 is None else round(vg / c2, 2),

@@ -7,6 +7,10 @@ whole process (import + trace reading + simulation), and the run's metrics.
 
     .venv/bin/python benchmarks/lease_engine.py [--days 30 60] [--repeat 3] [--inject NAME] [--json]
 
+Inputs are the bundled traces (examples/traces, names in vgrid_runtime/traces.py): blue-15days,
+blue-30days, blue-60days, and for --inject an AR set of the 30-day trace (or an LWF file). A
+missing input is named and the benchmark exits 2 before any run.
+
 Haizea 1.1 reports all-best-effort = 2,651,340 s for the 30-day run (5,108 leases).
 """
 from __future__ import annotations
@@ -19,7 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = Path(os.environ.get("VGRID_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "traces" / "haizea" / "blue"
+sys.path.insert(0, str(ROOT))
+
+from vgrid_runtime import traces  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -46,10 +52,24 @@ print(json.dumps({"leases": len(leases), "ar_accepted": m["ar_accepted"], "ar_re
 """
 
 
+def inputs(days: int, inject: str = "") -> tuple[str, str]:
+    """The trace and AR files of one run; exits 2 naming a missing one (never a fallback)."""
+    try:
+        if inject in traces.AR_SETS and days != 30:
+            raise traces.TraceNameError(f"the AR set {inject} is for the 30-day trace, not {days} days")
+        trace = traces.bundled(f"blue-{days}days")
+        inj = traces.resolve(inject) if inject else None
+        if inj is not None and not inj.is_file():
+            raise traces.TraceNameError(f"--inject: {inj} not found")
+    except traces.TraceNameError as exc:
+        print(f"lease_engine.py: {exc}; no figures reported", file=sys.stderr)
+        sys.exit(2)
+    return str(trace), str(inj or "")
+
+
 def run_once(days: int, inject: str = "") -> dict:
-    trace = TRACES / f"{days}days.swf"
-    inj = str(TRACES.parent / "injected_leases" / f"{days}days" / f"{inject}.lwf") if inject else ""
-    out = subprocess.run([sys.executable, "-c", CHILD, str(trace), str(ROOT), inj], capture_output=True,
+    trace, inj = inputs(days, inject)
+    out = subprocess.run([sys.executable, "-c", CHILD, trace, str(ROOT), inj], capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout)
 
@@ -59,9 +79,12 @@ def main() -> None:
     ap.add_argument("--days", type=int, nargs="+", default=[30, 60], choices=[15, 30, 60])
     ap.add_argument("--repeat", type=int, default=3, help="runs per trace; the fastest is reported")
     ap.add_argument("--inject", default="", metavar="NAME",
-                    help="also inject the ARs of injected_leases/<days>days/NAME.lwf (e.g. work_30-dur_4h-size_3large)")
+                    help="also inject the ARs of NAME, a bundled AR set of the 30-day trace "
+                         "(e.g. work_30-dur_4h-size_3large) or an LWF file")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    for days in args.days:
+        inputs(days, args.inject)  # every input present before any run
     load = os.getloadavg()[0]
     results = []
     for days in args.days:

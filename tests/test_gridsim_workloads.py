@@ -11,6 +11,8 @@ from broker.gridsim.model import SEED004_TABLE2, SpecError, ces_from_toml, site_
 from broker.gridsim.workloads import (PoissonSpec, load_ces, load_jobs, parse_poisson, poisson_jobs,
                                       read_swf)
 
+from .paths import TRACES
+
 
 def swf_line(job, submit, run, site, wait=-1, req=600, user=1):
     return f"{job} {submit} {wait} {run} 1 -1 -1 -1 {req} -1 -1 {user} 1 -1 -1 {site} -1 -1\n"
@@ -110,10 +112,9 @@ def test_example_spec_file_is_the_builtin_testbed():
     assert ces_from_toml(path) == SEED004_TABLE2
 
 
-LCG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "swf" / "LCG-2005-1.swf.gz"
+LCG = TRACES / "swf" / "LCG-2005-1.swf.gz"
 
 
-@pytest.mark.skipif(not LCG.exists(), reason=f"the LCG trace is not on this machine ({LCG})")
 def test_real_lcg_trace_sites_and_a_replayed_slice():
     from broker.gridsim.engine import SimConfig, simulate
     from broker.gridsim.metrics import jobs_per_ce

@@ -9,14 +9,13 @@ docs/jdl.md ("Divergences from HTCondor").
 import math
 import random
 
+import classad2  # the htcondor package, in the test extra
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from jdl import ERROR, UNDEFINED, ClassAd, MappingAd, evaluate, parse_classad
 from jdl.printer import quote
-
-classad2 = pytest.importorskip("classad2", reason="the htcondor package (test extra) is not installed")
 
 BATCH = 12_500
 BATCHES = 8  # 8 x 12,500 = 100,000 cases

@@ -15,7 +15,6 @@ from .paths import TRACES
 BLUE = TRACES / "haizea/blue/30days.swf"
 
 
-@pytest.mark.skipif(not BLUE.exists(), reason="the shared Blue Horizon trace is not on this machine")
 def test_blue_30_days_completes_close_to_haizea():
     leases = read_trace(BLUE).leases
     cfg = LeaseConfig({"backfilling": "aggressive", "suspension": "all", "suspend-rate": 50.0,

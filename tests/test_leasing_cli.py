@@ -64,8 +64,6 @@ def test_out_dir_writes_csv_and_plots(trace, tmp_path):
 
 
 def test_embedded_site_and_injection(tmp_path):
-    if not TESTS.is_dir():
-        pytest.skip(f"{TESTS} not present")
     inj = tmp_path / "inj.lwf"
     inj.write_text("0 1800 600 600 2 1 1024 0 z.img 100\n")
     r = CliRunner().invoke(simulate_cmd, [str(TESTS / "reservation.lwf"), "--inject-ar", str(inj), "--json"])

@@ -117,13 +117,11 @@ def test_swf_conversion_like_haizea(tmp_path):
     assert b.n_vms == 2 and b.real_duration_s is None  # min(300, 200) = requested
 
 
-@pytest.mark.skipif(not BLUE.exists(), reason="shared traces not present")
 def test_blue_30_days_has_haizeas_5108_leases():
     assert len(read_trace(BLUE).leases) == 5108
 
 
-@pytest.mark.skipif(not LWF_OLD.exists(), reason="shared traces not present")
-def test_shared_old_lwf_parses():
+def test_bundled_old_lwf_parses():
     w = read_trace(LWF_OLD)
     assert w.leases and all(l.type is LeaseType.ADVANCE_RESERVATION for l in w.leases)
 

@@ -102,7 +102,8 @@ def _write_out(out: Path, doc: dict, result) -> None:
 
 @click.command("simulate-grid")
 @click.option("--ces", "ces_spec", default="seed004", show_default=True, metavar="SPEC",
-              help="CEs: 'seed004' (seed 004 Table II), 'swf:TRACE' (one CE per trace site) "
+              help="CEs: 'seed004' (seed 004 Table II), 'swf:TRACE' (one CE per trace site; TRACE is a file "
+                   "or a bundled name such as lcg-2005-1, see 'vgrid simulate --list-traces') "
                    "or a TOML file of [[ce]] id/cpus/si00")
 @click.option("--workload", default="poisson:rate=15,jobs=250", show_default=True, metavar="SPEC",
               help="'poisson:rate=R,jobs=N,users=5,means=5/6.5/8.5/10.5/12.5[,deadline_factor=F]' "

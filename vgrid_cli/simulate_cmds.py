@@ -1,7 +1,7 @@
 """``vgrid simulate TRACE``: run the lease engine on a trace in simulated time (issue 5).
 
 A thin click adapter over ``vwn_agents.leasing``: read the trace (Haizea LWF XML or text, or
-SWF), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
+SWF; a file or a bundled trace's name, see ``vgrid_runtime.traces``), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
 the site embedded in an LWF), read the TOML configuration, optionally inject advance
 reservations from an LWF, simulate with a progress bar on a TTY, and report a table, or
 ``--json``, and with ``--out DIR`` the per-lease CSV and PNG plots.
@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from vgrid_runtime import traces
 from vwn_agents.leasing import (ConfigError, LeaseConfig, OverCommitError, TraceError, load_config, read_site,
                                 read_trace, simulate, uniform_site)
 
@@ -35,8 +36,18 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _list_traces(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    for name, rel in traces.CATALOGUE.items():
+        click.echo(f"{name:52} examples/traces/{rel}")
+    ctx.exit(0)
+
+
 @click.command("simulate")
 @click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--list-traces", is_flag=True, is_eager=True, expose_value=False, callback=_list_traces,
+              help="list the bundled traces' names (usable as TRACE and --inject-ar) and exit")
 @click.option("--site", "site_file", type=click.Path(dir_okay=False), default=None,
               help="site description (LWF-style XML <site>)")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="number of identical nodes")
@@ -45,20 +56,23 @@ def _fmt(v) -> str:
 @click.option("--mem-per-node", type=click.IntRange(min=1), default=1024, show_default=True,
               help="memory per node, MB")
 @click.option("--swf-cpus-per-node", type=click.IntRange(min=1), default=1, show_default=True,
-              help="SWF conversion: processors per VM (the shared haizea/blue files are already divided)")
+              help="SWF conversion: processors per VM (the bundled blue-* files are already divided)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="TOML configuration (Haizea option names; see docs/leasing.md)")
 @click.option("--inject-ar", "inject", type=click.Path(dir_okay=False), default=None,
-              help="LWF with advance reservations to add to the trace")
+              help="LWF (file or bundled name) with advance reservations to add to the trace")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write leases.csv and PNG plots (utilization, Gantt, disk) into DIR")
 def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_per_node, config_file, inject,
                  as_json, out_dir) -> None:
-    """Simulate the lease engine on TRACE (Haizea LWF or SWF) and report leases and metrics."""
+    """Simulate the lease engine on TRACE (Haizea LWF or SWF file, or a bundled trace's name, see
+    --list-traces) and report leases and metrics."""
     if site_file and nodes:
         _fail("give either --site or --nodes, not both", 2)
     try:
+        trace = traces.resolve(trace)
+        inject = traces.resolve(inject) if inject else None
         config = load_config(config_file) if config_file else LeaseConfig()
         workload = read_trace(trace, cpus_per_node=swf_cpus_per_node, memory_mb=mem_per_node)
         leases = list(workload.leases)
@@ -73,7 +87,7 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
             site = workload.nodes
         else:
             _fail(f"{trace} has no <site>; give --nodes N (and --cpus-per-node, --mem-per-node) or --site FILE", 2)
-    except (TraceError, ConfigError) as exc:
+    except (TraceError, ConfigError, traces.TraceNameError) as exc:
         _fail(str(exc), 2)
     result = _run(leases, site, config, show_progress=sys.stderr.isatty() and not as_json)
     report = result.report()

@@ -7,11 +7,12 @@ Workload specs (``--workload``):
   user u's jobs last exponentially distributed times of mean ``means[u]`` minutes when run
   alone on the fastest CPU of the grid; ``jobs`` jobs in all. With ``deadline_factor`` F a job's
   deadline is its submission + F x its duration on the fastest CPU.
-- ``swf:PATH[,limit=N][,deadline=requested]``: a Standard Workload Format trace (plain or .gz):
+- ``swf:PATH[,limit=N][,deadline=requested]``: a Standard Workload Format trace (plain or .gz;
+  PATH may be a bundled trace's name, e.g. ``swf:lcg-2005-1``, see :mod:`vgrid_runtime.traces`):
   field 2 submit time, 4 run time, 12 user, 16 partition = site; a job's work is its run time
   on a CPU of the site's benchmark. ``deadline=requested`` uses submit + field 9 (requested time).
 
-CE specs (``--ces``): ``seed004`` (seed 004 Table II), ``swf:PATH`` (one CE per trace site, see
+CE specs (``--ces``): ``seed004`` (seed 004 Table II), ``swf:PATH`` or ``swf:NAME`` (one CE per trace site, see
 :func:`broker.gridsim.model.ces_from_sites`) or the path of a TOML file
 (:func:`broker.gridsim.model.ces_from_toml`).
 """
@@ -24,6 +25,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+from vgrid_runtime import traces
 
 from .model import BUILTIN_CES, CESpec, Job, SpecError, ces_from_sites, ces_from_toml, site_ce_id
 
@@ -134,11 +137,16 @@ def _read_swf_cached(path: str, mtime: float) -> SwfTrace:
 
 
 def read_swf(path: str | Path) -> SwfTrace:
-    """Parse an SWF trace (cached per path and modification time).
+    """Parse an SWF trace, a file or a bundled trace's name (cached per path and modification time).
 
     Jobs with a negative run or submit time are skipped (counted in ``skipped``). Raises
-    SpecError naming ``path:line:column`` for malformed lines and the path when unreadable.
+    SpecError naming ``path:line:column`` for malformed lines, the path when unreadable, and
+    the known names for an unknown name.
     """
+    try:
+        path = traces.resolve(path)
+    except traces.TraceNameError as exc:
+        raise SpecError(str(exc)) from None
     try:
         mtime = os.stat(path).st_mtime
     except OSError as exc:
@@ -226,4 +234,4 @@ def load_jobs(spec: str, ces: Sequence[CESpec], seed: int) -> list[Job]:
             raise SpecError(f"--workload swf: unknown option(s) {', '.join(sorted(opts))}; "
                             "use limit=N, deadline=requested")
         return swf_jobs(read_swf(path), ces, limit, deadline)
-    raise SpecError(f"--workload: unknown kind {kind!r}; use poisson:... or swf:PATH")
+    raise SpecError(f"--workload: unknown kind {kind!r}; use poisson:... or swf:PATH (or swf:NAME of a bundled trace)")
