@@ -81,8 +81,9 @@ class _Group:
     Rank, published jobs and capacity (evaluated once), and the candidates built from them with
     the feedback counts last seen (rebuilt only for the CEs whose count moved)."""
 
-    __slots__ = ("job", "policy", "ids", "index", "ads", "records", "ranks", "published", "capacities",
-                 "counts", "version", "candidates", "rank_reads_feedback", "dispatched")
+    __slots__ = ("job", "policy", "ids", "index", "ads", "records", "ranks", "published",
+                 "capacities", "counts", "version", "candidates", "rank_reads_feedback",
+                 "dispatched")
 
     def __init__(self, job, policy: SelectionPolicy, rank_reads_feedback: bool) -> None:
         self.job, self.policy = job, policy
