@@ -10,20 +10,30 @@ adds to every job's requirements). Selection is a :mod:`broker.selection` policy
   (seed 004 eq. (1) and Section 4.2);
 - ``FuzzyRank = true``: Fuzzy Rank over the job's Rank;
 - ``FeteRank = false`` (or default policy "max"): Max Rank over the job's Rank.
+
+Identical JDLs are grouped per ISM snapshot: the Requirements, VO rule and Rank of one JDL
+text are evaluated once per ad of a snapshot (and reused across snapshots for ads that did not
+change: the ISM keeps an unchanged ad's dict); later jobs with the same text only see their
+N_j updated from the feedback counters. The live broker and the grid simulator both get this.
 """
 from __future__ import annotations
 
+import math
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import jdl as jdlmod
-from infosys.ism import ad_id
+from infosys.ism import DISPATCHED, ad_id
 
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SelectionPolicy,
-                        SfeteSelection, ad_value, ce_capacity, published_jobs)
+                        SfeteSelection, ad_value, ce_capacity, published_jobs, sfete_rank)
 
 CE_ID = "GlueCEUniqueID"
+
+#: At most this many distinct JDL texts are grouped per snapshot (then the groups restart).
+MAX_GROUPS = 256
 
 
 def vo_allowed(ad: Mapping[str, Any], vo: str | None) -> bool:
@@ -50,7 +60,7 @@ class MatchResult:
         """``{"policy", "ces": [{"id", "rank", "sfete", "n_j", "capacity"}]}``, best first."""
         return {"policy": self.policy.name, "ces": [
             {"id": c.ce_id, "rank": c.rank,
-             "sfete": (c.n_jobs + 1) / c.capacity if c.capacity > 0 else None,
+             "sfete": c.sfete if c.capacity > 0 else None,
              "n_j": c.n_jobs, "capacity": c.capacity} for c in self.ranked()]}
 
     def ranked(self) -> list[Candidate]:
@@ -60,11 +70,123 @@ class MatchResult:
         return [self.candidates[i] for i in order]
 
 
+def _reusable(text: str) -> bool:
+    """Whether one evaluation of a JDL's expressions per ad may serve every job with that text:
+    not when they may call time() (the answer changes with the clock)."""
+    return "time(" not in text.lower()
+
+
+class _Group:
+    """One JDL text on one ISM snapshot: the ads that pass its Requirements and VO rule, their
+    Rank, published jobs and capacity (evaluated once), and the candidates built from them with
+    the feedback counts last seen (rebuilt only for the CEs whose count moved)."""
+
+    __slots__ = ("job", "policy", "ids", "index", "ads", "records", "ranks", "published",
+                 "capacities", "counts", "version", "candidates", "rank_reads_feedback",
+                 "dispatched")
+
+    def __init__(self, job, policy: SelectionPolicy, rank_reads_feedback: bool) -> None:
+        self.job, self.policy = job, policy
+        self.rank_reads_feedback = rank_reads_feedback
+        self.ids: list[str] = []
+        self.ads: list = []
+        self.records: list[list] = []
+        self.ranks: list = []
+        self.published: list[int] = []
+        self.capacities: list[float] = []
+        self.index: dict[str, list[int]] = {}  # CE id -> its positions
+        self.counts: list[int] | None = None
+        self.version: int | None = None   # feedback.version when counts were read
+        self.dispatched: list | None = None
+        self.candidates: list[Candidate] = []
+
+    def add(self, ce_id: str, ad, record: list) -> None:
+        """Add a matching ad; ``record`` is its memo ``[dict, True, rank, published jobs, C_j,
+        last candidate built from it or None]``."""
+        self.index.setdefault(ce_id, []).append(len(self.ids))
+        self.ids.append(ce_id)
+        self.ads.append(ad)
+        self.records.append(record)
+        self.ranks.append(record[2])
+        self.published.append(record[3])
+        self.capacities.append(record[4])
+
+    def current(self, feedback, now: float) -> list[Candidate]:
+        """The candidates with N_j = published jobs + ``feedback`` count (a fresh list)."""
+        stale = self._recount(feedback)
+        if self.rank_reads_feedback:
+            seen = [ad.get(DISPATCHED) for ad in self.ads]
+            moved = self._moved(self.dispatched, seen)
+            if moved:  # None on the first call: the ranks were just evaluated
+                for i in moved:
+                    self.ranks[i] = jdlmod.rank_value(self.job, self.ads[i], now)
+                stale = None if stale is None else sorted(set(stale) | set(moved))
+            self.dispatched = seen
+        counts = self.counts
+        if stale is None:
+            self.candidates = [self._candidate(i, counts) for i in range(len(self.ids))]
+        else:
+            for i in stale:
+                self.candidates[i] = self._candidate(i, counts)
+        return list(self.candidates)
+
+    def _recount(self, feedback) -> list[int] | None:
+        """Update ``counts`` from ``feedback``; the indexes whose count moved (None: all).
+
+        Reads only the keys ``feedback.changed_since`` names when it has that change log."""
+        version = getattr(feedback, "version", None)
+        keys = None
+        if self.counts is not None and self.version is not None and version is not None:
+            keys = feedback.changed_since(self.version)
+        self.version = version
+        if keys is None:
+            counts = _counts(feedback, self.ids)
+            stale = self._moved(self.counts, counts)
+            self.counts = counts
+            return stale
+        stale = []
+        for i in sorted({i for k in set(keys) for i in self.index.get(k, ())}):
+            n = feedback.get(self.ids[i])
+            if n != self.counts[i]:
+                self.counts[i] = n
+                stale.append(i)
+        return stale
+
+    @staticmethod
+    def _moved(old: list | None, new: list) -> list[int] | None:
+        if old is None:
+            return None
+        if old == new:
+            return []
+        return [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+
+    def _candidate(self, i: int, counts: list[int]) -> Candidate:
+        """Candidate i, reusing the one last built from the same ad dict when nothing moved
+        (its ``ad`` may then be an earlier snapshot's view of that same dict)."""
+        published, dispatched, capacity = self.published[i], counts[i], self.capacities[i]
+        record, rank = self.records[i], self.ranks[i]
+        last = record[5]
+        if last is not None and last.n_jobs == published + dispatched and last.rank == rank \
+                and last.ce_id == self.ids[i]:
+            return last
+        record[5] = last = Candidate(
+            self.ids[i], self.ads[i], rank, published + dispatched, capacity,
+            sfete_rank(published, dispatched, capacity) if capacity > 0 else math.inf)
+        return last
+
+
+def _counts(feedback, ids: list[str]) -> list[int]:
+    counts = getattr(feedback, "counts", None)
+    return counts(ids) if counts is not None else [feedback.get(k) for k in ids]
+
+
 class Matchmaker:
     """Filters and selects CEs for jobs. ``default_policy`` is "sfete", "max" or "fuzzy".
 
-    ``feedback`` is any object with ``get(ce_id) -> int`` (infosys.feedback.FeedbackCounters).
-    ``rng`` is a ``random.Random`` used for tie-breaks and Fuzzy Rank draws.
+    ``feedback`` is any object with ``get(ce_id) -> int`` (infosys.feedback.FeedbackCounters,
+    whose ``counts``, ``version`` and ``changed_since`` are used when present: a job then costs
+    O(CEs whose count moved), not O(CEs)): N_j = published jobs + its count.
+    ``rng`` is a ``random.Random`` used for tie-breaks and Fuzzy Rank draws. Thread-safe.
     """
 
     def __init__(self, feedback, default_policy: str = "sfete", fuzzy_factor: float = 1.0,
@@ -76,6 +198,11 @@ class Matchmaker:
         if default_policy not in self._policies:
             raise ValueError(f"unknown selection policy {default_policy!r}; choose sfete, max or fuzzy")
         self.default_policy = default_policy
+        self._lock = threading.Lock()
+        self._snapshot: tuple | None = None            # (ads, blacklist) the groups belong to
+        self._groups: dict[str, _Group] = {}           # JDL text -> its group on that snapshot
+        self._memo: dict[str, dict[int, list]] = {}    # JDL text -> id(ad dict) -> its
+        #                           [dict, ok, rank, published jobs, C_j, last candidate or None]
 
     def policy_for(self, job: "jdlmod.JobDescription") -> SelectionPolicy:
         """The selection policy the job asks for (FeteRank / FuzzyRank), else the default."""
@@ -90,23 +217,59 @@ class Matchmaker:
 
     def match(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
               blacklist: frozenset[str] = frozenset(), *, now: float) -> MatchResult:
-        """Filter ``ads`` for ``job`` and build the candidates; nothing is chosen yet.
+        """Filter ``ads`` (an ISM snapshot's ads, e.g. ``ISM.candidates()``, in ISM order) for
+        ``job`` and build the candidates in that order; nothing is chosen yet.
 
-        ``now``: the broker's ``clock.now()`` in seconds, what ``time()`` in the JDL returns."""
+        ``now``: the broker's ``clock.now()`` in seconds, what ``time()`` in the JDL returns
+        (a JDL that calls ``time()`` is never reused from an earlier evaluation).
+
+        ``ads`` and the dicts in it must not be mutated while in use (the ISM's never are): a
+        later call with the same ``ads`` object and blacklist reuses the evaluation of the
+        same JDL text. Raises nothing for bad ads (they are skipped).
+        """
+        text = job.text
+        reusable = _reusable(text)
+        with self._lock:
+            if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
+                self._snapshot, self._groups = (ads, blacklist), {}
+            group = self._groups.get(text) if reusable else None
+            if group is None:
+                group = self._filter(job, ads, blacklist, reusable, now)
+                if reusable:
+                    if len(self._groups) >= MAX_GROUPS:
+                        self._groups.clear()
+                    self._groups[text] = group
+            return MatchResult(group.current(self.feedback, now), group.policy)
+
+    def _filter(self, job, ads, blacklist, reusable: bool, now: float) -> _Group:
+        """The Requirements + VO filtering phase, with Rank, for one JDL on ``ads``."""
+        rank_reads_feedback = DISPATCHED.lower() in job.text.lower()
+        group = _Group(job, self.policy_for(job), rank_reads_feedback)
+        memo = self._memo.get(job.text, {}) if reusable else {}
+        seen: dict[int, list] = {}
         vo = job.virtual_organisation
-        candidates = []
         for ad in ads:
-            if not isinstance(ad_value(ad, CE_ID), str):
-                continue
+            raw = getattr(ad, "ad", ad)  # an AdView's dict: the same object holds the same data
+            rec = memo.get(id(raw))
+            if rec is None or rec[0] is not raw:
+                if not isinstance(ad_value(ad, CE_ID), str):
+                    continue
+                ok = vo_allowed(ad, vo) and jdlmod.matches(job, ad, now)
+                rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None,
+                       published_jobs(raw), ce_capacity(raw), None]
+            elif rec[1] and rank_reads_feedback:
+                rec = [raw, True, jdlmod.rank_value(job, ad, now), rec[3], rec[4], None]
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key
             if ce_id in blacklist:
                 continue
-            if not vo_allowed(ad, vo) or not jdlmod.matches(job, ad, now):
-                continue
-            candidates.append(Candidate(
-                ce_id=ce_id, ad=ad, rank=jdlmod.rank_value(job, ad, now),
-                n_jobs=published_jobs(ad) + self.feedback.get(ce_id), capacity=ce_capacity(ad)))
-        return MatchResult(candidates, self.policy_for(job))
+            seen[id(raw)] = rec
+            if rec[1]:
+                group.add(ce_id, ad, rec)
+        if reusable:
+            if len(self._memo) >= MAX_GROUPS and job.text not in self._memo:
+                self._memo.clear()
+            self._memo[job.text] = seen
+        return group
 
     def select(self, result: MatchResult) -> Candidate | None:
         """The chosen CE, or None when no CE matched."""

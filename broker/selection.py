@@ -26,6 +26,8 @@ class Candidate:
     the broker dispatched to it since the last ISM refresh (the feedback counter, seed 004
     Section 4.2). ``capacity`` is C_j (SI00 x CPUs by default, see :func:`ce_capacity`).
     ``rank`` is the job's Rank evaluated against the CE ad, or None when undefined/error.
+    ``sfete`` is (N_j + 1) / C_j (:func:`sfete_rank`), computed from ``n_jobs`` and
+    ``capacity`` when not given; +inf for a CE of capacity 0.
     """
 
     ce_id: str
@@ -33,6 +35,12 @@ class Candidate:
     rank: float | None
     n_jobs: int
     capacity: float
+    sfete: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.sfete is None:
+            object.__setattr__(self, "sfete", sfete_rank(self.n_jobs, 0, self.capacity)
+                               if self.capacity > 0 else math.inf)
 
 
 def sfete_rank(published_jobs: int, dispatched_since_refresh: int, capacity: float) -> float:
@@ -41,10 +49,21 @@ def sfete_rank(published_jobs: int, dispatched_since_refresh: int, capacity: flo
     Returns (N_j + 1) / C_j where N_j = published jobs + jobs dispatched since the last ISM
     refresh; lower is better. ``capacity`` is C_j in the CE's capacity unit (SI00 x CPUs by
     default) and must be > 0, else ValueError. Source: seed 004, eq. (1) and Section 4.2.
+    The one implementation: :class:`Candidate` (hence SFETE selection, list-match and the grid
+    simulator) computes its ``sfete`` here.
     """
     if not capacity > 0:
         raise ValueError(f"SFETE needs a CE capacity > 0, got {capacity!r}")
     return (published_jobs + dispatched_since_refresh + 1) / capacity
+
+
+def cpu_capacity(total_cpus: float, si00: float) -> float:
+    """C_j = CPUs x SpecInt2000 of one CPU (SI00), negatives counted as 0.
+
+    Source: seed 004 Section 4.2. Used by :func:`ce_capacity` (CE ads) and by the grid
+    simulator's CE specs (``broker.gridsim.model.CESpec.capacity``).
+    """
+    return max(0.0, total_cpus) * max(0.0, si00)
 
 
 def _number(value: Any, default: float) -> float:
@@ -72,7 +91,7 @@ def ce_capacity(ad: Mapping[str, Any]) -> float:
     """
     cpus = _number(ad_value(ad, "GlueCEInfoTotalCPUs"), 0.0)
     si00 = _number(ad_value(ad, "GlueHostBenchmarkSI00"), DEFAULT_SI00)
-    return max(0.0, cpus) * max(0.0, si00)
+    return cpu_capacity(cpus, si00)
 
 
 def published_jobs(ad: Mapping[str, Any]) -> int:
@@ -115,7 +134,7 @@ class SfeteSelection(SelectionPolicy):
     name = "sfete"
 
     def scores(self, candidates: Sequence[Candidate]) -> list[float]:
-        return [-(c.n_jobs + 1) / c.capacity if c.capacity > 0 else -math.inf for c in candidates]
+        return [-c.sfete for c in candidates]
 
 
 class MaxRankSelection(SelectionPolicy):

@@ -12,7 +12,9 @@ unchanged (tests/test_infosys_bdii.py does that). Units follow GLUE 1.3: GlueCEP
 in minutes, GlueCEStateEstimatedResponseTime in seconds, GlueHostMainMemoryRAMSize in MB.
 Source: GLUE Schema 1.3 specification (OGF GLUE WG, 2007), Sections 6.1-6.3.
 ``render_glue2(state)`` gives the same CE in GLUE 2.0 (OGF GFD.147; times in seconds), and
-``ce_state_from_ad(ad)`` turns a GLUE 1.3 CE ad back into a CEState (``vgrid gip --ce URL``).
+``ce_state_from_ad(ad)`` turns a GLUE 1.3 CE ad back into a CEState (``vgrid gip --ce URL``);
+``glue13_ads(state)`` gives the ads an ISM reads from ``render_glue13(state)`` (and
+``glue13_ads_update`` refreshes their dynamic attributes only).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ldap3.utils.dn import escape_rdn
 
+from infosys.glue import glue13_ce_ads, glue_typed
 from infosys.ldif import LdifEntry, format_ldif
 
 GLUE_SCHEMA_VERSION = {"GlueSchemaVersionMajor": ["1"], "GlueSchemaVersionMinor": ["3"]}
@@ -121,6 +124,20 @@ def _subcluster_attrs(state: CEState) -> dict[str, list[str]]:
     return attrs
 
 
+def glue13_dynamic_attrs(state: CEState) -> dict[str, list[str]]:
+    """The GlueCE attributes that change with the jobs (what a GIP dynamic plugin such as
+    lcg-info-dynamic-pbs refreshes): running, waiting and total jobs, free CPUs and job slots,
+    estimated response time (s). Names and order as in the CE entry."""
+    return {
+        "GlueCEStateRunningJobs": _s(state.running),
+        "GlueCEStateWaitingJobs": _s(state.waiting),
+        "GlueCEStateTotalJobs": _s(state.running + state.waiting),
+        "GlueCEStateFreeCPUs": _s(state.free_cpus),
+        "GlueCEStateFreeJobSlots": _s(state.free_cpus),
+        "GlueCEStateEstimatedResponseTime": _s(int(state.ert_s)),
+    }
+
+
 def _ce_attrs(state: CEState) -> dict[str, list[str]]:
     classes = ["GlueCETop", "GlueCE", "GlueCEInfo", "GlueCEPolicy", "GlueCEState",
                "GlueInformationService", "GlueKey", "GlueSchemaVersion"]
@@ -140,12 +157,7 @@ def _ce_attrs(state: CEState) -> dict[str, list[str]]:
         "GlueCEInfoContactString": [contact],
         "GlueCEInfoTotalCPUs": _s(state.total_cpus),
         "GlueCEStateStatus": [state.status],
-        "GlueCEStateRunningJobs": _s(state.running),
-        "GlueCEStateWaitingJobs": _s(state.waiting),
-        "GlueCEStateTotalJobs": _s(state.running + state.waiting),
-        "GlueCEStateFreeCPUs": _s(state.free_cpus),
-        "GlueCEStateFreeJobSlots": _s(state.free_cpus),
-        "GlueCEStateEstimatedResponseTime": _s(int(state.ert_s)),
+        **glue13_dynamic_attrs(state),
         "GlueCEPolicyMaxWallClockTime": _s(int(state.max_wallclock_s) // 60),
         "GlueCEPolicyMaxRunningJobs": _s(state.total_cpus),
     }
@@ -163,6 +175,26 @@ def render_glue13(state: CEState) -> str:
     that fits the published limit fits the real one); GlueCEStateTotalJobs = running + waiting.
     """
     return format_ldif(glue13_entries(state))
+
+
+def glue13_ads(state: CEState) -> list[dict]:
+    """The CE ads (one, or one per VO view) an ISM source reads from this CE's GLUE 1.3 LDIF.
+
+    Equal to ``glue13_ce_ads(parse_ldif(render_glue13(state)))[0]`` (the path of a live CE's
+    ``GET /glue``), built from the same entries without the text round trip; the grid
+    simulator publishes its CEs with it. Values are typed as the ISM types them (integers for
+    GlueCEStateRunningJobs, GlueHostBenchmarkSI00, ...).
+    """
+    return glue13_ce_ads(glue13_entries(state))[0]
+
+
+def glue13_ads_update(ads: list[dict], state: CEState) -> list[dict]:
+    """``glue13_ads(state)`` for a CE whose ``ads`` were built by ``glue13_ads`` from a state
+    with the same static part: new ad dicts in which only :func:`glue13_dynamic_attrs` are
+    rendered and typed again (as a GIP's dynamic plugin refreshes a static LDIF), about 4x
+    cheaper. The GIP publishes no VO views, so every ad is the CE's."""
+    dynamic = glue_typed(glue13_dynamic_attrs(state))
+    return [{**ad, **dynamic} for ad in ads]
 
 
 _SERVING = {"production": "production", "draining": "draining", "queueing": "queueing",

@@ -193,6 +193,22 @@ def _type_entry(entry: EntryLike, types: SchemaTypes, classes: frozenset[str]) -
     return _Typed(entry, attrs, classes)
 
 
+def glue_typed(attrs: dict[str, list[str]], types: SchemaTypes = GLUE_TYPES) -> dict[str, object]:
+    """LDIF attribute values (name -> list of str) typed as in a CE ad: canonical names,
+    integers for integer attributes, single values unwrapped. ValueError names a bad attribute."""
+    return _type_entry(_AttrsOnly(attrs), types, frozenset()).attrs
+
+
+class _AttrsOnly:
+    """An EntryLike without a DN (only its attributes are typed)."""
+
+    __slots__ = ("attrs",)
+    dn = ""
+
+    def __init__(self, attrs: dict[str, list[str]]) -> None:
+        self.attrs = attrs
+
+
 def _rejected(entry: EntryLike, reason: str) -> Rejected:
     return Rejected(entry.dn, reason, getattr(entry, "source", "") or "",
                     getattr(entry, "line", 0) or 0)

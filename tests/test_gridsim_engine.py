@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import jdl
-from broker.gridsim.engine import DEFAULT_JDL, CandidateBoard, SimConfig, SimulationError, simulate
+from broker.gridsim.engine import DEFAULT_JDL, SimConfig, SimulationError, simulate
 from broker.gridsim.metrics import capacity_share, jobs_per_ce, max_share_gap, result_json, run_metrics
 from broker.gridsim.model import SEED004_TABLE2, CESpec, Job
 from broker.gridsim.workloads import PoissonSpec, poisson_jobs
@@ -142,29 +142,36 @@ ads_st = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(1,
 
 @settings(max_examples=40, deadline=None)
 @given(ads_st, ads_st, st.lists(st.integers(0, 5), min_size=12, max_size=12), st.booleans(),
-       st.sampled_from(["", 'VirtualOrganisation = "atlas";']))
-def test_candidate_board_equals_the_live_matchmaker(first, second, dispatch, feedback_on, vo):
-    # The simulator's incremental candidates must be exactly what broker.matchmaker builds from
-    # the ISM's ads for every job: one code path.
-    job = jdl.parse_jdl(DEFAULT_JDL.replace("[", "[ " + vo, 1), "job.jdl")
+       st.sampled_from(["", 'VirtualOrganisation = "atlas";']),
+       st.sampled_from(["", "Rank = -other.VGridDispatchedSinceRefresh;"]))
+def test_grouped_matching_equals_matching_each_job_afresh(first, second, dispatch, feedback_on, vo,
+                                                          rank):
+    # The matchmaker evaluates one JDL text once per ad and snapshot and then only updates N_j
+    # (and a Rank that reads the feedback count); its candidates must be exactly those of a
+    # matchmaker that evaluates every job from scratch. Unchanged ads keep their dict across
+    # snapshots, as the ISM keeps them.
+    text = DEFAULT_JDL.replace("[", "[ " + vo, 1)
+    if rank:
+        text = text.replace("Rank = -other.GlueCEStateWaitingJobs;", rank)
+    job = jdl.parse_jdl(text, "job.jdl")
     counters = FeedbackCounters()
-    source = StaticSource([_ad(i, *a) for i, a in enumerate(first)])
+    dicts = [_ad(i, *a) for i, a in enumerate(first)]
+    source = StaticSource(dicts)
     ism = ISM([source], 10.0, feedback=counters)
-    board = CandidateBoard(job, counters if feedback_on else None, clock=SimulatedClock())
-    live = Matchmaker(counters if feedback_on else FeedbackCounters())
+    own = counters if feedback_on else FeedbackCounters()
+    grouped = Matchmaker(own)
     for step, ads in enumerate((first, second)):
         if step:
-            source.set_ads([_ad(i, *a) for i, a in enumerate(ads)])
+            source.set_ads([dicts[i] if i < len(first) and first[i] == a else _ad(i, *a)
+                            for i, a in enumerate(ads)])
         ism.refresh(float(step * 10))
-        board.refresh(ism.candidates(float(step * 10)))
         for d in dispatch[:6] if step == 0 else dispatch[6:]:
-            expected = live.match(job, ism.candidates(float(step * 10)), now=step * 10.0).candidates
-            assert [(c.ce_id, c.rank, c.n_jobs, c.capacity) for c in board.candidates] == \
-                   [(c.ce_id, c.rank, c.n_jobs, c.capacity) for c in expected]
-            if board.candidates:
-                ce = board.candidates[d % len(board.candidates)].ce_id
-                counters.increment(ce)
-                board.dispatched(ce)
+            got = grouped.match(job, ism.candidates(float(step * 10)), now=step * 10.0).candidates
+            expected = Matchmaker(own).match(job, ism.candidates(float(step * 10)), now=step * 10.0).candidates
+            assert [(c.ce_id, c.rank, c.n_jobs, c.capacity, c.sfete) for c in got] == \
+                   [(c.ce_id, c.rank, c.n_jobs, c.capacity, c.sfete) for c in expected]
+            if got:
+                counters.increment(got[d % len(got)].ce_id)
 
 
 def test_max_rank_herds_under_stale_information():

@@ -52,3 +52,20 @@ def test_no_lost_increments_under_concurrent_threads():
             assert v not in seen[key]
             seen[key].add(v)
     assert all(len(seen[k]) == fc.get(k) for k in keys)
+
+
+def test_change_log_names_the_keys_changed_since_a_version():
+    fc = FeedbackCounters()
+    v0 = fc.version
+    fc.increment("a")
+    fc.increment("b", 2)
+    assert fc.changed_since(v0) == ["a", "b"]
+    v1 = fc.version
+    assert fc.changed_since(v1) == []
+    assert fc.counts(["b", "a", "c"]) == [2, 1, 0]
+    fc.subtract({"a": 1})  # a refresh: any key may have changed
+    assert fc.changed_since(v1) is None and fc.changed_since(fc.version) == []
+    v2 = fc.version
+    for i in range(FeedbackCounters.LOG_LIMIT + 1):
+        fc.increment(f"ce{i % 7}")
+    assert fc.changed_since(v2) is None  # the log restarted: re-read everything

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infosys.gip import CEState, render_glue13
+from infosys.gip import CEState, glue13_ads, glue13_ads_update, render_glue13
 from infosys.glue import AD_ID, glue13_ce_ads, vos_of
 from infosys.ldif import parse_ldif
 from tests.paths import SHARED_LDIF
@@ -146,3 +146,18 @@ def test_rejected_as_dict():
                                          ["dteam", "atlas"]), ([], [])])
 def test_vos_of(rules, vos):
     assert vos_of({"GlueCEAccessControlBaseRule": rules}) == vos
+
+
+def test_gip_ads_equal_the_ads_parsed_from_the_gip_ldif():
+    # The grid simulator publishes through glue13_ads / glue13_ads_update: the same ads (values,
+    # types, key order) as an ISM source parsing the CE's GET /glue text.
+    state = CEState(ce_id="ce.example.org:8443/vgrid-pbs-lcg", host="ce.example.org", site="EX",
+                    queue="lcg", lrms_type="pbs", total_cpus=8, free_cpus=8, si00=1800,
+                    vos=["vgrid"])
+    first = glue13_ads(state)
+    assert first == glue13_ce_ads(parse_ldif(render_glue13(state)))[0]
+    state.running, state.waiting, state.free_cpus, state.ert_s = 8, 5, 0, 600
+    parsed = glue13_ce_ads(parse_ldif(render_glue13(state)))[0]
+    updated = glue13_ads_update(first, state)
+    assert updated == parsed and [list(a) for a in updated] == [list(a) for a in parsed]
+    assert first[0]["GlueCEStateWaitingJobs"] == 0  # the old ads are not touched

@@ -1,7 +1,7 @@
 """What the grid simulator simulates: CEs, jobs, and the CE spec files.
 
 Units: a CE has ``cpus`` CPUs of ``si00`` each (GlueHostBenchmarkSI00, SpecInt2000 of one CPU);
-its capacity C_j = cpus x si00 (seed 004 Section 4.2, as :func:`broker.selection.ce_capacity`).
+its capacity C_j = cpus x si00 (seed 004 Section 4.2, :func:`broker.selection.cpu_capacity`).
 A job's ``work`` is in SI00-seconds: alone on a CPU of benchmark s it runs ``work / s`` seconds.
 Times are seconds of simulated time from the start of the run.
 """
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from broker.selection import cpu_capacity
 from vgrid_runtime.config import read_toml
 
 
@@ -23,7 +24,8 @@ class CESpec:
     """One simulated Computing Element.
 
     ``ce_id`` is its GlueCEUniqueID, ``cpus`` its GlueCEInfoTotalCPUs (>= 1), ``si00`` the
-    GlueHostBenchmarkSI00 of one CPU (> 0), ``label`` a free description.
+    GlueHostBenchmarkSI00 of one CPU (> 0, a whole number as GLUE publishes it), ``label`` a
+    free description.
     """
 
     ce_id: str
@@ -33,8 +35,8 @@ class CESpec:
 
     @property
     def capacity(self) -> float:
-        """C_j = cpus x si00 (SI00)."""
-        return self.cpus * self.si00
+        """C_j = cpus x si00 (SI00), :func:`broker.selection.cpu_capacity`."""
+        return cpu_capacity(self.cpus, self.si00)
 
 
 @dataclass(eq=False)
@@ -77,7 +79,8 @@ BUILTIN_CES = {"seed004": SEED004_TABLE2, "seed004-table2": SEED004_TABLE2}
 
 
 def validate_ces(ces: Sequence[CESpec], source: str = "CE spec") -> tuple[CESpec, ...]:
-    """The CEs unchanged, or SpecError when empty, an id repeats, cpus < 1 or si00 <= 0."""
+    """The CEs unchanged, or SpecError when empty, an id repeats, cpus < 1, si00 <= 0 or si00
+    is not a whole number."""
     if not ces:
         raise SpecError(f"{source}: no CE defined")
     seen: set[str] = set()
@@ -92,6 +95,9 @@ def validate_ces(ces: Sequence[CESpec], source: str = "CE spec") -> tuple[CESpec
             raise SpecError(f"{where}.cpus: must be an integer >= 1, got {ce.cpus!r}")
         if isinstance(ce.si00, bool) or not isinstance(ce.si00, (int, float)) or not ce.si00 > 0:
             raise SpecError(f"{where}.si00: must be a number > 0, got {ce.si00!r}")
+        if ce.si00 != int(ce.si00):
+            raise SpecError(f"{where}.si00: must be a whole number (GLUE publishes "
+                            f"GlueHostBenchmarkSI00 as an integer), got {ce.si00!r}")
     return tuple(ces)
 
 

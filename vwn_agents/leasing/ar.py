@@ -20,7 +20,7 @@ from .slottable import Reservation, ResKind, ResState
 
 def schedule_ar(sched, lease, now: float) -> bool:
     """Accept (reservations committed, state SCHEDULED) or reject (state REJECTED) an AR."""
-    st, cfg = sched.st, sched.cfg
+    st = sched.st
     t_s = lease.requested_start_s
     t_e = t_s + lease.duration_s
     if t_s < now:
@@ -29,7 +29,7 @@ def schedule_ar(sched, lease, now: float) -> bool:
     score = sched.host_score(lease, t_s)
     mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
     requeue: list = []
-    if mapping is None and cfg.policy_preemption != "no-preemption":
+    if mapping is None:  # the preemption policy says which leases may make room (maybe none)
         mapping = _with_preemption(sched, lease, t_s, t_e, now, score, requeue)
     if mapping is None:
         st.rollback(tx)
@@ -53,7 +53,8 @@ def _reject(sched, lease, reason: str) -> bool:
 
 
 def _candidates(sched, t_s: float, t_e: float, now: float):
-    """Preemptible best-effort leases holding resources in [t_s, t_e), in policy order."""
+    """Preemptible best-effort leases holding resources in [t_s, t_e) that the preemption
+    policy scores (None: never preempted), highest score first."""
     found = {}
     for res in sched.st.reservations():
         lease = res.lease
@@ -64,8 +65,9 @@ def _candidates(sched, t_s: float, t_e: float, now: float):
     scored = []
     for lease in found.values():
         vm = sched.vm_reservation(lease)
-        if vm is not None:
-            scored.append((sched.policy.score(lease, vm, now), lease.id, lease))
+        score = sched.policy.score(lease, vm, now) if vm is not None else None
+        if score is not None:
+            scored.append((score, lease.id, lease))
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
     return [x[2] for x in scored]
 

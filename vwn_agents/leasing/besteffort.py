@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
-from .preemption import (can_suspend, migration_time, op_time, resume_reservations, suspend_reservations,
-                         suspend_time, resume_time)
+from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
+                         suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
 
@@ -41,8 +41,7 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
     r_est, s_est, m_est = _estimates(sched, lease, resuming)
     min_dur = None
     if suspendable:
-        thr = (s_est + r_est) * (1.0 + sched.threshold_factor)
-        min_dur = max(thr, s_est + r_est + 1.0)
+        min_dur = scheduling_threshold(s_est + r_est, sched.threshold_factor)
     need, n = lease.per_vm, lease.n_vms
     base = r_est + remaining
     ready = None if resuming else sched.staging.be_ready(lease, now, len(sched.nodes))
@@ -152,7 +151,7 @@ def min_slot_length(sched, lease) -> float:
     length = lease.remaining_s
     if can_suspend(lease, sched.cfg):
         s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
-        length = min(length, max(s_est * (1.0 + sched.threshold_factor), s_est + 1.0))
+        length = min(length, scheduling_threshold(s_est, sched.threshold_factor))
     sched.slot_length_cache[lease.id] = (lease.time_run, length)
     return length
 

@@ -61,9 +61,11 @@ OPTIONS: tuple[Option, ...] = (
            "image), `yes-notransfer` (no transfer time).", ("no", "yes", "yes-notransfer")),
     Option("policy-preemption", "scheduling", str, "ar-preempts-everything",
            "`ar-preempts-everything` (ARs may suspend best-effort leases; most recently started "
-           "first) or `no-preemption`.", ("ar-preempts-everything", "no-preemption")),
+           "first) or `no-preemption` (an AR that does not fit is rejected); the classes in "
+           "`preemption.POLICIES`.", ("ar-preempts-everything", "no-preemption")),
     Option("policy-host-selection", "scheduling", str, "greedy",
-           "`greedy`: prefer nodes with the image (reuse), then nodes hosting more VMs.", ("greedy",)),
+           "`greedy`: prefer nodes with the image (reuse), then nodes hosting more VMs; the "
+           "classes in `hostselection.POLICIES`.", ("greedy",)),
     Option("transfer-mechanism", "deploy-imagetransfer", str, "unicast",
            "`unicast` (one transfer per node) or `multicast` (one transfer per image for all "
            "nodes of a lease).", ("unicast", "multicast")),

@@ -10,13 +10,15 @@ lease's suspension takes S = the longest per-node (local) or the total (global) 
 ``SUSPEND``/``RESUME`` reservation holds all the lease's nodes for S (a node with fewer VMs may
 finish earlier; its resources are released with the others).
 
-The preemption policy scores candidate leases (higher = preempt first); the scheduler sorts.
+The preemption policy (``policy-preemption``) scores candidate leases (higher = preempt first,
+None = never); the AR scheduler sorts. ``scheduling_threshold`` is Haizea's minimum run before
+a suspension.
 """
 from __future__ import annotations
 
 import math
 
-from .config import LeaseConfig
+from .config import ConfigError, LeaseConfig
 from .mapper import vm_use
 from .model import MEM, Lease, LeaseType
 from .slottable import Reservation, ResKind
@@ -56,13 +58,16 @@ def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
     return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
 
 
-def scheduling_threshold(lease: Lease, mapping: tuple, cfg: LeaseConfig, resuming: bool) -> float:
-    """Minimum time a lease that will be suspended must hold its nodes: the suspend (+ resume)
-    overhead times (1 + scheduling-threshold-factor) -- Haizea's scheduling threshold."""
-    safe = suspend_time(lease, mapping, cfg)
-    if resuming:
-        safe += resume_time(lease, mapping, cfg)
-    return safe * (1.0 + cfg.scheduling_threshold_factor)
+def scheduling_threshold(overhead_s: float, factor: float) -> float:
+    """Haizea's scheduling threshold: the shortest time (s) a lease that will be suspended
+    must run before its suspension, max(overhead_s x (1 + factor), overhead_s + 1 s).
+
+    ``overhead_s``: its suspend (+ resume, when it is being resumed) time in seconds, >= 0;
+    ``factor``: ``scheduling-threshold-factor`` (>= 0). Source: Haizea 1.1's
+    ``scheduling-threshold-factor`` (not in seed 000); the extra second keeps a zero overhead
+    from allowing zero-length slots. The one implementation, used by best-effort placement.
+    """
+    return max(overhead_s * (1.0 + factor), overhead_s + 1.0)
 
 
 def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> float:
@@ -94,18 +99,36 @@ class PreemptionPolicy:
     """``ar-preempts-everything``: any preemptible best-effort lease may be preempted by an AR.
 
     ``score(lease, vm_res, now)``: leases that have not started yet score highest (nothing is
-    lost by unscheduling them), then the most recently started (least progress at stake).
+    lost by unscheduling them), then the most recently started (least progress at stake);
+    None means "never preempt this lease". The AR scheduler (``ar.py``) preempts the leases
+    with a score, highest first.
     """
 
     name = "ar-preempts-everything"
 
-    def score(self, lease: Lease, vm_res: Reservation, now: float) -> tuple:
+    def score(self, lease: Lease, vm_res: Reservation, now: float) -> tuple | None:
         started = vm_res.start <= now
         return (0 if started else 1, vm_res.start)
 
 
 class NoPreemption(PreemptionPolicy):
+    """``no-preemption``: no lease is ever preempted (every score is None), so an AR that does
+    not fit beside the best-effort leases is rejected."""
+
     name = "no-preemption"
+
+    def score(self, lease: Lease, vm_res: Reservation, now: float) -> None:
+        return None
 
 
 POLICIES = {"ar-preempts-everything": PreemptionPolicy, "no-preemption": NoPreemption}
+
+
+def preemption_policy(name: str) -> PreemptionPolicy:
+    """The policy ``policy-preemption = name``; ConfigError naming the option and the choices
+    for an unknown name."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ConfigError(f"[scheduling] policy-preemption = {name!r}; expected one of "
+                          f"{', '.join(POLICIES)}") from None

@@ -24,7 +24,8 @@ from .config import LeaseConfig
 from .imagepool import ImagePools
 from .mapper import Mapper
 from .model import Lease, LeaseState, LeaseType, Node, Segment, vms_in
-from .preemption import POLICIES
+from .hostselection import host_selection_policy
+from .preemption import preemption_policy
 from .slottable import INF, Reservation, ResKind, ResState, SlotTable
 from .staging import Staging
 
@@ -45,7 +46,9 @@ class LeaseScheduler:
                                 capacity_mb=config.diskimage_cache_size,
                                 remove_on_expire=config.diskimage_cache_expire)
         self.staging = Staging(self.st, self.pools, config)
-        self.policy = POLICIES[config.policy_preemption]()
+        self.policy = preemption_policy(config.policy_preemption)
+        self.host_selection = host_selection_policy(config.policy_host_selection, self.pools,
+                                                    self.staging)
         self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
         self.queue: list[Lease] = []
         self.leases: dict[int, Lease] = {}
@@ -157,14 +160,9 @@ class LeaseScheduler:
 
     # ------------------------------------------------------------ helpers used by policies
     def host_score(self, lease: Lease, t_start: float = INF):
-        """Greedy host selection score: (image reusable on the node, VMs hostable)."""
-        if not self.staging.enabled:
-            return None
-        pools = self.pools
-
-        def score(node: int, k: int) -> tuple:
-            return (1 if pools.usable(node, lease.image_id, lease.id, t_start) is not None else 0, k)
-        return score
+        """The host-selection policy's node score for ``lease`` starting at ``t_start``
+        (``policy-host-selection``, :mod:`.hostselection`), or None for the mapper's order."""
+        return self.host_selection.scorer(lease, t_start)
 
     def vm_reservation(self, lease: Lease) -> Reservation | None:
         for r in self.st.of_lease(lease):
