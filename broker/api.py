@@ -15,7 +15,7 @@ import jdl as jdlmod
 
 from .db import Job, UnknownJob
 from .service import Broker, BrokerError
-from .states import IllegalTransition
+from vgrid_runtime.job_states import IllegalTransition
 
 log = logging.getLogger("vgrid.broker.api")
 

@@ -2,7 +2,7 @@
 
 One row per job in ``jobs`` with its JDL text, gLite state and where it runs; one row per state
 change in ``job_history``. Every state change goes through :meth:`JobStore.transition`, which
-checks the transition table (:mod:`broker.states`) and applies the change with a conditional
+checks the transition table (:mod:`vgrid_runtime.job_states`) and applies the change with a conditional
 ``UPDATE ... WHERE state = <old>`` so that two workers can never both win the same job.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sqlalchemy import (Boolean, Float, ForeignKey, Integer, String, Text, creat
                         select, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from .states import ENDED, JobState, check_transition
+from vgrid_runtime.job_states import ENDED, JobState, check_transition
 
 
 class Base(DeclarativeBase):
@@ -218,7 +218,7 @@ class JobStore:
 
         ``expect`` pins the state the caller believes the job is in; if the row is not in that
         state any more, :class:`StaleState` is raised and nothing changes (atomic claim). Raises
-        :class:`broker.states.IllegalTransition` for a change the table forbids, UnknownJob.
+        :class:`vgrid_runtime.states.IllegalTransition` for a change the table forbids, UnknownJob.
         """
         old = expect or self.get(key).state
         check_transition(key, old, new)

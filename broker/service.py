@@ -25,7 +25,7 @@ from . import compound
 from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
-from .states import AT_CE, IllegalTransition, JobState
+from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
 
 log = logging.getLogger("vgrid.broker")
 

@@ -13,7 +13,7 @@ from broker.api import create_app
 from broker.db import JobStore
 from broker.matchmaker import Matchmaker
 from broker.service import Broker, BrokerSettings
-from broker.states import JobState
+from vgrid_runtime.job_states import JobState
 from vgrid_runtime.clock import WallClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import ISM

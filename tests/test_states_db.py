@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from broker.db import JobStore, StaleState, UnknownJob
-from broker.states import ENDED, TRANSITIONS, IllegalTransition, JobState, check_transition
+from vgrid_runtime.job_states import ENDED, TRANSITIONS, IllegalTransition, JobState, check_transition
 
 
 @pytest.fixture
