@@ -1,4 +1,4 @@
-"""The VWN state table of a node agent (docs/vwn.md, "VWN states").
+"""The VWN state table of a node agent (docs/architecture.md, "State tables"; docs/vwn.md).
 
 A VWN is ``starting`` from POST /vwns until the job wrapper reports the job's pid, then
 ``running``; it ends ``done`` (the job exited, exit code known), ``aborted`` (the wrapper failed
