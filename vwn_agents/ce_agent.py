@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+
 import requests
 from flask import Flask, Response, jsonify
 
