@@ -15,7 +15,7 @@ import jdl as jdlmod
 
 from .db import Job, UnknownJob
 from .service import Broker, BrokerError
-from .states import IllegalTransition
+from vgrid_runtime.job_states import IllegalTransition
 
 log = logging.getLogger("vgrid.broker.api")
 
@@ -27,7 +27,8 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "cpu_caps": [c[1] for c in job.cpu_caps], "cpu_caps_t": [c[0] for c in job.cpu_caps],
             "cpu_capped": job.cpu_capped, "cap_reason": job.cap_reason,
             "vwn_ended_at": job.vwn_ended_at,
-            "exit_code": job.exit_code, "reason": job.reason, "stdout_head": job.stdout_head,
+            "exit_code": job.exit_code, "reason": job.reason,
+            "outcome": job.outcome.value if job.outcome else None, "stdout_head": job.stdout_head,
             "submitted_at": job.submitted_at, "filename": job.filename,
             "kind": job.kind, "parent": broker.job_id(job.parent_key) if job.parent_key else None,
             "node_name": job.node_name,

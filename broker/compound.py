@@ -20,7 +20,7 @@ import jdl as jdlmod
 from jdl.printer import record_text
 
 from .db import Job, new_key
-from .states import ENDED, JobState
+from vgrid_runtime.job_states import ENDED, JobState
 
 COMPOUND_KINDS = ("parametric", "collection", "dag")
 _STARTED = {JobState.RUNNING, JobState.DONE, JobState.CLEARED}

@@ -2,7 +2,7 @@
 
 One row per job in ``jobs`` with its JDL text, gLite state and where it runs; one row per state
 change in ``job_history``. Every state change goes through :meth:`JobStore.transition`, which
-checks the transition table (:mod:`broker.states`) and applies the change with a conditional
+checks the transition table (:mod:`vgrid_runtime.job_states`) and applies the change with a conditional
 ``UPDATE ... WHERE state = <old>`` so that two workers can never both win the same job.
 """
 from __future__ import annotations
@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from sqlalchemy import (Boolean, Float, ForeignKey, Integer, String, Text, create_engine, event,
-                        select, update)
+                        inspect, select, text, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from .states import ENDED, JobState, check_transition
+from vgrid_runtime.job_states import ENDED, JobState, check_transition
+from vgrid_runtime.outcomes import Outcome
 
 
 class Base(DeclarativeBase):
@@ -42,6 +43,7 @@ class JobRow(Base):
     vwn_ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # node agent's clock
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    outcome: Mapped[str | None] = mapped_column(String(32), nullable=True)  # Outcome value
     stdout_head: Mapped[str | None] = mapped_column(Text, nullable=True)
     dispatch_attempts: Mapped[int] = mapped_column(Integer, default=0)
     # compound requests (gLite JDL spec Sections 3.3, 4, 5): the parent row has kind
@@ -82,6 +84,7 @@ class Job:
     vwn_ended_at: float | None = None
     exit_code: int | None = None
     reason: str | None = None
+    outcome: Outcome | None = None
     stdout_head: str | None = None
     dispatch_attempts: int = 0
     kind: str = "job"
@@ -114,7 +117,7 @@ def new_key() -> str:
 
 
 _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_ended_at", "exit_code", "reason",
-            "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name")
+            "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name")
 
 
 class JobStore:
@@ -137,7 +140,14 @@ class JobStore:
                 cur.execute("PRAGMA synchronous=NORMAL")
                 cur.close()
         Base.metadata.create_all(self.engine)
+        self._add_missing_columns()
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _add_missing_columns(self) -> None:
+        """Add the ``outcome`` column to a jobs table made by an earlier version (no data lost)."""
+        if "outcome" not in {c["name"] for c in inspect(self.engine).get_columns("jobs")}:
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE jobs ADD COLUMN outcome VARCHAR(32)"))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -149,7 +159,8 @@ class JobStore:
                    cpu_caps=json.loads(row.cpu_caps or "[]"),
                    depends_on=json.loads(row.depends_on or "[]"),
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
-                   **{c: getattr(row, c) for c in _COLUMNS})
+                   **{c: getattr(row, c) for c in _COLUMNS if c != "outcome"},
+                   outcome=Outcome.parse(row.outcome))
 
     def get(self, key: str) -> Job:
         """The job with ``key``; :class:`UnknownJob` if there is none."""
@@ -218,7 +229,7 @@ class JobStore:
 
         ``expect`` pins the state the caller believes the job is in; if the row is not in that
         state any more, :class:`StaleState` is raised and nothing changes (atomic claim). Raises
-        :class:`broker.states.IllegalTransition` for a change the table forbids, UnknownJob.
+        :class:`vgrid_runtime.states.IllegalTransition` for a change the table forbids, UnknownJob.
         """
         old = expect or self.get(key).state
         check_transition(key, old, new)
@@ -250,6 +261,9 @@ class JobStore:
         for name, value in fields.items():
             if name == "cpu_caps":
                 values["cpu_caps"] = json.dumps(value)
+            elif name == "outcome":
+                code = Outcome.parse(value)
+                values["outcome"] = code.value if code else None
             elif name in _COLUMNS:
                 values[name] = value
             else:

@@ -25,7 +25,8 @@ from . import compound
 from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
-from .states import AT_CE, IllegalTransition, JobState
+from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
+from vgrid_runtime.outcomes import Outcome
 
 log = logging.getLogger("vgrid.broker")
 
@@ -158,7 +159,7 @@ class Broker:
             for node in ready:
                 self._transition(node, JobState.WAITING, now, reason="DAG dependencies Done")
             for node, why in doomed:
-                self._transition(node, JobState.ABORTED, now, reason=why)
+                self._transition(node, JobState.ABORTED, now, reason=why, outcome=Outcome.DEPENDENCY_FAILED)
             changed += len(ready) + len(doomed)
         return changed
 
@@ -191,7 +192,7 @@ class Broker:
         chosen = self.matchmaker.select(result)
         if chosen is None:
             if now - job.submitted_at >= self.settings.match_expiry_s:
-                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH)
+                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH, outcome=Outcome.NO_RESOURCES)
                 return True
             self._transition(job, JobState.WAITING, now, reason=f"{NO_MATCH} yet; retrying")
             return False
@@ -234,7 +235,7 @@ class Broker:
         log.warning("dispatch of %s failed: %s", job.key, error)
         if attempts >= self.settings.max_dispatch_attempts:
             self._transition(job, JobState.ABORTED, now, reason=f"dispatch failed: {error}",
-                             dispatch_attempts=attempts)
+                             dispatch_attempts=attempts, outcome=Outcome.DISPATCH_FAILED)
             return True
         self._transition(job, JobState.WAITING, now, reason=error, dispatch_attempts=attempts)
         return False
@@ -282,9 +283,11 @@ class Broker:
             if kind == "done":
                 fields["exit_code"] = int(event.get("exit_code") if event.get("exit_code") is not None else -1)
                 fields["stdout_head"] = self._stdout_head(job)
+                fields["outcome"] = Outcome.parse(event.get("outcome")) or Outcome.EXIT
                 return self._transition(job, JobState.DONE, now, **fields)
             if kind == "aborted":
                 reason = str(event.get("reason") or "aborted by the CE")
+                fields["outcome"] = Outcome.parse(event.get("outcome"))
                 return self._transition(job, JobState.ABORTED, now, reason=reason, **fields)
             raise BrokerError(f"unknown event {kind!r}", field="event")
 
@@ -333,7 +336,7 @@ class Broker:
                 log.warning("cancel of %s at %s failed: %s", job.key, job.ce_url, exc)
         try:
             return self._transition(job, JobState.CANCELLED, self.clock.now(),
-                                    reason="cancelled by the user")
+                                    reason="cancelled by the user", outcome=Outcome.CANCELLED)
         except (StaleState, IllegalTransition):
             job = self.store.get(job.key)
             if job.ended:

@@ -13,7 +13,7 @@ from broker.api import create_app
 from broker.db import JobStore
 from broker.matchmaker import Matchmaker
 from broker.service import Broker, BrokerSettings
-from broker.states import JobState
+from vgrid_runtime.job_states import JobState
 from vgrid_runtime.clock import WallClock
 from infosys.feedback import FeedbackCounters
 from infosys.ism import ISM
@@ -135,7 +135,7 @@ def test_job_no_ce_matches_ends_aborted_no_compatible_resources(site):
     text = 'Executable = "/bin/true"; Requirements = other.GlueCEInfoTotalCPUs > 1000;'
     key = requests.post(f"{url}/jobs", data={"jdl": text, "filename": "big.jdl"}, timeout=5).json()["key"]
     job = wait_state(url, key, {"Aborted"})
-    assert job["reason"] == "no compatible resources"
+    assert job["reason"] == "no compatible resources" and job["outcome"] == "no-resources"
     assert [h["state"] for h in job["history"]][:2] == ["Submitted", "Waiting"]
 
 
@@ -144,7 +144,7 @@ def test_unreachable_ce_is_retried_then_aborted_and_feedback_counted(site):
     key = requests.post(f"{url}/jobs", data={"jdl": 'Executable = "/bin/true";', "filename": "t.jdl"},
                         timeout=5).json()["key"]
     job = wait_state(url, key, {"Aborted"})
-    assert job["reason"].startswith("dispatch failed")
+    assert job["reason"].startswith("dispatch failed") and job["outcome"] == "dispatch-failed"
     assert sum(broker.ism.feedback.snapshot().values()) == 2  # one per dispatch attempt
 
 
@@ -154,7 +154,7 @@ def test_cancel_waiting_job_and_cancel_twice_is_409(site):
     key = requests.post(f"{url}/jobs", data={"jdl": 'Executable = "/bin/true";', "filename": "t.jdl"},
                         timeout=5).json()["key"]
     r = requests.post(f"{url}/jobs/{key}/cancel", timeout=5)
-    assert r.status_code == 200 and r.json()["state"] == "Cancelled"
+    assert r.status_code == 200 and r.json()["state"] == "Cancelled" and r.json()["outcome"] == "cancelled"
     r2 = requests.post(f"{url}/jobs/{key}/cancel", timeout=5)
     assert r2.status_code == 409 and "already Cancelled" in r2.json()["error"]["message"]
     assert broker.store.get(key).state is JobState.CANCELLED

@@ -150,7 +150,7 @@ def test_missing_executable_is_forwarded_as_aborted(site, receiver):
     ce_url, _, _ = site(n_nodes=1)
     key, _ = submit(ce_url, receiver, '[ Executable = "/nonexistent/foo"; ]')
     aborted = receiver.wait_event(key, "aborted")
-    assert aborted["reason"] == "Executable /nonexistent/foo not found"
+    assert aborted["reason"] == "Executable /nonexistent/foo not found" and aborted["outcome"] == "wrapper-error"
     assert requests.get(f"{ce_url}/jobs/{key}", timeout=5).json()["state"] == "Aborted"
 
 
@@ -180,6 +180,7 @@ def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
 
     record = receiver.wait_for(tried, timeout_s=10)
     assert record["state"] == "Scheduled" and record["reason"].startswith("not placed yet")
+    assert record["outcome"] == "not-placed"
     assert glue_attrs(ce_url2)["GlueCEStateWaitingJobs"] == ["1"]
 
 
@@ -194,6 +195,7 @@ def test_lease_on_an_unreachable_node_waits_with_a_reason(site, receiver):
     record = receiver.wait_for(tried, timeout_s=10)
     assert record["state"] == "Scheduled"
     assert record["reason"].startswith("not started yet: node agent http://127.0.0.1:9 did not take the VWN")
+    assert record["outcome"] == "not-started"
     assert record["lease"]["nodes"] == ["http://127.0.0.1:9"] and record["lease"]["vwns"] == []
     assert glue_attrs(ce_url)["GlueCEStateWaitingJobs"] == ["1"]
     assert receiver.events_for(key) == []

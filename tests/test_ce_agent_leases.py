@@ -93,6 +93,7 @@ def test_immediate_lease_that_cannot_start_is_aborted(site, receiver):
     assert resp.status_code == 202
     aborted = receiver.wait_event(key, "aborted")
     assert aborted["reason"].startswith("immediate lease rejected: it cannot start now")
+    assert aborted["outcome"] == "lease-rejected"
     assert kinds(receiver, key) == ["aborted"]
     rec = record(ce_url, key)
     assert rec["state"] == "Aborted" and rec["lease"]["state"] == "Rejected"
@@ -108,6 +109,7 @@ def test_lease_duration_shorter_than_the_job_kills_it_at_the_limit(site, receive
     key, _ = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "30"; LeaseDuration = 1; ]')
     running = receiver.wait_event(key, "running")
     aborted = receiver.wait_event(key, "aborted", timeout_s=10)
+    assert aborted["outcome"] == "wallclock-limit"
     assert aborted["reason"] == ("killed at its wall-clock limit: the lease's 1 s (LeaseDuration) ended "
                                  "and its VWN was deleted")
     assert 0.5 <= aborted["time"] - running["time"] <= 2.0
@@ -142,6 +144,7 @@ def test_preempted_best_effort_job_is_aborted_and_the_ar_runs(site, receiver):
     assert resp.status_code == 202
     aborted = receiver.wait_event(be, "aborted", timeout_s=10)
     assert aborted["reason"].startswith("preempted by an advance reservation")
+    assert aborted["outcome"] == "preempted"
     assert start - 0.01 <= aborted["time"] <= start + 1.0
     assert receiver.wait_event(ar, "done")["exit_code"] == 0
     assert record(ce_url, be)["lease"]["state"] == "Cancelled"
@@ -188,6 +191,7 @@ def test_glue_of_an_idle_lease_ce(site, receiver):
     key, _ = submit(empty_url, receiver, sleep_jdl(0.1))
     waiting = receiver.wait_for(lambda _: record(empty_url, key)["reason"] and record(empty_url, key))
     assert waiting["state"] == "Scheduled" and waiting["reason"] == "not started yet: the CE has no node agents"
+    assert waiting["outcome"] == "not-started"
 
 
 @given(st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=1 << 20), st.data())
@@ -238,6 +242,7 @@ def test_advance_reservation_without_room_is_aborted_with_the_engine_reason(site
     assert resp.status_code == 202
     aborted = receiver.wait_event(second, "aborted")
     assert aborted["reason"] == "advance reservation rejected: not enough resources over the requested interval"
+    assert aborted["outcome"] == "lease-rejected"
     assert record(ce_url, first)["lease"]["state"] == "Scheduled"
     requests.post(f"{ce_url}/jobs/{first}/cancel", timeout=15)
     assert record(ce_url, first)["lease"]["state"] == "Cancelled"

@@ -103,6 +103,7 @@ def test_preempted_suspendable_job_restarts_in_a_new_vwn_and_runs_to_done(site, 
     assert ar_run["time"] >= start - 0.01
     requeued = wait_until(lambda: (r := record(ce_url, be))["state"] == "Scheduled" and r, 3)
     assert requeued["vwn"] is None and "restarts in a new VWN" in requeued["reason"]
+    assert requeued["outcome"] == "requeued"
     receiver.wait_event(ar, "done", timeout_s=10)
     done = receiver.wait_event(be, "done", timeout_s=15)
     assert done["exit_code"] == 0 and done["vwn"] != first["vwn"]

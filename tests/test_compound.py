@@ -3,7 +3,7 @@ from hypothesis import given, strategies as st
 
 from broker.compound import nodes_to_release, parent_target, path_to
 from broker.db import Job
-from broker.states import ENDED, TRANSITIONS, JobState
+from vgrid_runtime.job_states import ENDED, TRANSITIONS, JobState
 
 S = JobState
 

@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from broker.db import JobStore, StaleState
-from broker.states import IllegalTransition, JobState
+from vgrid_runtime.job_states import IllegalTransition, JobState
 
 from .pg_server import postgres_server, unavailable_reason
 

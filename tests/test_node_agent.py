@@ -107,7 +107,7 @@ def test_missing_executable_is_aborted_with_the_wrappers_error(start_node, recei
     url, _ = start_node()
     submit(url, receiver, "nx", "/nonexistent/foo")
     aborted = receiver.wait_event("nx", "aborted")
-    assert aborted["reason"] == "Executable /nonexistent/foo not found"
+    assert aborted["reason"] == "Executable /nonexistent/foo not found" and aborted["outcome"] == "wrapper-error"
     assert aborted["exit_code"] is None
     assert receiver.events_for("nx", "running") == []
 
@@ -203,7 +203,7 @@ def test_shutdown_aborts_running_vwns_and_removes_cgroups(tmp_path, receiver):
     receiver.wait_event("shut1", "running")
     server.close()                               # calls the agent's shutdown
     aborted = receiver.wait_event("shut1", "aborted")
-    assert aborted["reason"] == f"node agent {agent.config.node} shut down"
+    assert aborted["reason"] == f"node agent {agent.config.node} shut down" and aborted["outcome"] == "node-shutdown"
     if agent.cg.capped:
         assert not agent.cg.node_dir.exists()
 

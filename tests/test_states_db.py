@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from broker.db import JobStore, StaleState, UnknownJob
-from broker.states import ENDED, TRANSITIONS, IllegalTransition, JobState, check_transition
+from vgrid_runtime.job_states import ENDED, TRANSITIONS, IllegalTransition, JobState, check_transition
 
 
 @pytest.fixture
@@ -91,3 +91,22 @@ def test_jobs_survive_reopening_the_database(tmp_path):
     s2 = JobStore(url)
     assert s2.get(job.key).state is JobState.WAITING
     assert [j.key for j in s2.list(states=[JobState.WAITING])] == [job.key]
+
+
+def test_outcome_is_stored_and_added_to_an_older_database(tmp_path):
+    import sqlite3
+
+    from vgrid_runtime.outcomes import Outcome
+    path = tmp_path / "old.db"
+    s = JobStore(f"sqlite:///{path}")
+    job = s.create("x", "t.jdl", now=1.0)
+    s.close()
+    con = sqlite3.connect(path)                  # a database made before the outcome column
+    con.execute("ALTER TABLE jobs DROP COLUMN outcome")
+    con.commit()
+    con.close()
+    s = JobStore(f"sqlite:///{path}")
+    assert s.get(job.key).outcome is None
+    s.transition(job.key, JobState.CANCELLED, 2.0, reason="cancelled by the user", outcome=Outcome.CANCELLED)
+    assert s.get(job.key).outcome is Outcome.CANCELLED
+    s.close()

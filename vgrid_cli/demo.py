@@ -20,10 +20,11 @@ from rich.live import Live
 from rich.table import Table
 
 from broker.client import BrokerClient, ClientError
+from vgrid_runtime import job_states
 from .services import ServiceError, ServiceGroup
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
-ENDED = {"Done", "Aborted", "Cancelled", "Cleared"}
+ENDED = {s.value for s in job_states.ENDED}
 
 
 def ce_layout(n_ces: int) -> list[dict]:

@@ -14,13 +14,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from vgrid_runtime.job_states import JobState  # noqa: E402
+
+_VWN_ENDED = {s.value for s in (JobState.DONE, JobState.ABORTED, JobState.CANCELLED)}
+
 
 def _end_time(job: dict) -> float | None:
     """When the VWN ended: the node agent's time (same clock as the caps), else the broker's."""
     if job.get("vwn_ended_at") is not None:
         return job["vwn_ended_at"]
     for h in reversed(job.get("history") or []):
-        if h["state"] in ("Done", "Aborted", "Cancelled"):
+        if h["state"] in _VWN_ENDED:
             return h["time"]
     return None
 

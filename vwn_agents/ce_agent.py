@@ -11,97 +11,34 @@ It tracks each job through the node agent's VWN events
 ``Outbox``, cancels on request, and publishes its state as GLUE 1.3 LDIF (GET /glue, via
 ``infosys.gip.render_glue13``) and GLUE 2.0 LDIF (GET /glue2, ``render_glue2``). HTTP contract: docs/architecture.md, "CE agent".
 
-Job states here are the gLite ones the CE can see: Scheduled (accepted, no VWN running yet) ->
-Running -> Done | Aborted | Cancelled.
+Job states here are the gLite ones the CE can see, changed only through ``ce_jobs.CE_JOB_STATES``:
+Scheduled (accepted, no VWN running yet) -> Running -> Done | Aborted | Cancelled (and Running ->
+Scheduled for a preempted job that restarts). Every decision branches on ``Outcome`` codes, never
+on the wording of a reason. Configuration: ``ce_config.CEAgentConfig``.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
 
 from flask import Flask, Response, jsonify
 
 from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.httpclient import new_session
 
-from .ce_jobs import ENDED, EVENT_STATE, CEJob, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
-from .ce_leases import LeaseScheduling
-from vgrid_runtime.config import ConfigSchema
+from .ce_config import CEAgentConfig
+from .ce_jobs import ENDED, EVENT_STATE, CEJob, CEJobState, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
+from .ce_leases import REQUEUED_REASON, LeaseScheduling
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
+from vgrid_runtime.outcomes import PENDING, Outcome
 from .node_client import NodeAgentClient, NodeAgentError
 from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
+from .vwn_states import VWNState
+
+__all__ = ["CEAgent", "CEAgentConfig", "create_app"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CEAgentConfig(ConfigSchema):
-    """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
-
-    SOURCE = "CE agent config"
-
-    ce_id: str = field(metadata={"help": "GlueCEUniqueID, host:port/vgrid-<lrms>-<queue>"})
-    host: str = field(metadata={"help": "GlueCEInfoHostName"})
-    site: str = field(metadata={"help": "site name (Mds-Vo-name, GlueSiteUniqueID)"})
-    queue: str = field(metadata={"help": "GlueCEName"})
-    nodes: list[str] = field(metadata={"help": "base URLs of the CE's node agents"})
-    cpus_per_node: int = field(default=1, metadata={"help": "CPUs per node (GlueCEInfoTotalCPUs = nodes x this)"})
-    si00: int = field(default=1000, metadata={"help": "GlueHostBenchmarkSI00 of one CPU"})
-    ram_mb: int = field(default=1024, metadata={"help": "GlueHostMainMemoryRAMSize (MB)"})
-    max_wallclock_s: int = field(default=86400, metadata={"help": "GlueCEPolicyMaxWallClockTime (s)"})
-    vos: list[str] = field(default_factory=list, metadata={"help": "VOs allowed (GlueCEAccessControlBaseRule VO:<vo>)"})
-    lrms_type: str = field(default="vgrid-vwn", metadata={"help": "GlueCEInfoLRMSType"})
-    status: str = field(default="Production", metadata={"help": "GlueCEStateStatus"})
-    placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name (fair-share scheduler)"})
-    scheduler: str = field(default="leases", metadata={
-        "help": "leases (every job is a lease in the lease engine, queued when its node's VWN slots are taken) "
-                "or fair-share (every job gets a VWN at once, no admission control)"})
-    vwns_per_node: int = field(default=4, metadata={
-        "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
-    lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
-    lease_config: str | None = field(default=None, metadata={
-        "help": "lease engine options (TOML, docs/leasing.md); suspension is always none"})
-    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
-    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
-    public_url: str | None = field(default=None, metadata={
-        "help": "this agent's URL for node callbacks and GlueCEInfoContactString (default: the bound URL)"})
-    node_timeout_s: float = field(default=10.0, metadata={"help": "timeout of one node agent request (s)"})
-    node_down_after_s: float = field(default=30.0, metadata={
-        "help": "scheduler = leases: a node agent failing (connection error, timeout, 5xx) this long is "
-                "marked down -- no new leases, its unstarted leases go to the other nodes -- until it answers (s)"})
-    retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
-    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
-    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
-
-    def validate(self) -> str | None:
-        if self.placement not in PLACEMENTS:
-            return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
-        if self.cpus_per_node < 1:
-            return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
-        if self.scheduler not in ("leases", "fair-share"):
-            return f"field 'scheduler': must be 'leases' or 'fair-share', got {self.scheduler!r}"
-        if not 1 <= self.vwns_per_node <= 100 * self.cpus_per_node:
-            return (f"field 'vwns_per_node': must be between 1 and {100 * self.cpus_per_node} "
-                    f"(1/100 of a core per VWN), got {self.vwns_per_node}")
-        if self.vwns_per_node > self.ram_mb:
-            return (f"field 'vwns_per_node': {self.vwns_per_node} VWNs need at least 1 MB each, "
-                    f"ram_mb is {self.ram_mb}")
-        if self.node_down_after_s <= 0:
-            return f"field 'node_down_after_s': must be > 0, got {self.node_down_after_s}"
-        if self.lease_tick_s <= 0:
-            return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
-        if self.lease_config:
-            from .leasing.config import load_config
-            try:
-                load_config(self.lease_config)
-            except ValueError as exc:      # leasing.ConfigError: names the file and the option
-                return f"field 'lease_config': {exc}"
-        if self.status not in ("Production", "Queueing", "Draining", "Closed"):
-            return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
-        return None
-
 
 
 class CEAgent:
@@ -137,7 +74,7 @@ class CEAgent:
         with self._lock:
             if req.key in self.jobs:
                 return self.jobs[req.key], False
-            job = CEJob(req, desc, "Scheduled", lease_req=lease_req)
+            job = CEJob(req, desc, CEJobState.SCHEDULED, lease_req=lease_req)
             self.jobs[req.key] = job
         self._wake.set()
         return job, True
@@ -156,7 +93,7 @@ class CEAgent:
             self._wake.wait(self.config.retry_s)
             self._wake.clear()
             with self._lock:
-                pending = [j for j in self.jobs.values() if j.state == "Scheduled" and not j.vwn]
+                pending = [j for j in self.jobs.values() if j.state is CEJobState.SCHEDULED and not j.vwn]
             for job in pending:
                 if self._stop.is_set():
                     return
@@ -172,10 +109,10 @@ class CEAgent:
             self._wake.wait(self.config.lease_tick_s)
             self._wake.clear()
             with self._lock:
-                new = [j for j in self.jobs.values() if j.state == "Scheduled" and not j.in_engine]
+                new = [j for j in self.jobs.values() if j.state is CEJobState.SCHEDULED and not j.in_engine]
                 if self.leases.engine is None:
                     for job in new:
-                        job.reason = "not started yet: the CE has no node agents"
+                        job.note(Outcome.NOT_STARTED, "not started yet: the CE has no node agents")
                     continue
             for job in new:
                 self._submit_lease(job)
@@ -201,7 +138,7 @@ class CEAgent:
         known = self.leases.known(key)
         with self._lock:
             job.in_engine = known
-            cancelled = job.state == "Cancelled"
+            cancelled = job.state is CEJobState.CANCELLED
         if known and cancelled:
             self._cancel_lease(key)
 
@@ -215,35 +152,39 @@ class CEAgent:
                 job.node_url = view["nodes"][0]
         if view["start_error"] and view["nodes"] and not view["vwns"]:
             with self._lock:
-                if job.state == "Scheduled":        # the node agent did not take it
-                    job.reason = (f"not started yet: node agent {view['nodes'][0]} did not take the VWN "
-                                  f"(retried every {self.config.lease_tick_s:g} s): {view['start_error']}")
-        reason = self.leases.outcome(job.lease_req, view)
-        if reason is None:
+                if job.state is CEJobState.SCHEDULED:        # the node agent did not take it
+                    job.note(Outcome.NOT_STARTED,
+                             f"not started yet: node agent {view['nodes'][0]} did not take the VWN "
+                             f"(retried every {self.config.lease_tick_s:g} s): {view['start_error']}")
+        ended = self.leases.outcome(job.lease_req, view)
+        if ended is None:
             return
-        if reason.startswith("killed") and self._vwn_finished(job):
+        code, reason = ended
+        if code is Outcome.WALLCLOCK_LIMIT and self._vwn_finished(job):
             return                          # it ended by itself at the limit: its event is on the way
-        if reason.startswith("preempted") and job.lease_req.restarts:
-            self._requeued(job, reason)     # suspendable/migratable: a new VWN when it starts again
+        if code is Outcome.PREEMPTED and job.lease_req.restarts:
+            self._requeued(job)             # suspendable/migratable: a new VWN when it starts again
             return
-        if reason.startswith("preempted"):
+        if code is Outcome.PREEMPTED:
             self._cancel_lease(key)         # cancellable: the job ends here
         with self._lock:
             if job.state in ENDED:
                 return
-            job.state, job.reason = "Aborted", reason
+            job.to(CEJobState.ABORTED)
+            job.note(code, reason)
             self._forward(job, "aborted", self.clock.now())
         log.info("%s: %s", key, reason)
 
-    def _requeued(self, job: CEJob, reason: str) -> None:
+    def _requeued(self, job: CEJob) -> None:
         """The job's lease was stopped and waits to start again: the job is Scheduled without
-        a VWN until its next VWN (key ``<key>-r2`` ...) reports running."""
+        a VWN (``Outcome.REQUEUED``) until its next VWN (key ``<key>-r2`` ...) reports running."""
         with self._lock:
-            if job.state != "Running":
+            if job.state is not CEJobState.RUNNING:
                 return
-            job.state, job.vwn, job.node, job.node_url = "Scheduled", None, None, None
+            job.to(CEJobState.SCHEDULED)
+            job.vwn, job.node, job.node_url = None, None, None
             job.cpu_caps, job.capped, job.cap_reason = [], None, None
-            job.reason = reason.replace("was deleted", "was deleted; it restarts in a new VWN when its lease starts again")
+            job.note(Outcome.REQUEUED, REQUEUED_REASON)
         log.info("%s: %s", job.request.key, job.reason)
 
     def _vwn_finished(self, job: CEJob) -> bool:
@@ -252,7 +193,7 @@ class CEAgent:
             return False
         try:
             record = NodeAgentClient(job.node_url, self.http, self.config.node_timeout_s).vwn(job.vwn)
-            return record.get("state") in ("done", "aborted")
+            return record.get("state") in (VWNState.DONE.value, VWNState.ABORTED.value)
         except NodeAgentError:
             return False
 
@@ -279,7 +220,7 @@ class CEAgent:
         errors = []
         for node in self.place(self.loads()):
             with self._lock:
-                if job.state != "Scheduled" or job.vwn:
+                if job.state is not CEJobState.SCHEDULED or job.vwn:
                     return True
             try:
                 info = NodeAgentClient(node.url, self.http, self.config.node_timeout_s).create_vwn(self._vwn_body(job))
@@ -289,12 +230,12 @@ class CEAgent:
             with self._lock:
                 job.node_url, job.vwn = node.url, info["vwn"]
                 job.capped, job.cap_reason = info.get("capped"), info.get("cap_reason")
-                cancelled = job.state == "Cancelled"
+                cancelled = job.state is CEJobState.CANCELLED
             if cancelled:
                 self._delete_vwn(job)
             return True
         with self._lock:
-            job.reason = "not placed yet: " + ("; ".join(errors) or "the CE has no node agents")
+            job.note(Outcome.NOT_PLACED, "not placed yet: " + ("; ".join(errors) or "the CE has no node agents"))
         log.warning("%s: %s", job.request.key, job.reason)
         return False
 
@@ -323,14 +264,15 @@ class CEAgent:
                     setattr(job, name, event[name])
             if job.state in ENDED:
                 return job                      # e.g. a late event of a cancelled job
-            if kind in EVENT_STATE:
-                job.state = EVENT_STATE[kind]
-            if kind == "running" and (job.reason or "").startswith(("not placed yet", "not started yet")):
-                job.reason = None               # it runs now: the earlier delay no longer applies
+            if kind in EVENT_STATE and EVENT_STATE[kind] is not job.state:   # a repeat changes nothing
+                job.to(EVENT_STATE[kind])
+            if kind == "running" and job.outcome in PENDING:
+                job.note(None, None)            # it runs now: the earlier delay no longer applies
             if kind == "done":
                 job.exit_code = event.get("exit_code")
+                job.outcome = Outcome.parse(event.get("outcome")) or Outcome.EXIT
             if kind == "aborted":
-                job.reason = event.get("reason")
+                job.note(Outcome.parse(event.get("outcome")), event.get("reason"))
             self._forward(job, kind, event.get("time"))
         if self.leases and self.leases.engine and kind in ("done", "aborted"):
             try:
@@ -345,6 +287,7 @@ class CEAgent:
             return
         event = {"job_id": r.job_id, "key": r.key, "ce": self.config.ce_id, "node": job.node,
                  "vwn": job.vwn, "event": kind, "exit_code": job.exit_code, "reason": job.reason,
+                 "outcome": job.outcome.value if job.outcome else None,
                  "cpu_caps": job.cpu_caps, "capped": job.capped, "cap_reason": job.cap_reason,
                  "time": t if t is not None else self.clock.now()}
         self.outbox.post(r.callback_url, event, order_key=r.key)
@@ -362,8 +305,9 @@ class CEAgent:
         job = self.get(key)
         with self._lock:
             if job.state in ENDED:
-                raise ApiError(409, f"job {key} is already {job.state}", key=key, state=job.state)
-            job.state, job.reason = "Cancelled", "cancelled"
+                raise ApiError(409, f"job {key} is already {job.state.value}", key=key, state=job.state.value)
+            job.to(CEJobState.CANCELLED)
+            job.note(Outcome.CANCELLED, "cancelled")
             placed = job.vwn is not None
             in_engine = job.in_engine
         if in_engine:
@@ -399,7 +343,7 @@ class CEAgent:
         with self._lock:
             out: dict[str, int] = {}
             for j in self.jobs.values():
-                out[j.state] = out.get(j.state, 0) + 1
+                out[j.state.value] = out.get(j.state.value, 0) + 1
             return out
 
     def free_and_ert(self) -> tuple[int, int]:
@@ -412,7 +356,7 @@ class CEAgent:
         if self.leases:
             return self.leases.glue_numbers()
         total = len(self.nodes) * self.config.cpus_per_node
-        return max(0, total - self.counts().get("Running", 0)), 0
+        return max(0, total - self.counts().get(CEJobState.RUNNING.value, 0)), 0
 
     def ce_state(self):
         """The ``infosys.gip.CEState`` this CE publishes: RunningJobs = jobs with a running VWN,
@@ -421,11 +365,11 @@ class CEAgent:
         from infosys.gip import CEState
         c, counts = self.config, self.counts()
         total = self.total_cpus()
-        running = counts.get("Running", 0)
+        running = counts.get(CEJobState.RUNNING.value, 0)
         free, ert = self.free_and_ert()
         return CEState(ce_id=c.ce_id, host=c.host, site=c.site, queue=c.queue, status=c.status,
                        lrms_type=c.lrms_type, total_cpus=total, free_cpus=free,
-                       running=running, waiting=counts.get("Scheduled", 0), ert_s=ert,
+                       running=running, waiting=counts.get(CEJobState.SCHEDULED.value, 0), ert_s=ert,
                        max_wallclock_s=c.max_wallclock_s, si00=c.si00, ram_mb=c.ram_mb,
                        vos=list(c.vos), contact_string=self.url)
 
@@ -474,7 +418,7 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     @app.post("/jobs")
     def post_job():
         job, _ = agent.submit(parse_body(JobRequest, "POST /jobs"))
-        return jsonify({"state": job.state, "key": job.request.key}), 202
+        return jsonify({"state": job.state.value, "key": job.request.key}), 202
 
     @app.get("/jobs")
     def list_jobs():

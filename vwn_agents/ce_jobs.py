@@ -1,17 +1,48 @@
 """The jobs a CE agent holds: the broker's request, the parsed JDL, the gLite state the CE sees.
 
-Job states here are the gLite ones the CE can see: Scheduled (accepted, no VWN running yet) ->
-Running -> Done | Aborted | Cancelled.
+Job states here are the gLite ones the CE can see (``CEJobState``, table ``CE_JOB_STATES``):
+Scheduled (accepted, no VWN running yet) -> Running -> Done | Aborted | Cancelled, and
+Running -> Scheduled when the lease of a suspendable/migratable job is preempted: its VWN was
+deleted and the job waits for its lease to start again in a new VWN (``Outcome.REQUEUED``).
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from .ce_leases import JobLeaseRequest
 from vgrid_runtime.httpjson import ApiError
+from vgrid_runtime.job_states import JobState
+from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.states import StateTable
 
-ENDED = {"Done", "Aborted", "Cancelled"}
-EVENT_STATE = {"running": "Running", "done": "Done", "aborted": "Aborted"}
+
+class CEJobState(str, enum.Enum):
+    """A job's state at a CE; the values are the gLite names (``JobState``) the CE reports."""
+
+    SCHEDULED = JobState.SCHEDULED.value
+    RUNNING = JobState.RUNNING.value
+    DONE = JobState.DONE.value
+    ABORTED = JobState.ABORTED.value
+    CANCELLED = JobState.CANCELLED.value
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+C = CEJobState
+
+#: The CE agent's job state machine. Scheduled -> Done/Aborted: the VWN ended before its
+#: ``running`` event was applied (e.g. the wrapper failed at once). Running -> Scheduled is the
+#: requeue of a preempted suspendable/migratable lease (its job restarts in a new VWN).
+CE_JOB_STATES: StateTable[CEJobState] = StateTable("CE job", CEJobState, {
+    C.SCHEDULED: {C.RUNNING, C.DONE, C.ABORTED, C.CANCELLED},
+    C.RUNNING: {C.DONE, C.ABORTED, C.CANCELLED, C.SCHEDULED},
+}, terminal={C.DONE, C.ABORTED, C.CANCELLED})
+
+ENDED = CE_JOB_STATES.terminal
+#: The state a node agent's VWN event moves the job to.
+EVENT_STATE = {"running": C.RUNNING, "done": C.DONE, "aborted": C.ABORTED}
 
 
 @dataclass
@@ -33,7 +64,7 @@ class CEJob:
 
     request: JobRequest
     desc: object                      # jdl.JobDescription
-    state: str
+    state: CEJobState                 # change it with to()
     node: str | None = None           # node name (from its events)
     node_url: str | None = None
     vwn: str | None = None
@@ -42,14 +73,24 @@ class CEJob:
     cap_reason: str | None = None
     exit_code: int | None = None
     reason: str | None = None
+    outcome: Outcome | None = None    # the code behind reason (pending or final)
     lease_req: JobLeaseRequest | None = None   # scheduler = leases
     in_engine: bool = False                    # its lease was submitted to the engine
 
+    def to(self, new: CEJobState) -> None:
+        """Change the state through ``CE_JOB_STATES`` (IllegalTransition if not allowed)."""
+        self.state = CE_JOB_STATES.transition(self.state, new, self.request.key)
+
+    def note(self, outcome: Outcome | None, reason: str | None) -> None:
+        """Set why the job is where it is: the code and the words for people."""
+        self.outcome, self.reason = outcome, reason
+
     def record(self) -> dict:
-        return {"key": self.request.key, "job_id": self.request.job_id, "state": self.state,
+        return {"key": self.request.key, "job_id": self.request.job_id, "state": self.state.value,
                 "node": self.node, "node_url": self.node_url, "vwn": self.vwn,
                 "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
-                "exit_code": self.exit_code, "reason": self.reason}
+                "exit_code": self.exit_code, "reason": self.reason,
+                "outcome": self.outcome.value if self.outcome else None}
 
 
 def parse_job_jdl(text: str, filename: str):

@@ -14,7 +14,8 @@ agent still caps the VWNs that run at C/n of the node, so fewer than K jobs get 
 ``LeaseScheduling`` is the CE agent's adapter: ``lease_request`` (JDL -> request, 400 naming the
 attribute for what the CE cannot honour), ``submit``, ``tick`` (start/end what is due), ``view``
 (the lease as ``GET /jobs/<key>`` shows it), ``outcome`` (what happened to a lease that ended
-without a node event: rejected, killed at its wall-clock limit, preempted), ``glue_numbers``.
+without a node event, as an ``Outcome`` code and a reason: rejected, killed at its wall-clock
+limit, preempted), ``glue_numbers``.
 """
 from __future__ import annotations
 
@@ -22,14 +23,20 @@ import math
 from dataclasses import dataclass
 
 from vgrid_runtime.httpjson import ApiError
+from vgrid_runtime.outcomes import Outcome
 from .leasing.config import LeaseConfig, load_config
 from .lease_engine import LeaseEngine, lease_args_from_jdl
+from .leasing.model import LeaseState
 
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842
 
 #: Lease-engine options the CE agent always sets: node agents cannot suspend a VWN.
 LIVE_OVERRIDES = {"suspension": "none"}
+
+#: The reason of a job whose preempted lease goes back to the queue (``Outcome.REQUEUED``).
+REQUEUED_REASON = ("preempted by an advance reservation: its VWN was deleted; it restarts in a new VWN "
+                   "when its lease starts again")
 
 
 @dataclass(frozen=True)
@@ -174,25 +181,27 @@ class LeaseScheduling:
                 "attempts": st["attempts"]}
 
     @staticmethod
-    def outcome(req: JobLeaseRequest, st: dict) -> str | None:
-        """Why a job whose lease is in ``st`` (``view``) must end now without a node event, or
-        None. Rejected: the reason; Done at its planned end: killed at the wall-clock limit;
-        started and back in the queue: preempted by an advance reservation."""
-        state = st["state"]
-        if state == "Rejected":
+    def outcome(req: JobLeaseRequest, st: dict) -> tuple[Outcome, str] | None:
+        """Why a job whose lease is in ``st`` (``view``) must end now without a node event, as
+        ``(code, reason)``, or None. Rejected: ``LEASE_REJECTED``; Done at its planned end:
+        ``WALLCLOCK_LIMIT`` (killed at the wall-clock limit); started and back in the queue:
+        ``PREEMPTED`` (by an advance reservation)."""
+        state = LeaseState(st["state"])
+        if state is LeaseState.REJECTED:
             if req.kind == "immediate":
-                return ("immediate lease rejected: it cannot start now (every node already runs its "
-                        "VWNs or is reserved)")
+                return Outcome.LEASE_REJECTED, ("immediate lease rejected: it cannot start now (every "
+                                                "node already runs its VWNs or is reserved)")
             if req.kind == "advance-reservation":
-                return f"advance reservation rejected: {st['reason']}"
-            return f"lease rejected: {st['reason']}"
-        if state == "Done" and st["start_s"] is not None and st["end_s"] is not None \
+                return Outcome.LEASE_REJECTED, f"advance reservation rejected: {st['reason']}"
+            return Outcome.LEASE_REJECTED, f"lease rejected: {st['reason']}"
+        if state is LeaseState.DONE and st["start_s"] is not None and st["end_s"] is not None \
                 and st["end_s"] - st["start_s"] >= req.duration_s - 1e-3:
             limit = "LeaseDuration" if req.duration_from == "LeaseDuration" else "the CE's max_wallclock_s"
-            return (f"killed at its wall-clock limit: the lease's {req.duration_s:g} s ({limit}) "
-                    "ended and its VWN was deleted")
-        if st["start_s"] is not None and state in ("Queued", "Scheduled", "Suspended"):
-            return "preempted by an advance reservation: its VWN was deleted"
+            return Outcome.WALLCLOCK_LIMIT, (f"killed at its wall-clock limit: the lease's {req.duration_s:g} s "
+                                             f"({limit}) ended and its VWN was deleted")
+        if st["start_s"] is not None and state in (LeaseState.QUEUED, LeaseState.SCHEDULED,
+                                                  LeaseState.SUSPENDED):
+            return Outcome.PREEMPTED, "preempted by an advance reservation: its VWN was deleted"
         return None
 
     def glue_numbers(self) -> tuple[int, int]:

@@ -32,6 +32,8 @@ from . import cgroups, fairshare, proctree
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from .outbox import Outbox
+from .vwn_states import ACTIVE, VWN_STATES, VWNState
+from vgrid_runtime.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,7 @@ class VWN:
 
     vwn: str
     request: VWNRequest
-    state: str                       # starting | running | done | aborted | cancelled
+    state: VWNState                  # vwn_states.VWN_STATES; change it with to()
     created: float
     capped: bool
     cap_reason: str | None
@@ -119,6 +121,7 @@ class VWN:
     pid: int | None = None           # the job's pid (once running)
     exit_code: int | None = None
     reason: str | None = None
+    outcome: Outcome | None = None   # why it ended (with reason): EXIT, WRAPPER_ERROR, ...
     ended: float | None = None
     cpu_time_s: float | None = None
     proc: subprocess.Popen | None = None
@@ -127,14 +130,23 @@ class VWN:
 
     @property
     def active(self) -> bool:
-        return self.state in ("starting", "running")
+        return self.state in ACTIVE
+
+    def to(self, new: VWNState) -> None:
+        """Change the state through ``VWN_STATES`` (IllegalTransition if not allowed)."""
+        self.state = VWN_STATES.transition(self.state, new, self.vwn)
+
+    def fail(self, outcome: Outcome, reason: str) -> None:
+        """Record why the VWN will end aborted (code and prose)."""
+        self.outcome, self.reason = outcome, reason
 
     def record(self) -> dict:
         r = self.request
-        return {"vwn": self.vwn, "job_id": r.job_id, "key": r.key, "state": self.state,
+        return {"vwn": self.vwn, "job_id": r.job_id, "key": r.key, "state": self.state.value,
                 "pid": self.pid, "cpu_cap": self.cpu_caps[-1][1] if self.cpu_caps else None,
                 "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
-                "exit_code": self.exit_code, "reason": self.reason, "created": self.created,
+                "exit_code": self.exit_code, "reason": self.reason,
+                "outcome": self.outcome.value if self.outcome else None, "created": self.created,
                 "ended": self.ended, "cpu_time_s": self.cpu_time_s}
 
 
@@ -199,7 +211,7 @@ class NodeAgent:
             self._counter += 1
             name = f"vwn-{self.config.node}-{self._counter}"
             share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
-            v = VWN(name, req, "starting", self.clock.now(), self.cg.capped,
+            v = VWN(name, req, VWNState.STARTING, self.clock.now(), self.cg.capped,
                     None if self.cg.capped else self.cg.reason)
             self.vwns[name] = v
             self.by_key[req.key] = name
@@ -257,7 +269,7 @@ class NodeAgent:
                                       stdin=subprocess.DEVNULL, start_new_session=True,
                                       cwd=spec.parent, env=env)
         except OSError as exc:
-            v.reason = f"cannot start the job wrapper: {exc}"
+            v.fail(Outcome.WRAPPER_ERROR, f"cannot start the job wrapper: {exc}")
         finally:
             log_file.close()
         v.monitor = threading.Thread(target=self._watch, args=(v,), name=v.vwn, daemon=True)
@@ -274,16 +286,18 @@ class NodeAgent:
                         msg = json.loads(line)
                     except ValueError:
                         continue
-                    if msg.get("event") == "running":
+                    if msg.get("event") == "running" and v.state is VWNState.STARTING:
                         with self._lock:
-                            v.state, v.pid = "running", msg.get("pid")
+                            v.to(VWNState.RUNNING)
+                            v.pid = msg.get("pid")
                             self._emit(v, "running")
                 code = v.proc.wait()
                 v.proc.stdout.close()
                 self._collect(v, code)
         except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported
             log.exception("%s: monitor failed", v.vwn)
-            v.reason = v.reason or f"node agent error while watching the VWN: {exc}"
+            if v.reason is None:
+                v.fail(Outcome.WRAPPER_ERROR, f"node agent error while watching the VWN: {exc}")
         finally:
             self._finish(v)
 
@@ -297,15 +311,16 @@ class NodeAgent:
         if v.cancelled:
             return
         if self._stopping and (result is None or result.get("exit_code") is None):
-            v.reason = f"node agent {self.config.node} shut down"
+            v.fail(Outcome.NODE_SHUTDOWN, f"node agent {self.config.node} shut down")
         elif result is None:
-            v.reason = ("cannot join the VWN's cgroup" if code == JOIN_FAILED else
-                        f"job wrapper ended without a result (exit status {code}); "
-                        f"see {self.work_dir / v.vwn / 'wrapper.log'}")
+            v.fail(Outcome.WRAPPER_ERROR,
+                   "cannot join the VWN's cgroup" if code == JOIN_FAILED else
+                   f"job wrapper ended without a result (exit status {code}); "
+                   f"see {self.work_dir / v.vwn / 'wrapper.log'}")
         elif result.get("error"):
-            v.reason = result["error"]
+            v.fail(Outcome.WRAPPER_ERROR, result["error"])
         else:
-            v.exit_code = result.get("exit_code")
+            v.exit_code, v.outcome = result.get("exit_code"), Outcome.EXIT
 
     def _finish(self, v: VWN) -> None:
         """The VWN has ended: remove its cgroup, readjust the others, report."""
@@ -316,14 +331,19 @@ class NodeAgent:
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
             if v.cancelled:
-                v.state = "cancelled"
-            elif self._stopping and v.exit_code is None and v.reason is None:
-                v.state, v.reason = "aborted", f"node agent {self.config.node} shut down"
+                v.outcome = Outcome.CANCELLED
+                v.to(VWNState.CANCELLED)
+            elif self._stopping and v.exit_code is None and v.outcome is None:
+                v.fail(Outcome.NODE_SHUTDOWN, f"node agent {self.config.node} shut down")
+                v.to(VWNState.ABORTED)
+            elif v.outcome in (None, Outcome.EXIT):
+                v.outcome = Outcome.EXIT
+                v.to(VWNState.DONE)
             else:
-                v.state = "done" if v.reason is None else "aborted"
+                v.to(VWNState.ABORTED)
             v.ended = self.clock.now()
-            if v.state != "cancelled":
-                self._emit(v, v.state)
+            if v.state is not VWNState.CANCELLED:
+                self._emit(v, v.state.value)
             self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
         if not self.config.keep_workdirs:
             shutil.rmtree(self.work_dir / v.vwn, ignore_errors=True)
@@ -334,6 +354,7 @@ class NodeAgent:
             return
         event = {"job_id": r.job_id, "key": r.key, "vwn": v.vwn, "node": self.config.node,
                  "event": kind, "exit_code": v.exit_code, "reason": v.reason,
+                 "outcome": v.outcome.value if v.outcome else None,
                  "cpu_caps": [list(c) for c in v.cpu_caps], "capped": v.capped,
                  "cap_reason": v.cap_reason, "time": self.clock.now()}
         self.outbox.post(r.callback_url, event, order_key=r.key)
@@ -349,7 +370,7 @@ class NodeAgent:
         with self._lock:
             if not v.active:
                 return v
-            v.cancelled, v.reason = True, reason
+            v.cancelled, v.reason, v.outcome = True, reason, Outcome.CANCELLED
         self._kill(v)
         if v.monitor is not None:
             v.monitor.join(timeout=10)
@@ -400,7 +421,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     def post_vwn():
         v, created = agent.create_vwn(parse_body(VWNRequest, "POST /vwns"))
         body = {"vwn": v.vwn, "cpu_cap": v.cpu_caps[-1][1] if v.cpu_caps else None,
-                "capped": v.capped, "cap_reason": v.cap_reason, "state": v.state}
+                "capped": v.capped, "cap_reason": v.cap_reason, "state": v.state.value}
         return jsonify(body), 201 if created else 200
 
     @app.get("/vwns")

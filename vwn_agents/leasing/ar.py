@@ -39,7 +39,7 @@ def schedule_ar(sched, lease, now: float) -> bool:
         return _reject(sched, lease, "image transfers cannot complete by the requested start")
     st.add(Reservation(ResKind.VM, lease, t_s, t_e, use=vm_use(mapping, lease.per_vm), mapping=mapping))
     st.set(lease, "mapping", mapping)
-    st.set(lease, "state", LeaseState.SCHEDULED)
+    st.set(lease, "state", lease.checked(LeaseState.SCHEDULED))
     st.commit(tx)
     for other in requeue:
         sched.requeue(other)
@@ -47,7 +47,7 @@ def schedule_ar(sched, lease, now: float) -> bool:
 
 
 def _reject(sched, lease, reason: str) -> bool:
-    lease.state = LeaseState.REJECTED
+    lease.to(LeaseState.REJECTED)
     lease.reject_reason = reason
     return False
 

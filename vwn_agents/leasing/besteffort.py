@@ -138,7 +138,7 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
         for r in suspend_reservations(lease, mapping, vm_end, cfg):
             st.add(r)
     st.set(lease, "mapping", mapping)
-    st.set(lease, "state", LeaseState.SCHEDULED)
+    st.set(lease, "state", lease.checked(LeaseState.SCHEDULED))
     return True, None
 
 

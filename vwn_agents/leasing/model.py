@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from vgrid_runtime.states import StateTable
+
 RESOURCE_TYPES = ("CPU", "Memory", "Disk", "Net")
 CPU, MEM, DISK, NET = range(4)
 RES_INDEX = {name.lower(): i for i, name in enumerate(RESOURCE_TYPES)}
@@ -68,7 +70,8 @@ class LeaseType(enum.Enum):
 
 
 class LeaseState(enum.Enum):
-    """Lease states (Haizea 1.1 names, simplified)."""
+    """Lease states (Haizea 1.1 names, simplified: Haizea's Ready, Resuming, Migrating and its
+    three Suspended-* states are folded into Scheduled, Preparing and Suspended)."""
     PENDING = "Pending"
     QUEUED = "Queued"
     SCHEDULED = "Scheduled"
@@ -82,6 +85,25 @@ class LeaseState(enum.Enum):
 
 
 TERMINAL_STATES = frozenset({LeaseState.DONE, LeaseState.REJECTED, LeaseState.CANCELLED})
+
+L = LeaseState
+
+#: The lease state machine (docs/leasing.md, "Lease states"); every change goes through
+#: ``Lease.to`` (or ``Lease.checked`` for a slot-table transaction). Pending: submitted, not yet
+#: decided. Queued: best-effort, waiting in the FCFS queue (and a serial request's parent).
+#: Scheduled: its reservations are in the slot table. Preparing: resuming its VMs. Active: its
+#: VMs run. Suspending -> Suspended: stopped with time left, back in the queue (Suspended ->
+#: Scheduled when placed again). Active -> Queued: a preempted lease restarted from scratch.
+#: Queued -> Active -> Done: a serial request's parent follows its one-VM children.
+LEASE_STATES: StateTable[LeaseState] = StateTable("lease", LeaseState, {
+    L.PENDING: {L.QUEUED, L.SCHEDULED, L.REJECTED, L.CANCELLED},
+    L.QUEUED: {L.SCHEDULED, L.ACTIVE, L.DONE, L.CANCELLED},
+    L.SCHEDULED: {L.QUEUED, L.SUSPENDED, L.PREPARING, L.ACTIVE, L.CANCELLED},
+    L.PREPARING: {L.ACTIVE, L.DONE, L.CANCELLED},
+    L.ACTIVE: {L.QUEUED, L.SUSPENDING, L.SUSPENDED, L.DONE, L.CANCELLED},
+    L.SUSPENDING: {L.SUSPENDED, L.DONE, L.CANCELLED},
+    L.SUSPENDED: {L.SCHEDULED, L.CANCELLED},
+}, terminal=TERMINAL_STATES)
 
 
 @dataclass
@@ -171,3 +193,13 @@ class Lease:
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    def to(self, new: LeaseState) -> None:
+        """Change the state through ``LEASE_STATES``; IllegalTransition (naming the lease id,
+        old and new state) for a change the table does not list."""
+        self.state = LEASE_STATES.transition(self.state, new, self.id)
+
+    def checked(self, new: LeaseState) -> LeaseState:
+        """``new`` if the change to it is legal (IllegalTransition otherwise), for
+        ``SlotTable.set(lease, "state", lease.checked(new))`` inside a transaction."""
+        return LEASE_STATES.check(self.state, new, self.id)

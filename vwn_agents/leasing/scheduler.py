@@ -80,19 +80,19 @@ class LeaseScheduler:
             raise ValueError(f"lease {lease.id} was already submitted")
         self.leases[lease.id] = lease
         if self._site_slots(lease.per_vm) < lease.n_vms:
-            lease.state = LeaseState.REJECTED
+            lease.to(LeaseState.REJECTED)
             lease.reject_reason = "the site cannot host that many VMs even when empty"
             return lease
         if lease.type is LeaseType.ADVANCE_RESERVATION:
             schedule_ar(self, lease, now)
         elif lease.type is LeaseType.IMMEDIATE:
             if not place_besteffort(self, lease, now, allow_future=False, immediate=True):
-                lease.state = LeaseState.REJECTED
+                lease.to(LeaseState.REJECTED)
                 lease.reject_reason = "cannot start now"
         elif self.cfg.besteffort_mode == "serial" and lease.n_vms > 1:
             self._submit_serial(lease)
         else:
-            lease.state = LeaseState.QUEUED
+            lease.to(LeaseState.QUEUED)
             self.requeue(lease)
         return lease
 
@@ -106,7 +106,7 @@ class LeaseScheduler:
     def _submit_serial(self, lease: Lease) -> None:
         """Seeds 000/001 serial requests: each VM becomes a one-VM lease scheduled on its own;
         the parent lease is reported with their first start and last end."""
-        lease.state = LeaseState.QUEUED
+        lease.to(LeaseState.QUEUED)
         subs = []
         for _ in range(lease.n_vms):
             sub = dataclasses.replace(lease, id=next(self._sub_ids), n_vms=1, parent_id=lease.id,
@@ -120,10 +120,11 @@ class LeaseScheduler:
         parent = self.leases.get(child.parent_id)
         subs = self.children.get(child.parent_id, [])
         if parent is None or not all(s.done for s in subs):
-            if parent is not None and parent.start_s is None:
-                parent.state = LeaseState.ACTIVE
+            if parent is not None and parent.start_s is None and parent.state is LeaseState.QUEUED:
+                parent.to(LeaseState.ACTIVE)
             return
-        parent.state = LeaseState.DONE
+        if not parent.done:     # a cancelled parent stays Cancelled
+            parent.to(LeaseState.DONE)
         starts = [s.start_s for s in subs if s.start_s is not None]
         parent.start_s = min(starts) if starts else None
         parent.end_s = max(s.end_s for s in subs)
@@ -145,15 +146,15 @@ class LeaseScheduler:
         self.unschedule(lease, now)
         if lease in self.queue:
             self.queue.remove(lease)
-        lease.state = LeaseState.CANCELLED
+        lease.to(LeaseState.CANCELLED)
         lease.end_s = now
         self._dirty = True
         return lease
 
     def requeue(self, lease: Lease) -> None:
         """Put a best-effort lease back in the FCFS queue (ordered by submission)."""
-        if lease.state not in (LeaseState.SUSPENDED,):
-            lease.state = LeaseState.QUEUED
+        if lease.state not in (LeaseState.SUSPENDED, LeaseState.QUEUED):
+            lease.to(LeaseState.QUEUED)
         keys = [(l.submit_s, l.id) for l in self.queue]
         self.queue.insert(bisect.bisect(keys, (lease.submit_s, lease.id)), lease)
         self._dirty = True
@@ -179,7 +180,8 @@ class LeaseScheduler:
         if lease.id in self.future:
             self.st.set(self, "future", self.future - {lease.id})
         if lease.state is LeaseState.SCHEDULED:
-            self.st.set(lease, "state", LeaseState.SUSPENDED if lease.time_run > 0 else LeaseState.QUEUED)
+            self.st.set(lease, "state",
+                        lease.checked(LeaseState.SUSPENDED if lease.time_run > 0 else LeaseState.QUEUED))
 
     # ------------------------------------------------------------ time
     def next_event_time(self) -> float:
@@ -271,7 +273,7 @@ class LeaseScheduler:
     def _start_resume(self, res: Reservation, t: float) -> None:
         lease = res.lease
         if lease.state is not LeaseState.PREPARING:
-            lease.state = LeaseState.PREPARING
+            lease.to(LeaseState.PREPARING)
             self.enactment.resume_vms(lease, res.mapping, t)
 
     def _start_vm(self, res: Reservation, t: float) -> None:
@@ -281,11 +283,12 @@ class LeaseScheduler:
         before = (lease.state, lease.start_s)
         if lease.start_s is None:
             lease.start_s = t
-        lease.state = LeaseState.ACTIVE
+        if lease.state is not LeaseState.ACTIVE:
+            lease.to(LeaseState.ACTIVE)
         try:
             self.enactment.start_vms(lease, res.mapping, t, res.end)
         except Exception:  # not started: the lease is as it was (its reservation is retried)
-            lease.state, lease.start_s = before
+            lease.state, lease.start_s = before     # an undo, not a transition
             raise
         if lease.id in self.future:
             self.future = self.future - {lease.id}
@@ -309,18 +312,19 @@ class LeaseScheduler:
             lease.cancel_at_end = False
             lease.time_run = 0.0
             self.unschedule(lease, t)
-            lease.state = LeaseState.QUEUED
+            lease.to(LeaseState.QUEUED)
             self.requeue(lease)
         elif any(r.kind is ResKind.SUSPEND for r in self.st.of_lease(lease)):
-            lease.state = LeaseState.SUSPENDING
+            lease.to(LeaseState.SUSPENDING)
             self.enactment.vms_paused(lease, t)
         else:  # nothing follows: requeue what is left
             self.enactment.stop_vms(lease, t)
-            lease.state = LeaseState.SUSPENDED
+            lease.to(LeaseState.SUSPENDED)
             self.requeue(lease)
 
     def _start_suspend(self, res: Reservation, t: float) -> None:
-        res.lease.state = LeaseState.SUSPENDING
+        if res.lease.state is not LeaseState.SUSPENDING:
+            res.lease.to(LeaseState.SUSPENDING)
 
     def _end_suspend(self, res: Reservation, t: float) -> None:
         lease = res.lease
@@ -330,7 +334,7 @@ class LeaseScheduler:
         if any(r.kind is ResKind.SUSPEND for r in self.st.of_lease(lease)):
             return
         lease.suspensions += 1
-        lease.state = LeaseState.SUSPENDED
+        lease.to(LeaseState.SUSPENDED)
         self.enactment.suspended(lease, t)
         self.requeue(lease)
 
@@ -338,7 +342,7 @@ class LeaseScheduler:
         for r in self.st.of_lease(lease):
             if r.kind is not ResKind.TRANSFER:
                 self.st.remove(r)
-        lease.state = LeaseState.DONE
+        lease.to(LeaseState.DONE)
         lease.end_s = t
         self.enactment.stop_vms(lease, t)
         nodes = {n for seg in lease.segments for n in seg.nodes}

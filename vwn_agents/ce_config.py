@@ -1,0 +1,78 @@
+"""The CE agent's configuration schema (``CEAgentConfig``: TOML table or dict; docs/vwn.md).
+
+Every option with its default and help text; ``validate`` names the offending field. Loaded by
+``vgrid serve ce --config FILE.toml`` (``vgrid_cli/services.py``) and by ``vwn_agents.ce_agent``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vgrid_runtime.config import ConfigSchema
+from .placement import PLACEMENTS
+
+
+@dataclass
+class CEAgentConfig(ConfigSchema):
+    """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
+
+    SOURCE = "CE agent config"
+
+    ce_id: str = field(metadata={"help": "GlueCEUniqueID, host:port/vgrid-<lrms>-<queue>"})
+    host: str = field(metadata={"help": "GlueCEInfoHostName"})
+    site: str = field(metadata={"help": "site name (Mds-Vo-name, GlueSiteUniqueID)"})
+    queue: str = field(metadata={"help": "GlueCEName"})
+    nodes: list[str] = field(metadata={"help": "base URLs of the CE's node agents"})
+    cpus_per_node: int = field(default=1, metadata={"help": "CPUs per node (GlueCEInfoTotalCPUs = nodes x this)"})
+    si00: int = field(default=1000, metadata={"help": "GlueHostBenchmarkSI00 of one CPU"})
+    ram_mb: int = field(default=1024, metadata={"help": "GlueHostMainMemoryRAMSize (MB)"})
+    max_wallclock_s: int = field(default=86400, metadata={"help": "GlueCEPolicyMaxWallClockTime (s)"})
+    vos: list[str] = field(default_factory=list, metadata={"help": "VOs allowed (GlueCEAccessControlBaseRule VO:<vo>)"})
+    lrms_type: str = field(default="vgrid-vwn", metadata={"help": "GlueCEInfoLRMSType"})
+    status: str = field(default="Production", metadata={"help": "GlueCEStateStatus"})
+    placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name (fair-share scheduler)"})
+    scheduler: str = field(default="leases", metadata={
+        "help": "leases (every job is a lease in the lease engine, queued when its node's VWN slots are taken) "
+                "or fair-share (every job gets a VWN at once, no admission control)"})
+    vwns_per_node: int = field(default=4, metadata={
+        "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
+    lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
+    lease_config: str | None = field(default=None, metadata={
+        "help": "lease engine options (TOML, docs/leasing.md); suspension is always none"})
+    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
+    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
+    public_url: str | None = field(default=None, metadata={
+        "help": "this agent's URL for node callbacks and GlueCEInfoContactString (default: the bound URL)"})
+    node_timeout_s: float = field(default=10.0, metadata={"help": "timeout of one node agent request (s)"})
+    node_down_after_s: float = field(default=30.0, metadata={
+        "help": "scheduler = leases: a node agent failing (connection error, timeout, 5xx) this long is "
+                "marked down -- no new leases, its unstarted leases go to the other nodes -- until it answers (s)"})
+    retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
+    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
+    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+
+    def validate(self) -> str | None:
+        if self.placement not in PLACEMENTS:
+            return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
+        if self.cpus_per_node < 1:
+            return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
+        if self.scheduler not in ("leases", "fair-share"):
+            return f"field 'scheduler': must be 'leases' or 'fair-share', got {self.scheduler!r}"
+        if not 1 <= self.vwns_per_node <= 100 * self.cpus_per_node:
+            return (f"field 'vwns_per_node': must be between 1 and {100 * self.cpus_per_node} "
+                    f"(1/100 of a core per VWN), got {self.vwns_per_node}")
+        if self.vwns_per_node > self.ram_mb:
+            return (f"field 'vwns_per_node': {self.vwns_per_node} VWNs need at least 1 MB each, "
+                    f"ram_mb is {self.ram_mb}")
+        if self.node_down_after_s <= 0:
+            return f"field 'node_down_after_s': must be > 0, got {self.node_down_after_s}"
+        if self.lease_tick_s <= 0:
+            return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
+        if self.lease_config:
+            from .leasing.config import load_config
+            try:
+                load_config(self.lease_config)
+            except ValueError as exc:      # leasing.ConfigError: names the file and the option
+                return f"field 'lease_config': {exc}"
+        if self.status not in ("Production", "Queueing", "Draining", "Closed"):
+            return f"field 'status': must be a GlueCEStateStatus value, got {self.status!r}"
+        return None

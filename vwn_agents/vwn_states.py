@@ -1,0 +1,36 @@
+"""The VWN state table of a node agent (docs/architecture.md, "State tables"; docs/vwn.md).
+
+A VWN is ``starting`` from POST /vwns until the job wrapper reports the job's pid, then
+``running``; it ends ``done`` (the job exited, exit code known), ``aborted`` (the wrapper failed
+or the node agent shut down: reason and outcome say which) or ``cancelled`` (DELETE /vwns/<vwn>).
+A VWN can end while still starting (the wrapper failed before the job ran, or it was deleted).
+"""
+from __future__ import annotations
+
+import enum
+
+from vgrid_runtime.states import StateTable
+
+
+class VWNState(str, enum.Enum):
+    """A VWN state; the value is the name the node agent's JSON carries."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DONE = "done"
+    ABORTED = "aborted"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+V = VWNState
+
+VWN_STATES: StateTable[VWNState] = StateTable("VWN", VWNState, {
+    V.STARTING: {V.RUNNING, V.DONE, V.ABORTED, V.CANCELLED},
+    V.RUNNING: {V.DONE, V.ABORTED, V.CANCELLED},
+}, terminal={V.DONE, V.ABORTED, V.CANCELLED})
+
+#: States in which the VWN holds a share of the node's CPU.
+ACTIVE: frozenset[VWNState] = frozenset({V.STARTING, V.RUNNING})
