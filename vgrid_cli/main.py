@@ -37,6 +37,8 @@ def handle_errors(fn):
 
 #: Commands other modules provide, imported only when used (keeps `vgrid serve` fast to start).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "ca": ("vgrid_cli.ca_cmds", "ca_group"),
+    "proxy": ("vgrid_cli.ca_cmds", "proxy_group"),
     "jdl": ("vgrid_cli.jdl_cmds", "jdl_group"),
     "bdii": ("vgrid_cli.infosys_cmds", "bdii_group"),
     "info": ("vgrid_cli.infosys_cmds", "info_cmd"),
