@@ -10,6 +10,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*", "vgrid_cli*", "vgrid_runtime*"]),
     install_requires=[
+        "cheroot>=10.0",
         "click>=8.1",
         "cryptography>=42",
         "flask>=3.0",
@@ -24,7 +25,6 @@ setup(
         "requests>=2.31",
         "rich>=13",
         "sqlalchemy>=2.0",
-        "waitress>=3.0",
     ],
     extras_require={
         "test": [

@@ -1,5 +1,5 @@
 """The ISM: atomic snapshots, staleness, expiry, blacklist, feedback, and real sources
-(a CE agent-like GIP served over loopback HTTP by waitress, real LDIF files)."""
+(a CE agent-like GIP served over loopback HTTP, real LDIF files)."""
 import threading
 import time
 
@@ -7,9 +7,9 @@ import pytest
 from flask import Flask, Response
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from waitress import create_server
 
 from vgrid_runtime.clock import SimulatedClock, WallClock
+from vgrid_runtime.wsgi import BackgroundServer
 from infosys.gip import CEState, render_glue13
 from infosys.glue import AD_ID
 from infosys.ism import DISPATCHED, ISM, HttpLdifSource, LdifFileSource, SourceError, StaticSource
@@ -30,7 +30,7 @@ def state(n, waiting=0):
 
 
 class GipServer:
-    """A CE agent's GET /glue on a real loopback socket (Flask app under waitress)."""
+    """A CE agent's GET /glue on a real loopback socket (Flask app under vgrid's WSGI server)."""
 
     def __init__(self, st):
         self.state = st
@@ -41,18 +41,11 @@ class GipServer:
         def glue():
             return Response(render_glue13(self.state), status=self.status, mimetype="text/plain")
 
-        self.server = create_server(app, host="127.0.0.1", port=0, threads=2)
-        self.url = f"http://127.0.0.1:{self.server.effective_port}"
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
+        self.server = BackgroundServer(app, threads=2)
+        self.url = self.server.url
 
     def close(self):
-        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
-        for channel in list(self.server._map.values()):  # keep-alive connections too
-            if channel is not self.server:
-                channel.close()
         self.server.close()
-        self.thread.join(5)
 
 
 @pytest.fixture

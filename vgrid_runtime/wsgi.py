@@ -1,97 +1,150 @@
-"""Serving a Flask app with a production WSGI server (waitress) on a loopback port.
+"""Serving a Flask app with a production WSGI server (cheroot), over HTTPS with mutual TLS.
 
-Used by ``vgrid serve broker|ce|node`` and therefore by ``vgrid demo``.
+Used by ``vgrid serve broker|ce|node`` and therefore by ``vgrid demo``. cheroot (CherryPy's
+server) is chosen over waitress because it speaks TLS itself and hands the client's certificate
+chain to the application (:mod:`vgrid_runtime.tls`), keeps idle keep-alive connections out of
+its worker threads, and closes connections idle longer than ``timeout_s``.
+
+Without ``tls`` a service speaks plain HTTP and may only bind to a loopback address
+(:class:`ServeError` otherwise): nothing listens unauthenticated on a network.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
 
-from waitress.server import create_server
+from cheroot import wsgi
+
+from .tls import GridSSLAdapter, TLSFiles
 
 
 class ServeError(OSError):
-    """The service cannot listen (address in use, permission denied); str() says where and why."""
+    """The service cannot listen (address in use, permission denied, no TLS on a public
+    address); str() says where and why."""
 
 
-def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
-          threads: int = 8, on_stop=None) -> None:
-    """Serve ``app`` until SIGTERM/SIGINT.
-
-    ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
-    atomically with ``{"url": "http://host:port", "pid": pid}`` so a parent process can find the
-    service. ``on_stop`` (callable, no arguments) runs before the process exits; when not given,
-    ``app.config["VGRID_ON_STOP"]`` is used (the node and CE agents set it to their shutdown).
-    """
-    if on_stop is None:
-        on_stop = app.config.get("VGRID_ON_STOP")
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
     try:
-        server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Server(wsgi.Server):
+    """cheroot's WSGI server with SO_REUSEADDR also on port-0 binds: a service restarted after
+    ``kill -9`` on the port it was given must not fail on its old connections in TIME_WAIT
+    (Linux never lets two listeners share a port through SO_REUSEADDR alone)."""
+
+    @classmethod
+    def prepare_socket(cls, bind_addr, family, type, proto, nodelay, ssl_adapter, reuse_port=False):
+        sock = super().prepare_socket(bind_addr, family, type, proto, nodelay, ssl_adapter,
+                                      reuse_port=reuse_port)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return sock
+
+
+def _server(app, host: str, port: int, threads: int, tls: TLSFiles | None,
+            timeout_s: float) -> tuple[wsgi.Server, str]:
+    if tls is None and not _is_loopback(host):
+        raise ServeError(f"refusing to serve plain HTTP on {host}: configure TLS (tls_cert, "
+                         "tls_key, cert_dir) or bind to 127.0.0.1")
+    server = _Server((host, port), app, numthreads=threads, timeout=int(max(1, timeout_s)),
+                         server_name="vgrid", request_queue_size=64, shutdown_timeout=5)
+    if tls is not None:
+        server.ssl_adapter = GridSSLAdapter(tls)
+    try:
+        server.prepare()
     except OSError as exc:
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    url = f"http://{host}:{server.effective_port}"
+        raise ServeError(f"cannot listen on {host}:{port}: {_bind_error(host, port) or exc}") from None
+    scheme = "https" if tls is not None else "http"
+    shown = f"[{host}]" if ":" in host else host
+    return server, f"{scheme}://{shown}:{server.bind_addr[1]}"
+
+
+def _bind_error(host: str, port: int) -> str | None:
+    """Why binding (host, port) fails, from the OS (cheroot folds it into a longer message)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _bound(app, url: str) -> None:
     app.config["VGRID_URL"] = url
     on_bound = app.config.get("VGRID_ON_BOUND")
     if on_bound:
         on_bound(url)
+
+
+def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
+          threads: int = 8, on_stop=None, tls: TLSFiles | None = None, timeout_s: float = 10.0) -> None:
+    """Serve ``app`` until SIGTERM/SIGINT.
+
+    ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
+    atomically with ``{"url": "http(s)://host:port", "pid": pid}`` so a parent process can find
+    the service. ``on_stop`` (callable, no arguments) runs before the process exits; when not
+    given, ``app.config["VGRID_ON_STOP"]`` is used (the node and CE agents set it to their
+    shutdown). ``tls``: serve HTTPS with client certificates. ``timeout_s``: a connection idle
+    this long (seconds) is closed. Raises ServeError when it cannot listen.
+    """
+    if on_stop is None:
+        on_stop = app.config.get("VGRID_ON_STOP")
+    server, url = _server(app, host, port, threads, tls, timeout_s)
+    _bound(app, url)
     if ready_file:
         tmp = Path(ready_file).with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
         os.replace(tmp, ready_file)
-
     def _stop(signum, frame):  # noqa: ARG001 - signal handler signature
-        try:
-            if on_stop:
-                on_stop()
-        finally:
-            server.close()
-            sys.exit(0)
+        # stop() joins the server's threads and waits for its loop, which runs in this (the
+        # main) thread under the handler: it must run in another thread, serve() then returns.
+        threading.Thread(target=server.stop, name="vgrid-stop", daemon=True).start()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     print(f"serving on {url}", flush=True)
-    server.run()
+    try:
+        server.serve()
+    finally:
+        try:
+            if on_stop:
+                on_stop()
+        finally:
+            server.stop()
+    sys.exit(0)
 
 
 class BackgroundServer:
-    """``app`` served by waitress in a daemon thread (tests, embedded use); ``.url``, ``.close()``.
+    """``app`` served in a daemon thread (tests, embedded use); ``.url``, ``.close()``.
 
     Sets ``app.config["VGRID_URL"]`` (and calls ``VGRID_ON_BOUND``) like ``serve`` does.
     ``close()`` stops the server and then calls ``app.config["VGRID_ON_STOP"]`` if set.
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8) -> None:
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8,
+                 tls: TLSFiles | None = None, timeout_s: float = 10.0) -> None:
         self.app = app
-        self.server = create_server(app, host=host, port=port, threads=threads, ident="vgrid")
-        self.url = f"http://{host}:{self.server.effective_port}"
-        app.config["VGRID_URL"] = self.url
-        if app.config.get("VGRID_ON_BOUND"):
-            app.config["VGRID_ON_BOUND"](self.url)
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"waitress {self.url}", daemon=True)
+        self.server, self.url = _server(app, host, port, threads, tls, timeout_s)
+        _bound(app, self.url)
+        self.thread = threading.Thread(target=self.server.serve, name=f"cheroot {self.url}",
+                                       daemon=True)
         self.thread.start()
-
-    def _run(self) -> None:
-        # The event loop runs here in short slices so that the sockets are closed by this same
-        # thread (closing them from another thread while it polls breaks the poll).
-        server = self.server
-        try:
-            while not self._stop.is_set():
-                server.asyncore.loop(timeout=0.05, map=server._map, count=1)
-        finally:
-            server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
-            for channel in list(server._map.values()):
-                if channel is not server:
-                    channel.close()
-            server.close()
 
     def close(self, stop_app: bool = True) -> None:
         """Stop serving; then run the app's ``VGRID_ON_STOP`` (unless ``stop_app`` is False)."""
-        self._stop.set()
+        self.server.stop()
         self.thread.join(timeout=10)
         if stop_app and self.app.config.get("VGRID_ON_STOP"):
             self.app.config["VGRID_ON_STOP"]()
