@@ -21,6 +21,11 @@ from typing import Any
 
 import requests
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .tls import TLSFiles
+
 
 class ErrorKind(str, enum.Enum):
     """What went wrong with a call to a service (see module doc)."""
@@ -62,10 +67,16 @@ class ServiceError(Exception):
         return self.cause if self.cause else str(self)
 
 
-def new_session() -> requests.Session:
-    """A new HTTP session for service clients (the place for client certificates and CA
-    bundles once services authenticate each other)."""
-    return requests.Session()
+def new_session(tls: "TLSFiles | None" = None) -> requests.Session:
+    """A new HTTP session for service clients; with ``tls`` (a :class:`vgrid_runtime.tls.TLSFiles`)
+    every ``https://`` call presents that credential (host certificate or proxy) and trusts
+    only the CAs of ``tls.cert_dir`` (never the public CA bundle). CredentialError when the
+    files cannot be loaded."""
+    session = requests.Session()
+    if tls is not None:
+        from .tls import mount_tls
+        mount_tls(session, tls)
+    return session
 
 
 class ServiceClient:

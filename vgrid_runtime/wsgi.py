@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ from pathlib import Path
 from cheroot import wsgi
 
 from .tls import GridSSLAdapter, TLSFiles
+
+log = logging.getLogger("vgrid.wsgi")
 
 
 class ServeError(OSError):
@@ -49,6 +52,10 @@ class _Server(wsgi.Server):
                                       reuse_port=reuse_port)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         return sock
+
+    def error_log(self, msg="", level=logging.INFO, traceback=False):
+        """cheroot's diagnostics (dropped connections, failed TLS handshakes) go to logging."""
+        log.log(level, "%s", msg, exc_info=traceback)
 
 
 def _server(app, host: str, port: int, threads: int, tls: TLSFiles | None,
