@@ -20,6 +20,7 @@ import enum
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from typing import TYPE_CHECKING
 
@@ -74,9 +75,25 @@ def new_session(tls: "TLSFiles | None" = None) -> requests.Session:
     files cannot be loaded."""
     session = requests.Session()
     if tls is not None:
-        from .tls import mount_tls
-        mount_tls(session, tls)
+        from .tls import client_context
+        session.mount("https://", _ContextAdapter(client_context(tls)))
     return session
+
+
+class _ContextAdapter(HTTPAdapter):
+    """A requests transport adapter whose TLS is exactly ``context`` (requests' own CA bundle
+    and ``verify`` handling are bypassed: the context verifies the server and its name)."""
+
+    def __init__(self, context) -> None:
+        self._context = context
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs["ssl_context"] = self._context
+        return super().init_poolmanager(*args, **kwargs)
+
+    def cert_verify(self, conn, url, verify, cert):  # noqa: ARG002 - the context decides
+        return None
 
 
 class ServiceClient:

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 from cryptography import x509
-from requests.adapters import HTTPAdapter
 
 from .pki import CredentialError, load_trusted
 from .proxy import Identity, verify_chain
@@ -91,27 +90,6 @@ def client_context(files: TLSFiles) -> ssl.SSLContext:
                               "missing") from None
     _load_cas(ctx, files)
     return ctx
-
-
-class _ContextAdapter(HTTPAdapter):
-    """A requests transport adapter whose TLS is exactly ``context`` (requests' own CA bundle
-    and ``verify`` handling are bypassed: the context verifies the server)."""
-
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self._context = context
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        kwargs["ssl_context"] = self._context
-        return super().init_poolmanager(*args, **kwargs)
-
-    def cert_verify(self, conn, url, verify, cert):  # noqa: ARG002 - the context decides
-        return None
-
-
-def mount_tls(session, files: TLSFiles) -> None:
-    """Make every ``https://`` call of ``session`` use :func:`client_context` of ``files``."""
-    session.mount("https://", _ContextAdapter(client_context(files)))
 
 
 class GridSSLAdapter(BuiltinSSLAdapter):
