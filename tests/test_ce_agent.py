@@ -35,15 +35,16 @@ def sleep_jdl(seconds: float) -> str:
 
 @pytest.fixture
 def site(tmp_path):
-    """site(n_nodes=2, extra_nodes=[], **ce_config) -> (ce_url, CEAgent, [node agents])."""
+    """site(n_nodes=2, extra_nodes=[], clock=None, **ce_config) -> (ce_url, CEAgent, [node agents]);
+    ``clock`` (e.g. a SimulatedClock) is given to the CE agent and its node agents."""
     servers = []
 
-    def start(n_nodes: int = 2, extra_nodes: list[str] = (), **ce_overrides):
+    def start(n_nodes: int = 2, extra_nodes: list[str] = (), clock=None, **ce_overrides):
         agents, urls = [], list(extra_nodes)
         for i in range(n_nodes):
             app = create_node_app(NodeAgentConfig.from_dict(
                 {"node": f"cewn{next(_keys)}", "capacity": 1.0, "retry_initial_s": 0.05,
-                 "work_dir": str(tmp_path / f"wn{i}")}))
+                 "work_dir": str(tmp_path / f"wn{i}")}), clock)
             servers.append(BackgroundServer(app))
             agents.append(app.config["VGRID_AGENT"])
             urls.append(servers[-1].url)
@@ -51,7 +52,7 @@ def site(tmp_path):
                "site": "VGRID-TEST", "queue": "long", "nodes": urls, "si00": 1500,
                "ram_mb": 2048, "max_wallclock_s": 7200, "vos": ["dteam"], "retry_s": 0.2,
                "retry_initial_s": 0.05, **ce_overrides}
-        app = create_app(CEAgentConfig.from_dict(cfg))
+        app = create_app(CEAgentConfig.from_dict(cfg), clock)
         servers.append(BackgroundServer(app))
         return servers[-1].url, app.config["VGRID_AGENT"], agents
 
