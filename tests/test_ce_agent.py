@@ -10,6 +10,7 @@ from hypothesis import given, strategies as st
 
 from infosys.ldif import parse_ldif
 from vwn_agents.ce_agent import CEAgentConfig, create_app
+from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.config import ConfigError
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vwn_agents.placement import NodeLoad, fewest_vwns
@@ -179,20 +180,22 @@ def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
         record = requests.get(f"{ce_url2}/jobs/{key2}", timeout=5).json()
         return record if record["reason"] else None
 
-    record = receiver.wait_for(tried, timeout_s=10)
+    record = receiver.wait_for(tried, timeout_s=30)
     assert record["state"] == "Scheduled" and record["reason"].startswith("not placed yet")
     assert glue_attrs(ce_url2)["GlueCEStateWaitingJobs"] == ["1"]
 
 
 def test_lease_on_an_unreachable_node_waits_with_a_reason(site, receiver):
-    ce_url, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"])
+    # a clock that stands still: the node is never failing for node_down_after_s (30 s), however
+    # slowly this test runs, so the lease stays on it and says why it waits
+    ce_url, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"], clock=SimulatedClock(1000.0))
     key, _ = submit(ce_url, receiver, sleep_jdl(0.1))
 
     def tried(_):
         record = requests.get(f"{ce_url}/jobs/{key}", timeout=5).json()
         return record if record["reason"] else None
 
-    record = receiver.wait_for(tried, timeout_s=10)
+    record = receiver.wait_for(tried, timeout_s=30)
     assert record["state"] == "Scheduled"
     assert record["reason"].startswith("not started yet: node agent http://127.0.0.1:9 did not take the VWN")
     assert record["lease"]["nodes"] == ["http://127.0.0.1:9"] and record["lease"]["vwns"] == []
