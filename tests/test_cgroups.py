@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from hypothesis import given, strategies as st
@@ -11,6 +10,8 @@ from hypothesis import given, strategies as st
 from vwn_agents import cgroups, fairshare
 from vwn_agents.node_agent import JOIN_AND_EXEC
 from vwn_agents.proctree import is_running
+
+from .waiting import wait_until
 
 
 # -- the VWN capacity rule ----------------------------------------------------------------------
@@ -175,9 +176,10 @@ def test_kill_reaches_children_that_left_the_process_group(real_cgroups):
     d.create("vwn-kill")
     proc = subprocess.Popen(["/bin/sh", "-c", JOIN_AND_EXEC, "join", *d.procs_files("vwn-kill"),
                              "--", "/bin/sh", "-c", "setsid sleep 300 & sleep 300"])
-    deadline = time.monotonic() + 5
-    while len(d.pids("vwn-kill")) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    try:
+        wait_until(lambda: len(d.pids("vwn-kill")) >= 3, "3 processes in the cgroup", interval_s=0.02)
+    except AssertionError:
+        pass                                      # the assertion below names what is missing
     pids = d.pids("vwn-kill")
     assert len(pids) >= 3
     d.remove("vwn-kill")
