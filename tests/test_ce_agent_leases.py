@@ -56,7 +56,7 @@ def test_k_vwns_per_node_then_a_queue_and_the_caps_readjust(site, receiver, tmp_
     assert run3["time"] >= done1["time"]                # the third starts only after one ended
     receiver.wait_event(k3, "done")
     release(gate2)                                      # k2 ends last: its caps go 0.5, 1.0, 0.5, 1.0
-    receiver.wait_event(k2, "done", timeout_s=15)
+    receiver.wait_event(k2, "done", timeout_s=30)
     assert kinds(receiver, k3)[0] == "running"          # nothing reached the broker while queued
     v1, v2, v3 = (nodes[0].vwns[record(ce_url, k)["vwn"]] for k in (k1, k2, k3))
     assert v3.created >= v1.ended
@@ -88,7 +88,7 @@ def test_advance_reservation_starts_at_its_lease_start(site, receiver):
     assert before["lease"]["duration_s"] == 60 and before["lease"]["duration_from"] == "LeaseDuration"
     assert nodes[0].vwns == {}
     clock.advance_to(start)
-    running = receiver.wait_event(key, "running", timeout_s=10)
+    running = receiver.wait_event(key, "running", timeout_s=30)
     assert start <= running["time"] <= start + 1.0
     receiver.wait_event(key, "done")
     lease = record(ce_url, key)["lease"]
@@ -124,7 +124,7 @@ def test_lease_duration_shorter_than_the_job_kills_it_at_the_limit(site, receive
     ticks.wait()                                        # engine passes before its limit: it keeps running
     assert kinds(receiver, key) == ["running"] and [v.vwn for v in nodes[0].active()] == [running["vwn"]]
     clock.advance_to(running["time"] + 1.0)
-    aborted = receiver.wait_event(key, "aborted", timeout_s=10)
+    aborted = receiver.wait_event(key, "aborted", timeout_s=30)
     assert aborted["reason"] == ("killed at its wall-clock limit: the lease's 1 s (LeaseDuration) ended "
                                  "and its VWN was deleted")
     assert 0.5 <= aborted["time"] - running["time"] <= 2.0
@@ -161,9 +161,9 @@ def test_preempted_best_effort_job_is_aborted_and_the_ar_runs(site, receiver):
                                         f'LeaseStart = {start}; LeaseDuration = 30; ]')
     assert resp.status_code == 202
     ticks.wait()                                        # engine passes before the AR's start: be keeps running
-    assert kinds(receiver, be)[-1] == "running" and receiver.events_for(ar) == []
+    assert "aborted" not in kinds(receiver, be) and receiver.events_for(ar) == []
     clock.advance_to(start)
-    aborted = receiver.wait_event(be, "aborted", timeout_s=10)
+    aborted = receiver.wait_event(be, "aborted", timeout_s=30)
     assert aborted["reason"].startswith("preempted by an advance reservation")
     assert start - 0.01 <= aborted["time"] <= start + 1.0
     assert receiver.wait_event(ar, "done")["exit_code"] == 0
