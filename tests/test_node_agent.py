@@ -82,8 +82,8 @@ def test_caps_readjusted_on_arrival_and_departure(start_node, receiver, tmp_path
     release(gate_b)
     receiver.wait_event("cap-b", "done")
     assert not agent.cg.path(b["vwn"]).exists()               # cgroup removed on VWN end
+    receiver.wait_for(lambda r: len(r.events_for("cap-a", "caps")) == 2)   # sent after b's "done"
     assert cap_file_value(agent, a["vwn"]) == 1.0             # readjusted (increased) again
-    receiver.wait_for(lambda r: len(r.events_for("cap-a", "caps")) == 2)
     record = requests.get(f"{url}/vwns/{a['vwn']}", timeout=5).json()
     assert [c[1] for c in record["cpu_caps"]] == [1.0, 0.5, 1.0]
     assert record["state"] == "running" and record["capped"] is True
