@@ -56,7 +56,7 @@ def site(tmp_path):
     store.close()
 
 
-def wait_state(url, key, states, timeout=10):
+def wait_state(url, key, states, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = requests.get(f"{url}/jobs/{key}", timeout=5).json()

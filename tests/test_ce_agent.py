@@ -10,6 +10,7 @@ from hypothesis import given, strategies as st
 
 from infosys.ldif import parse_ldif
 from vwn_agents.ce_agent import CEAgentConfig, create_app
+from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.config import ConfigError
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vwn_agents.placement import NodeLoad, fewest_vwns
@@ -35,15 +36,16 @@ def sleep_jdl(seconds: float) -> str:
 
 @pytest.fixture
 def site(tmp_path):
-    """site(n_nodes=2, extra_nodes=[], **ce_config) -> (ce_url, CEAgent, [node agents])."""
+    """site(n_nodes=2, extra_nodes=[], clock=None, **ce_config) -> (ce_url, CEAgent, [node agents]);
+    ``clock`` (e.g. a SimulatedClock) is given to the CE agent and its node agents."""
     servers = []
 
-    def start(n_nodes: int = 2, extra_nodes: list[str] = (), **ce_overrides):
+    def start(n_nodes: int = 2, extra_nodes: list[str] = (), clock=None, **ce_overrides):
         agents, urls = [], list(extra_nodes)
         for i in range(n_nodes):
             app = create_node_app(NodeAgentConfig.from_dict(
                 {"node": f"cewn{next(_keys)}", "capacity": 1.0, "retry_initial_s": 0.05,
-                 "work_dir": str(tmp_path / f"wn{i}")}))
+                 "work_dir": str(tmp_path / f"wn{i}")}), clock)
             servers.append(BackgroundServer(app))
             agents.append(app.config["VGRID_AGENT"])
             urls.append(servers[-1].url)
@@ -51,7 +53,7 @@ def site(tmp_path):
                "site": "VGRID-TEST", "queue": "long", "nodes": urls, "si00": 1500,
                "ram_mb": 2048, "max_wallclock_s": 7200, "vos": ["dteam"], "retry_s": 0.2,
                "retry_initial_s": 0.05, **ce_overrides}
-        app = create_app(CEAgentConfig.from_dict(cfg))
+        app = create_app(CEAgentConfig.from_dict(cfg), clock)
         servers.append(BackgroundServer(app))
         return servers[-1].url, app.config["VGRID_AGENT"], agents
 
@@ -178,21 +180,23 @@ def test_unreachable_node_is_skipped_and_unplaced_jobs_wait(site, receiver):
         record = requests.get(f"{ce_url2}/jobs/{key2}", timeout=5).json()
         return record if record["reason"] else None
 
-    record = receiver.wait_for(tried, timeout_s=10)
+    record = receiver.wait_for(tried, timeout_s=30)
     assert record["state"] == "Scheduled" and record["reason"].startswith("not placed yet")
     assert record["outcome"] == "not-placed"
     assert glue_attrs(ce_url2)["GlueCEStateWaitingJobs"] == ["1"]
 
 
 def test_lease_on_an_unreachable_node_waits_with_a_reason(site, receiver):
-    ce_url, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"])
+    # a clock that stands still: the node is never failing for node_down_after_s (30 s), however
+    # slowly this test runs, so the lease stays on it and says why it waits
+    ce_url, _, _ = site(n_nodes=0, extra_nodes=["http://127.0.0.1:9"], clock=SimulatedClock(1000.0))
     key, _ = submit(ce_url, receiver, sleep_jdl(0.1))
 
     def tried(_):
         record = requests.get(f"{ce_url}/jobs/{key}", timeout=5).json()
         return record if record["reason"] else None
 
-    record = receiver.wait_for(tried, timeout_s=10)
+    record = receiver.wait_for(tried, timeout_s=30)
     assert record["state"] == "Scheduled"
     assert record["reason"].startswith("not started yet: node agent http://127.0.0.1:9 did not take the VWN")
     assert record["outcome"] == "not-started"

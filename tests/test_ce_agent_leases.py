@@ -11,10 +11,12 @@ from hypothesis import given, strategies as st
 
 from vwn_agents.ce_agent import CEAgentConfig
 from vwn_agents.ce_leases import ERT_INFINITE_S, vwn_slot_units
+from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.config import ConfigError
 from vwn_agents.leasing.model import resource_vector, vms_in
 
 from .test_ce_agent import glue_attrs, site, sleep_jdl, submit  # noqa: F401  (fixtures)
+from .waiting import EngineTicks, gated_jdl, release
 
 
 def record(ce_url: str, key: str) -> dict:
@@ -25,15 +27,18 @@ def kinds(receiver, key: str) -> list[str]:
     return [e["event"] for e in receiver.events_for(key)]
 
 
-def test_k_vwns_per_node_then_a_queue_and_the_caps_readjust(site, receiver):
+def test_k_vwns_per_node_then_a_queue_and_the_caps_readjust(site, receiver, tmp_path):
     ce_url, ce, nodes = site(n_nodes=1, vwns_per_node=2)
-    k1, _ = submit(ce_url, receiver, sleep_jdl(1.5))
+    ticks = EngineTicks(ce)
+    jdl1, gate1 = gated_jdl(tmp_path, "k1")             # k1 and k2 run until the test releases them
+    jdl2, gate2 = gated_jdl(tmp_path, "k2")
+    k1, _ = submit(ce_url, receiver, jdl1)
     receiver.wait_event(k1, "running")
-    k2, _ = submit(ce_url, receiver, sleep_jdl(4))
+    k2, _ = submit(ce_url, receiver, jdl2)
     receiver.wait_event(k2, "running")
     k3, resp = submit(ce_url, receiver, sleep_jdl(0.5))
     assert resp.status_code == 202 and resp.json()["state"] == "Scheduled"
-    time.sleep(0.6)                                     # a few engine ticks: k3 must stay queued
+    ticks.wait()                                        # whole engine passes with both slots held: k3 must stay queued
     queued = record(ce_url, k3)
     assert queued["state"] == "Scheduled" and queued["vwn"] is None
     assert queued["lease"]["type"] == "best-effort" and queued["lease"]["cpu"] == 50
@@ -45,11 +50,13 @@ def test_k_vwns_per_node_then_a_queue_and_the_caps_readjust(site, receiver):
     # behind k3 a new job waits for the end of both reservations (max_wallclock_s = 7200 s)
     assert 7000 < int(glue["GlueCEStateEstimatedResponseTime"][0]) <= 7200
 
+    release(gate1)
     done1 = receiver.wait_event(k1, "done")
     run3 = receiver.wait_event(k3, "running")
     assert run3["time"] >= done1["time"]                # the third starts only after one ended
     receiver.wait_event(k3, "done")
-    receiver.wait_event(k2, "done", timeout_s=15)
+    release(gate2)                                      # k2 ends last: its caps go 0.5, 1.0, 0.5, 1.0
+    receiver.wait_event(k2, "done", timeout_s=30)
     assert kinds(receiver, k3)[0] == "running"          # nothing reached the broker while queued
     v1, v2, v3 = (nodes[0].vwns[record(ce_url, k)["vwn"]] for k in (k1, k2, k3))
     assert v3.created >= v1.ended
@@ -63,21 +70,25 @@ def test_k_vwns_per_node_then_a_queue_and_the_caps_readjust(site, receiver):
 
 
 def test_advance_reservation_starts_at_its_lease_start(site, receiver):
-    ce_url, _, nodes = site(n_nodes=1)
-    start = int(time.time()) + 3
+    clock = SimulatedClock(float(int(time.time())))     # the CE and its node agents run on it
+    ce_url, ce, nodes = site(n_nodes=1, clock=clock)
+    ticks = EngineTicks(ce)
+    start = int(clock.now()) + 3
     iso = datetime.datetime.fromtimestamp(start, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     jdl = (f'[ Executable = "/bin/sleep"; Arguments = "0.2"; LeaseType = "advance-reservation"; '
            f'LeaseStart = "{iso}"; LeaseDuration = 60; ]')
     key, resp = submit(ce_url, receiver, jdl, "ar.jdl")
     assert resp.status_code == 202
-    time.sleep(1.0)
+    clock.advance_to(start - 2)
+    ticks.wait()                                        # engine passes before its start: it must wait
     before = record(ce_url, key)
     assert before["state"] == "Scheduled" and before["lease"]["state"] == "Scheduled"
     assert before["lease"]["type"] == "advance-reservation"
     assert before["lease"]["requested_start_s"] == start and before["lease"]["preemptible"] is False
     assert before["lease"]["duration_s"] == 60 and before["lease"]["duration_from"] == "LeaseDuration"
     assert nodes[0].vwns == {}
-    running = receiver.wait_event(key, "running", timeout_s=10)
+    clock.advance_to(start)
+    running = receiver.wait_event(key, "running", timeout_s=30)
     assert start <= running["time"] <= start + 1.0
     receiver.wait_event(key, "done")
     lease = record(ce_url, key)["lease"]
@@ -105,10 +116,16 @@ def test_immediate_lease_that_cannot_start_is_aborted(site, receiver):
 
 
 def test_lease_duration_shorter_than_the_job_kills_it_at_the_limit(site, receiver):
-    ce_url, _, nodes = site(n_nodes=1)
+    clock = SimulatedClock(float(int(time.time())))
+    ce_url, ce, nodes = site(n_nodes=1, clock=clock)
+    ticks = EngineTicks(ce)
     key, _ = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "30"; LeaseDuration = 1; ]')
     running = receiver.wait_event(key, "running")
-    aborted = receiver.wait_event(key, "aborted", timeout_s=10)
+    clock.advance_to(running["time"] + 0.5)
+    ticks.wait()                                        # engine passes before its limit: it keeps running
+    assert kinds(receiver, key) == ["running"] and [v.vwn for v in nodes[0].active()] == [running["vwn"]]
+    clock.advance_to(running["time"] + 1.0)
+    aborted = receiver.wait_event(key, "aborted", timeout_s=30)
     assert aborted["outcome"] == "wallclock-limit"
     assert aborted["reason"] == ("killed at its wall-clock limit: the lease's 1 s (LeaseDuration) ended "
                                  "and its VWN was deleted")
@@ -118,7 +135,8 @@ def test_lease_duration_shorter_than_the_job_kills_it_at_the_limit(site, receive
 
 
 def test_cancel_a_queued_and_a_running_job(site, receiver):
-    ce_url, _, nodes = site(n_nodes=1, vwns_per_node=1)
+    ce_url, ce, nodes = site(n_nodes=1, vwns_per_node=1)
+    ticks = EngineTicks(ce)
     first, _ = submit(ce_url, receiver, sleep_jdl(30))
     running = receiver.wait_event(first, "running")
     queued, _ = submit(ce_url, receiver, sleep_jdl(30))
@@ -129,20 +147,25 @@ def test_cancel_a_queued_and_a_running_job(site, receiver):
     resp = requests.post(f"{ce_url}/jobs/{first}/cancel", timeout=15)
     assert resp.status_code == 200 and resp.json()["lease"]["state"] == "Cancelled"
     assert nodes[0].vwns[running["vwn"]].state == "cancelled"
-    time.sleep(0.6)                                     # the freed slot is not given to the cancelled job
+    ticks.wait()                                        # engine passes with the slot free: not given to the cancelled job
     assert len(nodes[0].vwns) == 1 and receiver.events_for(queued) == []
 
 
 def test_preempted_best_effort_job_is_aborted_and_the_ar_runs(site, receiver):
-    ce_url, _, nodes = site(n_nodes=1, vwns_per_node=1)
+    clock = SimulatedClock(float(int(time.time())))
+    ce_url, ce, nodes = site(n_nodes=1, vwns_per_node=1, clock=clock)
+    ticks = EngineTicks(ce)
     be, _ = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "30"; '
                                      'PreemptionClass = "cancellable"; ]')
     receiver.wait_event(be, "running")
-    start = int(time.time()) + 2
+    start = int(clock.now()) + 2
     ar, resp = submit(ce_url, receiver, f'[ Executable = "/bin/true"; LeaseType = "advance-reservation"; '
                                         f'LeaseStart = {start}; LeaseDuration = 30; ]')
     assert resp.status_code == 202
-    aborted = receiver.wait_event(be, "aborted", timeout_s=10)
+    ticks.wait()                                        # engine passes before the AR's start: be keeps running
+    assert "aborted" not in kinds(receiver, be) and receiver.events_for(ar) == []
+    clock.advance_to(start)
+    aborted = receiver.wait_event(be, "aborted", timeout_s=30)
     assert aborted["reason"].startswith("preempted by an advance reservation")
     assert aborted["outcome"] == "preempted"
     assert start - 0.01 <= aborted["time"] <= start + 1.0

@@ -15,6 +15,7 @@ from vgrid_cli.demo import start_site
 from vgrid_cli.services import ServiceGroup
 
 from .paths import EXAMPLES, SHARED_JDL
+from .waiting import wait_until
 
 pytestmark = pytest.mark.slow
 ENDED = {"Done", "Aborted", "Cancelled", "Cleared"}
@@ -127,7 +128,9 @@ def test_broker_sigkill_loses_no_accepted_job(site):
     cfg = (tmp / "broker.toml").read_text().replace("port = 0", f"port = {port}")
     keys = [client.submit_file(EXAMPLES / "09_wmsfeedback_nobrackets.jdl")["key"] for _ in range(2)]
     keys.append(client.submit_file(SHARED_JDL / "01_hostname_nobrackets.jdl")["key"])
-    time.sleep(1.0)  # some dispatched and running, maybe not all
+    # some dispatched (so the restarted broker has dispatched jobs to recover), maybe not all
+    wait_until(lambda: any(j["state"] in ("Scheduled", "Running", "Done") for j in client.jobs(keys)),
+               "a job dispatched to a CE", timeout_s=60)
     group.stop(broker, signal.SIGKILL)
     group.start("broker", "broker-restarted", cfg)
     jobs = wait_ended(client, keys, timeout=90)

@@ -1,7 +1,6 @@
 """The ISM: atomic snapshots, staleness, expiry, blacklist, feedback, and real sources
 (a CE agent-like GIP served over loopback HTTP, real LDIF files)."""
 import threading
-import time
 
 import pytest
 from flask import Flask, Response
@@ -14,6 +13,7 @@ from infosys.gip import CEState, render_glue13
 from infosys.glue import AD_ID
 from infosys.ism import DISPATCHED, ISM, HttpLdifSource, LdifFileSource, SourceError, StaticSource
 from tests.paths import SHARED_LDIF
+from tests.waiting import wait_until
 
 DATA = SHARED_LDIF
 
@@ -168,7 +168,7 @@ def test_dispatch_during_refresh_is_not_lost():
 
         def fetch(self):
             self.entered.set()
-            self.release.wait(5)
+            assert self.release.wait(30), "the test never released the fetch"
             return super().fetch()
 
     src = SlowSource([ad("a")])
@@ -176,11 +176,11 @@ def test_dispatch_during_refresh_is_not_lost():
     ism.feedback.increment("a", 4)          # counted before the refresh: published next time
     t = threading.Thread(target=ism.refresh, args=(0,))
     t.start()
-    src.entered.wait(5)
+    assert src.entered.wait(30), "the refresh never fetched"
     ism.feedback.increment("a")             # dispatched while the ISM is fetching
     src.release.set()
-    t.join(5)
-    assert ism.feedback.get("a") == 1
+    t.join(30)
+    assert not t.is_alive() and ism.feedback.get("a") == 1
 
 
 def test_blacklist_and_expiry_in_candidates():
@@ -212,13 +212,10 @@ def test_background_refresh_thread_with_wall_clock():
     ism = ISM([src], refresh_s=0.05, clock=WallClock())
     ism.start()
     try:
-        deadline = time.monotonic() + 5
-        while ism.snapshot().ads == () and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: ism.snapshot().ads != (), "the background thread's first refresh", interval_s=0.01)
         first = ism.last_refresh
         src.set_ads([ad("a"), ad("b")])
-        while len(ism.snapshot().ads) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(ism.snapshot().ads) >= 2, "a refresh with the new ads", interval_s=0.01)
         assert len(ism.snapshot().ads) == 2 and ism.last_refresh > first
     finally:
         ism.stop()
@@ -353,6 +350,6 @@ def test_periodic_keeps_running_after_a_failed_run():
 
     loop = Periodic(flaky, 0.01, WallClock(), "test-periodic")
     loop.start()
-    assert done.wait(5), "the loop stopped after a failed run"
+    assert done.wait(30), "the loop stopped after a failed run"
     loop.stop()
     assert not loop.running

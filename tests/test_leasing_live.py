@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig
 from vwn_agents.lease_engine import LeaseEngine
 from vwn_agents.node_client import NodeAgentClient, NodeAgentError
@@ -32,7 +33,7 @@ def body(receiver, key, seconds):
             "output_upload_url": f"{receiver.url}/jobs/{key}/output"}
 
 
-def pump(engine, receiver, until, timeout=20.0):
+def pump(engine, receiver, until, timeout=60.0):
     """Forward the node agent's events to the engine (as a CE agent does) until ``until()``."""
     seen = 0
     deadline = time.monotonic() + timeout
@@ -100,10 +101,14 @@ def test_lease_arguments_from_jdl():
 
 def test_advance_reservation_job_starts_at_its_time(node):
     url, receiver = node
-    engine = LeaseEngine([(url, 1, 2048)])
+    clock = SimulatedClock(time.time())       # LeaseStart cannot slip into the past on a slow machine
+    engine = LeaseEngine([(url, 1, 2048)], clock=clock)
     start = engine.clock.now() + 1.0
     st = engine.submit_job("ar", body(receiver, "ar", 0.1), duration_s=30, start_s=start)
     assert st["state"] == "Scheduled" and not st["vwns"]
+    engine.tick()
+    assert engine.status("ar")["state"] == "Scheduled" and not engine.status("ar")["vwns"]   # not before
+    clock.advance_to(start)
     pump(engine, receiver, lambda: engine.status("ar")["state"] == "Done")
     assert engine.status("ar")["start_s"] >= start
 

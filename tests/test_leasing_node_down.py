@@ -63,12 +63,15 @@ def _dead_url() -> str:
 def test_live_engine_marks_an_unreachable_node_down_and_moves_the_job(node):
     url, receiver = node
     dead = _dead_url()
-    engine = LeaseEngine([(dead, 1, 2048), (url, 1, 2048)], node_down_after_s=0.3, probe_timeout_s=0.5)
+    clock = SimulatedClock(time.time())                  # node_down_after_s is counted on the engine's clock
+    engine = LeaseEngine([(dead, 1, 2048), (url, 1, 2048)], clock=clock, node_down_after_s=0.3,
+                         probe_timeout_s=0.5)
     with pytest.raises(NodeAgentError):
         engine.submit_job("x", body(receiver, "x", 0.1), duration_s=30)
     st = engine.status("x")
     assert st["state"] == "Scheduled" and st["nodes"] == [dead] and st["start_error"]
-    time.sleep(0.35)
+    assert engine.nodes_up() == [(dead, True), (url, True)]   # failing for less than 0.3 s: still up
+    clock.advance(0.35)
     engine.tick()
     assert engine.nodes_up() == [(dead, False), (url, True)]
     st = engine.status("x")

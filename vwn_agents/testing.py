@@ -73,7 +73,7 @@ class Receiver:
             return [e for e in self.events
                     if e.get("key") == key and (kind is None or e.get("event") == kind)]
 
-    def wait_for(self, predicate, timeout_s: float = 10.0):
+    def wait_for(self, predicate, timeout_s: float = 30.0):
         """Wait until ``predicate(self)`` is truthy and return its value; AssertionError on timeout."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -86,7 +86,7 @@ class Receiver:
                     raise AssertionError(f"timed out after {timeout_s} s; events: {self.events}")
                 self._cond.wait(min(left, 0.1))
 
-    def wait_event(self, key: str, kind: str, timeout_s: float = 10.0) -> dict:
+    def wait_event(self, key: str, kind: str, timeout_s: float = 30.0) -> dict:
         """The first ``kind`` event of job ``key``, waiting for it."""
         return self.wait_for(lambda r: (r.events_for(key, kind) or [None])[0], timeout_s)
 
