@@ -5,7 +5,7 @@
 # STRESS_CPUS (default 4) and RUNS (default 2) change the load and the number of runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v stress-ng >/dev/null || apt-get install -y stress-ng
+command -v stress-ng >/dev/null || { apt-get update -qq && apt-get install -y -qq stress-ng; }
 stress-ng --cpu "${STRESS_CPUS:-4}" --timeout 3600s >/dev/null 2>&1 &
 stress_pid=$!
 trap 'kill "$stress_pid" 2>/dev/null || true; wait "$stress_pid" 2>/dev/null || true' EXIT
