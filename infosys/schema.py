@@ -99,7 +99,8 @@ def parse_schema_text(text: str) -> list[AttributeType]:
     Inherited types (``SUP name``) take the kind of their superior when they have none of their
     own. Raises ValueError on unbalanced parentheses.
     """
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    # "\n" only: str.splitlines() also breaks at \x1c-\x1e, \x85, \u2028 ... inside a DESC '...'
+    lines = [ln for ln in text.split("\n") if not ln.lstrip().startswith("#")]
     tokens = _TOKEN.findall("\n".join(lines))
     found: list[tuple[list[str], dict]] = []
     i = 0

@@ -67,3 +67,11 @@ def test_parse_schema_text_recovers_every_declaration(attrs):
     got = {t.name: (t.kind, t.single_value) for t in parse_schema_text("\n\n".join(blocks))}
     kind = {"integerMatch": "integer", "booleanMatch": "boolean"}
     assert got == {n: (kind.get(eq, "string"), s) for n, eq, s, _ in attrs}
+
+
+def test_a_description_with_a_unicode_line_separator_is_not_a_comment():
+    """Regression (found by hypothesis under load): str.splitlines() breaks at \\x1e, so a DESC
+    holding "\\x1e#" turned the rest of the declaration into a comment."""
+    text = "attributetype ( 1.2.3 NAME 'a' DESC '\x1e#' EQUALITY integerMatch )\n"
+    (at,) = parse_schema_text(text)
+    assert at.name == "a" and at.kind == "integer"
