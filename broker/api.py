@@ -13,6 +13,10 @@ from werkzeug.exceptions import HTTPException
 
 import jdl as jdlmod
 
+from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
+from vgrid_runtime.tls import TLSFiles
+
+from . import authz
 from .db import Job, UnknownJob
 from .service import Broker, BrokerError
 from vgrid_runtime.job_states import IllegalTransition
@@ -33,6 +37,8 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "kind": job.kind, "parent": broker.job_id(job.parent_key) if job.parent_key else None,
             "node_name": job.node_name,
             "depends_on": [broker.job_id(k) for k in job.depends_on],
+            "owner": {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
+            if job.owner_dn else None,
             "history": job.history}
 
 
@@ -49,15 +55,26 @@ def jdl_error_json(exc: jdlmod.JDLError) -> dict[str, Any]:
             "line": getattr(exc, "line", None), "column": getattr(exc, "column", None)}
 
 
-def create_app(broker: Broker) -> Flask:
+def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = ()) -> Flask:
     """The WMProxy-like Flask app over ``broker`` (routes and shapes: docs/architecture.md).
 
-    Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL error (with file, line,
-    column) or bad request, 404 for an unknown job, 409 for an illegal state change, 500 (no
-    traceback) for anything unexpected.
+    ``tls``: the broker's credential and trust; every request then needs a client certificate
+    (:mod:`vgrid_runtime.authn`) and the rules of :mod:`broker.authz` apply (``admins``: DNs
+    that see every job). Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL
+    error (with file, line, column) or bad request, 401/403 for a caller without a valid
+    certificate or not allowed, 404 for an unknown job, 409 for an illegal state change or an
+    output file written twice, 500 (no traceback) for anything unexpected.
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
+    install_authentication(app, tls, broker.clock)
+    admins = list(admins)
+
+    def owned(key: str, what: str):
+        """The job ``key`` if the caller may see it (owner or admin), else 403."""
+        job = broker.get(key)
+        authorize(authz.may_see(caller(), job, admins), f"{what} job {key} (not theirs)")
+        return job
 
     def error(message: str, status: int, **details: Any):
         return jsonify({"error": {"message": message, **details}}), status
@@ -73,6 +90,10 @@ def create_app(broker: Broker) -> Flask:
     @app.errorhandler(UnknownJob)
     def _unknown(exc):
         return error(f"unknown job {exc.args[0]}", 404)
+
+    @app.errorhandler(authz.NotAllowed)
+    def _not_allowed(exc):
+        return refusal(403, f"{caller().dn} may not {exc}", "forbidden")
 
     @app.errorhandler(IllegalTransition)
     def _illegal(exc):
@@ -99,21 +120,23 @@ def create_app(broker: Broker) -> Flask:
         if not isinstance(text, str):
             return error("the request has no 'jdl' field", 400, field="jdl")
         files = {f.filename: f.read() for f in request.files.getlist("isb") if f.filename}
-        job = broker.submit(text, filename, files)
+        job = broker.submit(text, filename, files, who=caller())
         return jsonify({"id": broker.job_id(job.key), "key": job.key, "state": job.state.value}), 201
 
     @app.get("/jobs")
     def list_jobs():
         keys = request.args.get("ids")
         keys_list = [broker.key_of(k) for k in keys.split(",") if k] if keys else None
-        return jsonify({"jobs": [job_json(broker, j) for j in broker.list_jobs(keys_list)]})
+        jobs = broker.list_jobs(keys_list, owner_dn=authz.listing_owner(caller(), admins))
+        return jsonify({"jobs": [job_json(broker, j) for j in jobs]})
 
     @app.get("/jobs/<key>")
     def get_job(key: str):
-        return jsonify(job_json(broker, broker.get(key)))
+        return jsonify(job_json(broker, owned(key, "read")))
 
     @app.post("/jobs/<key>/cancel")
     def cancel(key: str):
+        owned(key, "cancel")
         return jsonify(job_json(broker, broker.cancel(key)))
 
     @app.post("/jobs/<key>/events")
@@ -121,14 +144,18 @@ def create_app(broker: Broker) -> Flask:
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return error("event body must be a JSON object", 400)
+        authorize(authz.may_report(caller(), broker.get(key)),
+                  f"post events of job {key} (not the CE agent it was dispatched to)")
         return jsonify(job_json(broker, broker.handle_event(key, body)))
 
     @app.get("/jobs/<key>/output")
     def output_list(key: str):
+        owned(key, "list the output of")
         return jsonify({"files": broker.output_files(key)})
 
     @app.get("/jobs/<key>/output/<name>")
     def output_get(key: str, name: str):
+        owned(key, "download the output of")
         files = broker.output_files(key)
         if name not in files:
             return error(f"no output file {name!r} for job {key}", 404)
@@ -136,15 +163,21 @@ def create_app(broker: Broker) -> Flask:
 
     @app.put("/jobs/<key>/output/<name>")
     def output_put(key: str, name: str):
+        authorize(authz.may_transfer(caller(), broker.get(key)),
+                  f"upload output of job {key} (not its CE or node agent)")
         broker.store_output(key, name, request.get_data())
         return jsonify({"stored": name}), 201
 
     @app.post("/jobs/<key>/clear")
     def clear(key: str):
+        owned(key, "clear")
         return jsonify(job_json(broker, broker.clear(key)))
 
     @app.get("/jobs/<key>/input/<name>")
     def input_get(key: str, name: str):
+        job = broker.get(key)
+        authorize(authz.may_transfer(caller(), job) or authz.may_see(caller(), job, admins),
+                  f"download the input sandbox of job {key}")
         return send_file(broker.input_path(key, name), as_attachment=True, download_name=name)
 
     @app.post("/list-match")

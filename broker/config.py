@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.config import ConfigError, ConfigSchema, describe
 
 __all__ = ["BrokerConfig", "ConfigError", "describe"]
@@ -21,7 +22,7 @@ def opt(default: Any, doc: str):
 
 
 @dataclass
-class BrokerConfig(ConfigSchema):
+class BrokerConfig(ConfigSchema, TLSOptions):
     """Options of ``vgrid serve broker`` (top-level keys of the TOML file)."""
 
     SOURCE = "broker config"
@@ -40,8 +41,11 @@ class BrokerConfig(ConfigSchema):
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
+    admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
 
     def validate(self) -> str | None:
+        if self.tls_problem():
+            return self.tls_problem()
         if self.selection not in ("sfete", "max", "fuzzy"):
             return f"field 'selection' must be sfete, max or fuzzy, got {self.selection!r}"
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):

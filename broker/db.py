@@ -52,6 +52,11 @@ class JobRow(Base):
     parent_key: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     node_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
     depends_on: Mapped[str] = mapped_column(Text, default="[]")  # JSON [sibling keys]
+    # the owner, from the verified proxy of the submission (None in plain-HTTP mode)
+    owner_dn: Mapped[str | None] = mapped_column(String(1024), nullable=True, index=True)
+    owner_vo: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    owner_fqans: Mapped[str] = mapped_column(Text, default="[]")  # JSON [FQAN, ...]
+    node_url: Mapped[str | None] = mapped_column(String(512), nullable=True)  # the VWN's node agent
 
 
 class HistoryRow(Base):
@@ -92,6 +97,10 @@ class Job:
     node_name: str | None = None
     depends_on: list[str] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    owner_dn: str | None = None
+    owner_vo: str | None = None
+    owner_fqans: list[str] = field(default_factory=list)
+    node_url: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -117,7 +126,11 @@ def new_key() -> str:
 
 
 _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_ended_at", "exit_code", "reason",
-            "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name")
+            "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name",
+            "owner_dn", "owner_vo", "node_url")
+#: Columns added after the first release, created in older databases when opened.
+_ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
+                  "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)"}
 
 
 class JobStore:
@@ -144,10 +157,14 @@ class JobStore:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     def _add_missing_columns(self) -> None:
-        """Add the ``outcome`` column to a jobs table made by an earlier version (no data lost)."""
-        if "outcome" not in {c["name"] for c in inspect(self.engine).get_columns("jobs")}:
+        """Add the columns of ``_ADDED_COLUMNS`` to a jobs table made by an earlier version (no
+        data lost)."""
+        present = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
+        missing = [(n, sql) for n, sql in _ADDED_COLUMNS.items() if n not in present]
+        if missing:
             with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE jobs ADD COLUMN outcome VARCHAR(32)"))
+                for name, sql in missing:
+                    conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {sql}"))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -158,6 +175,7 @@ class JobStore:
                    submitted_at=row.submitted_at, updated_at=row.updated_at,
                    cpu_caps=json.loads(row.cpu_caps or "[]"),
                    depends_on=json.loads(row.depends_on or "[]"),
+                   owner_fqans=json.loads(row.owner_fqans or "[]"),
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
                    **{c: getattr(row, c) for c in _COLUMNS if c != "outcome"},
                    outcome=Outcome.parse(row.outcome))
@@ -173,10 +191,10 @@ class JobStore:
 
     def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None,
              parent: str | None = None, kinds: Iterable[str] | None = None,
-             history: bool = True) -> list[Job]:
+             history: bool = True, owner_dn: str | None = None) -> list[Job]:
         """Jobs in submission order, optionally only those in ``states``, with ``keys``, whose
-        parent is ``parent``, or of ``kinds``; ``history=False`` skips loading the state history
-        (the matcher's every-pass queries do not need it)."""
+        parent is ``parent``, of ``kinds``, or owned by ``owner_dn``; ``history=False`` skips
+        loading the state history (the matcher's every-pass queries do not need it)."""
         with self._session() as s:
             q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
             if states is not None:
@@ -187,6 +205,8 @@ class JobStore:
                 q = q.where(JobRow.parent_key == parent)
             if kinds is not None:
                 q = q.where(JobRow.kind.in_(list(kinds)))
+            if owner_dn is not None:
+                q = q.where(JobRow.owner_dn == owner_dn)
             rows = list(s.scalars(q))
             hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
             if rows and history:
@@ -207,7 +227,8 @@ class JobStore:
     def create_many(self, specs: list[dict[str, Any]], now: float) -> list[Job]:
         """Store several jobs (a compound request and its nodes) in one transaction, all
         Submitted. Each spec has ``jdl``, ``filename`` and optionally ``key``, ``kind``,
-        ``parent_key``, ``node_name``, ``depends_on``; parents must come before their nodes."""
+        ``parent_key``, ``node_name``, ``depends_on``, ``owner`` (``{"dn", "vo", "fqans"}``);
+        parents must come before their nodes."""
         keys = []
         with self._session.begin() as s:
             for spec in specs:
@@ -217,7 +238,10 @@ class JobStore:
                              state=JobState.SUBMITTED.value, submitted_at=now, updated_at=now,
                              cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
                              parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
-                             depends_on=json.dumps(spec.get("depends_on") or [])))
+                             depends_on=json.dumps(spec.get("depends_on") or []),
+                             owner_dn=(spec.get("owner") or {}).get("dn"),
+                             owner_vo=(spec.get("owner") or {}).get("vo"),
+                             owner_fqans=json.dumps((spec.get("owner") or {}).get("fqans") or [])))
             s.flush()  # the job rows must exist before their history (foreign key)
             for key in keys:
                 s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))

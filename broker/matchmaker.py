@@ -36,17 +36,26 @@ CE_ID = "GlueCEUniqueID"
 MAX_GROUPS = 256
 
 
-def vo_allowed(ad: Mapping[str, Any], vo: str | None) -> bool:
-    """True when ``vo`` is None or the CE's access control base rules contain ``VO:<vo>``."""
+def vo_allowed(ad: Mapping[str, Any], vo: str | None, fqans: tuple[str, ...] | None = None) -> bool:
+    """Whether the CE's ``GlueCEAccessControlBaseRule`` values admit a job of ``vo``.
+
+    With the owner's verified ``fqans`` (gLite semantics): ``VO:<vo>`` admits every member,
+    ``VOMS:<fqan>`` only holders of that FQAN (``VOMS:/dteam`` = the VO's root group). Without
+    them (the VO comes from the JDL: plain-HTTP mode, the simulator) a ``VOMS:/<vo>...`` rule
+    admits the VO too. True when ``vo`` is None. Source: GLUE 1.3 (AccessControlBaseRule),
+    gLite WMS matchmaking."""
     if not vo:
         return True
     rules = ad_value(ad, "GlueCEAccessControlBaseRule")
     if rules is None:
         return False
-    if isinstance(rules, str):
-        rules = [rules]
-    want = {f"vo:{vo}".lower(), f"voms:/{vo}".lower()}
-    return any(str(r).lower() in want or str(r).lower().startswith(f"voms:/{vo.lower()}/") for r in rules)
+    rules = [str(r).lower() for r in ([rules] if isinstance(rules, str) else rules)]
+    if f"vo:{vo}".lower() in rules:
+        return True
+    if fqans is not None:
+        held = {f"voms:{f}".lower() for f in fqans}
+        return any(r in held for r in rules)
+    return any(r == f"voms:/{vo.lower()}" or r.startswith(f"voms:/{vo.lower()}/") for r in rules)
 
 
 @dataclass(frozen=True)
@@ -216,45 +225,49 @@ class Matchmaker:
         return self._policies[self.default_policy]
 
     def match(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
-              blacklist: frozenset[str] = frozenset(), *, now: float) -> MatchResult:
+              blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
+              fqans: tuple[str, ...] = ()) -> MatchResult:
         """Filter ``ads`` (an ISM snapshot's ads, e.g. ``ISM.candidates()``, in ISM order) for
         ``job`` and build the candidates in that order; nothing is chosen yet.
 
         ``now``: the broker's ``clock.now()`` in seconds, what ``time()`` in the JDL returns
-        (a JDL that calls ``time()`` is never reused from an earlier evaluation).
+        (a JDL that calls ``time()`` is never reused from an earlier evaluation). ``vo`` and
+        ``fqans``: the job owner's, from the verified proxy; they decide which CEs admit the job
+        (:func:`vo_allowed`) instead of the JDL's VirtualOrganisation.
 
         ``ads`` and the dicts in it must not be mutated while in use (the ISM's never are): a
         later call with the same ``ads`` object and blacklist reuses the evaluation of the
         same JDL text. Raises nothing for bad ads (they are skipped).
         """
-        text = job.text
-        reusable = _reusable(text)
+        text = job.text if vo is None else f"{job.text}\0{vo}\0{chr(0).join(fqans)}"
+        reusable = _reusable(job.text)
         with self._lock:
             if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
                 self._snapshot, self._groups = (ads, blacklist), {}
             group = self._groups.get(text) if reusable else None
             if group is None:
-                group = self._filter(job, ads, blacklist, reusable, now)
+                group = self._filter(job, ads, blacklist, reusable, now, text, vo, fqans)
                 if reusable:
                     if len(self._groups) >= MAX_GROUPS:
                         self._groups.clear()
                     self._groups[text] = group
             return MatchResult(group.current(self.feedback, now), group.policy)
 
-    def _filter(self, job, ads, blacklist, reusable: bool, now: float) -> _Group:
+    def _filter(self, job, ads, blacklist, reusable: bool, now: float, key: str,
+                vo: str | None, fqans: tuple[str, ...]) -> _Group:
         """The Requirements + VO filtering phase, with Rank, for one JDL on ``ads``."""
         rank_reads_feedback = DISPATCHED.lower() in job.text.lower()
         group = _Group(job, self.policy_for(job), rank_reads_feedback)
-        memo = self._memo.get(job.text, {}) if reusable else {}
+        memo = self._memo.get(key, {}) if reusable else {}
         seen: dict[int, list] = {}
-        vo = job.virtual_organisation
+        access = (vo, fqans) if vo is not None else (job.virtual_organisation, None)
         for ad in ads:
             raw = getattr(ad, "ad", ad)  # an AdView's dict: the same object holds the same data
             rec = memo.get(id(raw))
             if rec is None or rec[0] is not raw:
                 if not isinstance(ad_value(ad, CE_ID), str):
                     continue
-                ok = vo_allowed(ad, vo) and jdlmod.matches(job, ad, now)
+                ok = vo_allowed(ad, *access) and jdlmod.matches(job, ad, now)
                 rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None,
                        published_jobs(raw), ce_capacity(raw), None]
             elif rec[1] and rank_reads_feedback:
@@ -266,9 +279,9 @@ class Matchmaker:
             if rec[1]:
                 group.add(ce_id, ad, rec)
         if reusable:
-            if len(self._memo) >= MAX_GROUPS and job.text not in self._memo:
+            if len(self._memo) >= MAX_GROUPS and key not in self._memo:
                 self._memo.clear()
-            self._memo[job.text] = seen
+            self._memo[key] = seen
         return group
 
     def select(self, result: MatchResult) -> Candidate | None:

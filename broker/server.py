@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 from vgrid_runtime.clock import WallClock
+from vgrid_runtime.httpclient import new_session
 
 from .config import BrokerConfig
 from .db import JobStore
@@ -29,8 +30,9 @@ def build_ism(config: BrokerConfig, clock):
         from infosys.ism import BdiiSource  # provided with the real BDII (issue 4)
         sources = [BdiiSource(config.bdii, timeout_s=config.ism_timeout_s)]
     else:
-        sources = [HttpLdifSource(f"{u.rstrip('/')}/glue", timeout_s=config.ism_timeout_s)
-                   for u in config.ce_urls]
+        session = new_session(config.tls_files())
+        sources = [HttpLdifSource(f"{u.rstrip('/')}/glue", timeout_s=config.ism_timeout_s,
+                                  session=session) for u in config.ce_urls]
     return ISM(sources, refresh_s=config.ism_refresh_s, clock=clock,
                feedback=FeedbackCounters(), timeout_s=config.ism_timeout_s)
 
@@ -49,7 +51,8 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
     settings = BrokerSettings(match_interval_s=config.match_interval_s,
                               match_expiry_s=config.match_expiry_s,
                               max_dispatch_attempts=config.max_dispatch_attempts)
-    return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings)
+    return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
+                  http=new_session(config.tls_files()))
 
 
 def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
@@ -59,7 +62,7 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
     from .api import create_app
 
     broker = build_broker(config)
-    app = create_app(broker)
+    app = create_app(broker, tls=config.tls_files(), admins=config.admins)
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url
@@ -72,4 +75,5 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
         broker.store.close()
 
     app.config["VGRID_ON_BOUND"] = on_bound
-    serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop)
+    serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop,
+          tls=config.tls_files())

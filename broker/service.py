@@ -10,6 +10,7 @@ accepted it) -> Running -> Done | Aborted, driven by events from the CE agent.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import threading
@@ -21,7 +22,9 @@ import jdl as jdlmod
 from vgrid_runtime.httpclient import new_session
 from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
-from . import compound
+from vgrid_runtime.authn import Caller
+
+from . import authz, compound
 from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
@@ -97,14 +100,22 @@ class Broker:
         return job_id.rstrip("/").rsplit("/", 1)[-1]
 
     # -- submission ------------------------------------------------------------------------------
-    def submit(self, text: str, filename: str, input_files: dict[str, bytes]) -> Job:
+    def submit(self, text: str, filename: str, input_files: dict[str, bytes],
+               who: Caller | None = None) -> Job:
         """Validate the JDL, store the job and its input sandbox, and queue it (Waiting).
 
-        Raises ``jdl.JDLError`` (syntax or validation, with file:line:column) before anything is
-        stored, and BrokerError when a relative InputSandbox file was not uploaded.
+        ``who``: the verified submitter; the job (and every node of a compound request) belongs
+        to its DN, VO and FQANs (:func:`broker.authz.submitter`). Raises ``jdl.JDLError``
+        (syntax or validation, with file:line:column) before anything is stored,
+        ``authz.NotAllowed`` when the submitter may not submit it, and BrokerError when a
+        relative InputSandbox file was not uploaded.
         """
         job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
+        owner = authz.submitter(who, job_desc.virtual_organisation) if who is not None else None
         specs = compound.expansion_specs(job_desc, text, filename)
+        if owner is not None:
+            for spec in specs:
+                spec["owner"] = owner.to_json()
         needed = [n for n in job_desc.input_sandbox if "://" not in n]
         uploaded = {safe_name(n): data for n, data in input_files.items()}
         missing = [n for n in needed if safe_name(n) not in uploaded]
@@ -188,7 +199,8 @@ class Broker:
         except StaleState:
             return False  # cancelled or claimed meanwhile
         desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
-        result = self.matchmaker.match(desc, self.ism.candidates(), now=now)
+        result = self.matchmaker.match(desc, self.ism.candidates(), now=now,
+                                       vo=job.owner_vo, fqans=tuple(job.owner_fqans))
         chosen = self.matchmaker.select(result)
         if chosen is None:
             if now - job.submitted_at >= self.settings.match_expiry_s:
@@ -220,6 +232,8 @@ class Broker:
                     "callback_url": f"{self.settings.base_url}/jobs/{job.key}/events",
                     "input_sandbox": self._input_urls(job.key, desc),
                     "output_upload_url": f"{self.settings.base_url}/jobs/{job.key}/output"}
+            if job.owner_dn:
+                body["owner"] = {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
             try:
                 self._ce(url).submit(body)
             except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
@@ -262,7 +276,7 @@ class Broker:
             kind = event.get("event")
             now = self.clock.now()
             fields: dict[str, Any] = {}
-            for name in ("node", "vwn", "cap_reason"):
+            for name in ("node", "vwn", "cap_reason", "node_url"):
                 if event.get(name) is not None:
                     fields[name] = event[name]
             if event.get("cpu_caps") is not None:
@@ -309,8 +323,9 @@ class Broker:
     def get(self, key: str) -> Job:
         return self.store.get(key)
 
-    def list_jobs(self, keys: list[str] | None = None) -> list[Job]:
-        return self.store.list(keys=keys)
+    def list_jobs(self, keys: list[str] | None = None, owner_dn: str | None = None) -> list[Job]:
+        """Jobs with ``keys`` (all when None), only ``owner_dn``'s when given."""
+        return self.store.list(keys=keys, owner_dn=owner_dn)
 
     def cancel(self, key: str) -> Job:
         """Cancel a job that has not ended (for a compound request: every node that has not
@@ -352,13 +367,23 @@ class Broker:
         return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
     def store_output(self, key: str, name: str, data: bytes) -> None:
-        """Save one OutputSandbox file uploaded by the job wrapper."""
+        """Save one OutputSandbox file. Write-once: a repeat with the same bytes (a retried
+        upload) is accepted, different bytes are BrokerError 409; so is a Cleared or Cancelled
+        job."""
         job = self.store.get(key)
         if job.state in {JobState.CLEARED, JobState.CANCELLED}:
             raise BrokerError(f"job {key} is {job.state.value}; output not accepted", status=409)
         d = self.output_dir(key)
         d.mkdir(parents=True, exist_ok=True)
-        (d / safe_name(name)).write_bytes(data)
+        path = d / safe_name(name)
+        if path.exists():
+            if path.read_bytes() == data:
+                return
+            raise BrokerError(f"output file {name!r} of job {key} exists already (write-once)",
+                              status=409)
+        tmp = path.with_name(f".{path.name}.part")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
     def input_path(self, key: str, name: str) -> Path:
         """An InputSandbox file of job ``key``; nodes of a compound request use the parent's."""

@@ -77,6 +77,7 @@ def test_host_certificate_has_dns_and_ip_alt_names(pki):
     assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     ident = verify_chain(chain_of(host), [pki["ca"].cert], NOW)
     assert ident.dn == "/DC=org/DC=vgrid/OU=hosts/CN=ce1.vgrid.local" and ident.proxy_depth == 0
+    assert ident.hosts == ("ce1.vgrid.local", "127.0.0.1")
 
 
 def test_user_proxy_with_vo_attributes(pki, vomsdir):
@@ -87,7 +88,7 @@ def test_user_proxy_with_vo_attributes(pki, vomsdir):
     ident = verify_chain(chain_of(proxy), [pki["ca"].cert], NOW + 60, vomsdir=vomsdir)
     assert ident == Identity(dn=alice.dn, subject=dn_of(proxy.cert.subject), issuer=dn_of(pki["ca"].cert.subject),
                              proxy_depth=1, limited=False, not_after=proxy.cert.not_valid_after_utc.timestamp(),
-                             vo="dteam", fqans=("/dteam", "/dteam/prod/Role=production"))
+                             vo="dteam", fqans=("/dteam", "/dteam/prod/Role=production"), hosts=())
     assert ident.fqan == "/dteam"
     assert ident.subject.startswith(alice.dn + "/CN=")
 

@@ -97,7 +97,9 @@ class Identity:
     ``dn``: the user's (or host's) certificate subject, the identity jobs belong to; ``subject``:
     the leaf's subject (``dn`` plus one ``/CN=<n>`` per proxy level); ``proxy_depth`` (0 = no
     proxy); ``limited``; ``not_after``: end of the chain's validity (seconds since the epoch);
-    ``vo``/``fqans``: from a verified VOMS attribute certificate, else None / ()."""
+    ``vo``/``fqans``: from a verified VOMS attribute certificate, else None / (); ``hosts``: the
+    DNS names (lower case) and IP addresses of the end-entity certificate's subjectAltName (a
+    host certificate's; a user certificate has none)."""
 
     dn: str
     subject: str
@@ -107,6 +109,7 @@ class Identity:
     not_after: float
     vo: str | None = None
     fqans: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
 
     @property
     def fqan(self) -> str | None:
@@ -194,7 +197,17 @@ def verify_chain(chain: list[x509.Certificate], trusted_cas: list[x509.Certifica
     return Identity(dn=dn_of(eec.subject), subject=dn_of(chain[0].subject), issuer=dn_of(eec.issuer),
                     proxy_depth=n_proxies, limited=limited,
                     not_after=min(not_after, attrs.not_after) if attrs else not_after,
-                    vo=attrs.vo if attrs else None, fqans=attrs.fqans if attrs else ())
+                    vo=attrs.vo if attrs else None, fqans=attrs.fqans if attrs else (),
+                    hosts=_alt_names(eec))
+
+
+def _alt_names(cert: x509.Certificate) -> tuple[str, ...]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    return (tuple(n.lower() for n in san.get_values_for_type(x509.DNSName))
+            + tuple(str(ip) for ip in san.get_values_for_type(x509.IPAddress)))
 
 
 def _check_trust(eec: x509.Certificate, presented: list[x509.Certificate],

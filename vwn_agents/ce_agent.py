@@ -24,6 +24,7 @@ import threading
 from flask import Flask, Response, jsonify
 
 from vgrid_runtime.clock import Clock, WallClock
+from vgrid_runtime.authn import authorize, caller, install_authentication
 from vgrid_runtime.httpclient import new_session
 
 from .ce_config import CEAgentConfig
@@ -51,12 +52,15 @@ class CEAgent:
         self.nodes = [u.rstrip("/") for u in config.nodes]
         self.jobs: dict[str, CEJob] = {}
         self.url: str | None = config.public_url
-        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events")
-        self.http = new_session()       # shared by its NodeAgentClients
+        tls = config.tls_files()
+        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events",
+                             tls=tls)
+        self.http = new_session(tls)    # shared by its NodeAgentClients and the lease engine
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.leases = LeaseScheduling(config, self.clock, self.nodes) if config.scheduler == "leases" else None
+        self.leases = (LeaseScheduling(config, self.clock, self.nodes, self.http)
+                       if config.scheduler == "leases" else None)
         self._tick_error: str | None = None
         loop = self._lease_loop if self.leases else self._place_loop
         self._placer = threading.Thread(target=loop, name="ce-placer", daemon=True)
@@ -286,6 +290,7 @@ class CEAgent:
         if not r.callback_url:
             return
         event = {"job_id": r.job_id, "key": r.key, "ce": self.config.ce_id, "node": job.node,
+                 "node_url": job.node_url,
                  "vwn": job.vwn, "event": kind, "exit_code": job.exit_code, "reason": job.reason,
                  "outcome": job.outcome.value if job.outcome else None,
                  "cpu_caps": job.cpu_caps, "capped": job.capped, "cap_reason": job.cap_reason,
@@ -414,26 +419,36 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     if not config.public_url:
         app.config["VGRID_ON_BOUND"] = lambda url: setattr(agent, "url", url)
     install_error_handlers(app)
+    install_authentication(app, config.tls_files(), agent.clock)
+    me = caller
+
+    def from_broker(what: str) -> None:       # jobs are the brokers' business only
+        authorize(me().is_one_of(config.broker_dns), what)
 
     @app.post("/jobs")
     def post_job():
+        from_broker("submit jobs")
         job, _ = agent.submit(parse_body(JobRequest, "POST /jobs"))
         return jsonify({"state": job.state.value, "key": job.request.key}), 202
 
     @app.get("/jobs")
     def list_jobs():
+        from_broker("list jobs")
         return jsonify(agent.records())
 
     @app.get("/jobs/<key>")
     def get_job(key):
+        from_broker(f"read job {key}")
         return jsonify(agent.record(agent.get(key)))
 
     @app.post("/jobs/<key>/cancel")
     def cancel_job(key):
+        from_broker(f"cancel job {key}")
         return jsonify(agent.record(agent.cancel(key)))
 
     @app.post("/node-events")
     def node_events():
+        authorize(any(me().serves(u) for u in agent.nodes), "post node events (not a node agent of this CE)")
         return jsonify(agent.record(agent.node_event(json_body())))
 
     @app.get("/glue")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.config import ConfigSchema
 from .placement import PLACEMENTS
 
 
 @dataclass
-class CEAgentConfig(ConfigSchema):
+class CEAgentConfig(ConfigSchema, TLSOptions):
     """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "CE agent config"
@@ -49,8 +50,12 @@ class CEAgentConfig(ConfigSchema):
     retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+    broker_dns: list[str] = field(default_factory=list, metadata={
+        "help": "DNs of the brokers that may submit, read and cancel jobs here (TLS mode)"})
 
     def validate(self) -> str | None:
+        if self.tls_problem():
+            return self.tls_problem()
         if self.placement not in PLACEMENTS:
             return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
         if self.cpus_per_node < 1:

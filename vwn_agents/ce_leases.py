@@ -96,7 +96,7 @@ class LeaseScheduling:
     """The lease engine behind one CE agent (see module doc). Thread-safe (the engine locks);
     the CE agent never calls it while holding its own lock."""
 
-    def __init__(self, config, clock, nodes: list[str]) -> None:
+    def __init__(self, config, clock, nodes: list[str], session=None) -> None:
         self.k = config.vwns_per_node
         self.slot = vwn_slot_units(config.cpus_per_node, self.k)
         self.ram_mb = config.ram_mb
@@ -106,7 +106,8 @@ class LeaseScheduling:
         lease_cfg = base.with_options(**LIVE_OVERRIDES)
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
         probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
-        self.engine = LeaseEngine(site, lease_cfg, clock, default_duration_s=config.max_wallclock_s,
+        self.engine = LeaseEngine(site, lease_cfg, clock, session=session,
+                                  default_duration_s=config.max_wallclock_s,
                                   node_down_after_s=config.node_down_after_s,
                                   probe_timeout_s=probe_s,
                                   request_timeout_s=config.node_timeout_s) if site else None

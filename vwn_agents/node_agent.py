@@ -29,6 +29,7 @@ from flask import Flask, jsonify
 from vgrid_runtime.clock import Clock, WallClock
 
 from . import cgroups, fairshare, proctree
+from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentication
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from .outbox import Outbox
@@ -46,7 +47,7 @@ JOIN_FAILED = 97
 
 
 @dataclass
-class NodeAgentConfig(ConfigSchema):
+class NodeAgentConfig(ConfigSchema, TLSOptions):
     """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "node agent config"
@@ -69,8 +70,12 @@ class NodeAgentConfig(ConfigSchema):
         "help": "how long the job wrapper retries a transiently failing output upload (s)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+    ce_dns: list[str] = field(default_factory=list, metadata={
+        "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
     def validate(self) -> str | None:
+        if self.tls_problem():
+            return self.tls_problem()
         if not self.node or "/" in self.node:
             return "field 'node': must be a non-empty name without '/'"
         if not self.capacity > 0:
@@ -162,7 +167,8 @@ class NodeAgent:
         self._own_work_dir = config.work_dir is None
         self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events")
+        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events",
+                             tls=config.tls_files())
         self.vwns: dict[str, VWN] = {}
         self.by_key: dict[str, str] = {}
         self._lock = threading.RLock()
@@ -416,9 +422,14 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     app.config["VGRID_AGENT"] = agent
     app.config["VGRID_ON_STOP"] = agent.shutdown
     install_error_handlers(app)
+    install_authentication(app, config.tls_files(), agent.clock)
+
+    def from_ce(what: str) -> None:          # VWNs are the CE agents' business only
+        authorize(caller().is_one_of(config.ce_dns), what)
 
     @app.post("/vwns")
     def post_vwn():
+        from_ce("create VWNs")
         v, created = agent.create_vwn(parse_body(VWNRequest, "POST /vwns"))
         body = {"vwn": v.vwn, "cpu_cap": v.cpu_caps[-1][1] if v.cpu_caps else None,
                 "capped": v.capped, "cap_reason": v.cap_reason, "state": v.state.value}
@@ -426,14 +437,17 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
 
     @app.get("/vwns")
     def list_vwns():
+        from_ce("list VWNs")
         return jsonify(agent.records())
 
     @app.get("/vwns/<vwn>")
     def get_vwn(vwn):
+        from_ce(f"read VWN {vwn}")
         return jsonify(agent.get(vwn).record())
 
     @app.delete("/vwns/<vwn>")
     def delete_vwn(vwn):
+        from_ce(f"delete VWN {vwn}")
         return jsonify(agent.delete_vwn(vwn).record())
 
     @app.get("/status")

@@ -43,7 +43,7 @@ class Outbox:
     """
 
     def __init__(self, retry_initial_s: float = 0.2, retry_max_s: float = 10.0,
-                 timeout_s: float = 5.0, name: str = "outbox") -> None:
+                 timeout_s: float = 5.0, name: str = "outbox", tls=None) -> None:
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
         self.timeout_s = timeout_s
@@ -53,7 +53,7 @@ class Outbox:
         self._next_try: dict[str, float] = {}
         self._cond = threading.Condition()
         self._stop = False
-        self._session = new_session()   # vgrid_runtime.httpclient: where mutual TLS goes
+        self._session = new_session(tls)   # tls: vgrid_runtime.tls.TLSFiles, or None (plain HTTP)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
