@@ -1,0 +1,177 @@
+"""Who may call what, over real mutual TLS on loopback (issue 10's attacks, each refused).
+
+Each service listens on its own loopback address (127.0.10.x) with a host certificate for that
+address, so that "the caller is the service at URL U" is checked as an HTTPS client checks a
+server. Credentials are made at test time with the wall clock (OpenSSL checks validity against
+it during the handshake).
+"""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from broker.api import create_app as broker_app
+from broker.config import BrokerConfig
+from broker.server import build_broker
+from vgrid_runtime.clock import WallClock
+from vgrid_runtime.httpclient import new_session
+from vgrid_runtime.pki import create_ca, issue_host, issue_user
+from vgrid_runtime.proxy import create_proxy, write_proxy
+from vgrid_runtime.tls import TLSFiles
+from vgrid_runtime.voms import issue_ac
+from vgrid_runtime.wsgi import BackgroundServer
+from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
+from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
+
+JDL = '[ Executable = "/bin/true"; ]'
+ADDR = {"broker": "127.0.10.1", "ce": "127.0.10.2", "node": "127.0.10.3", "rogue": "127.0.10.4"}
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    now = WallClock().now()
+    ca = create_ca(now=now)
+    (d / "certs").mkdir()
+    (d / "certs" / "ca.pem").write_bytes(ca.cert_pem())
+    voms = issue_host(ca, "voms.vgrid.local", now=now)
+    for vo in ("dteam", "atlas"):
+        (d / "vomsdir" / vo).mkdir(parents=True)
+        (d / "vomsdir" / vo / "voms.pem").write_bytes(voms.cert_pem())
+    dns = {}
+    for name, ip in ADDR.items():
+        cred = issue_host(ca, f"{name}.vgrid.local", [ip], now=now)
+        cred.save(d / f"{name}.pem", d / f"{name}.key")
+        dns[name] = cred.dn
+    for user, vo in (("alice", "dteam"), ("bob", "dteam"), ("carol", "dteam"), ("nova", None)):
+        cred = issue_user(ca, user.capitalize(), now=now)
+        dns[user] = cred.dn
+        acs = [issue_ac(voms, vo, [f"/{vo}"], cred.cert, now, 3600)] if vo else []
+        write_proxy(d / f"{user}.proxy", create_proxy(cred, now, 3600, acs=acs))
+        if user == "alice":
+            write_proxy(d / "alice.limited", create_proxy(cred, now, 3600, limited=True, acs=acs))
+    return d, dns
+
+
+def tls(d, name, key=True):
+    return TLSFiles(cert=str(d / (f"{name}.pem" if key else name)), key=str(d / f"{name}.key") if key else None,
+                    cert_dir=str(d / "certs"), voms_dir=str(d / "vomsdir"))
+
+
+def user(d, proxy):
+    return new_session(tls(d, proxy, key=False))
+
+
+def tls_fields(d, name):
+    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
+            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}
+
+
+@pytest.fixture(scope="module")
+def site(pki, tmp_path_factory):
+    d, dns = pki
+    work = tmp_path_factory.mktemp("site")
+    node_cfg = NodeAgentConfig(node="n1", cgroup="none", work_dir=str(work / "node"), ce_dns=[dns["ce"]],
+                               **tls_fields(d, "node"))
+    node = BackgroundServer(node_app(node_cfg), host=ADDR["node"], tls=node_cfg.tls_files())
+    ce_cfg = CEAgentConfig(ce_id="ce.vgrid.local:8443/vgrid-vwn-long", host="ce.vgrid.local", site="S",
+                           queue="long", nodes=[node.url], vos=["dteam"], broker_dns=[dns["broker"]],
+                           **tls_fields(d, "ce"))
+    ce = BackgroundServer(ce_app(ce_cfg), host=ADDR["ce"], tls=ce_cfg.tls_files())
+    b_cfg = BrokerConfig(state_dir=str(work / "broker"), admins=[dns["carol"]], **tls_fields(d, "broker"))
+    broker = build_broker(b_cfg)
+    bsrv = BackgroundServer(broker_app(broker, tls=b_cfg.tls_files(), admins=b_cfg.admins),
+                            host=ADDR["broker"], tls=b_cfg.tls_files())
+    broker.settings.base_url = bsrv.url
+    yield {"broker": bsrv.url, "ce": ce.url, "node": node.url, "store": broker.store}
+    for srv in (bsrv, ce, node):
+        srv.close()
+    broker.store.close()
+
+
+def submit(d, site, proxy, jdl=JDL):
+    return user(d, proxy).post(f"{site['broker']}/jobs", data={"jdl": jdl, "filename": "j.jdl"}, timeout=10)
+
+
+def test_anonymous_callers_get_401_everywhere(pki, site):
+    d, _ = pki
+    anon, ca = requests.Session(), str(d / "certs" / "ca.pem")
+    for url, method, path in ((site["node"], "post", "/vwns"), (site["ce"], "post", "/jobs"),
+                              (site["broker"], "get", "/jobs"), (site["broker"], "post", "/jobs")):
+        r = getattr(anon, method)(f"{url}{path}", json={}, verify=ca, timeout=10)
+        assert r.status_code == 401, (url, path, r.text)
+        assert r.json()["error"]["reason"] == "no-certificate"
+
+
+def test_a_user_cannot_drive_a_node_agent_or_a_ce_agent(pki, site):
+    d, _ = pki
+    alice = user(d, "alice.proxy")
+    body = {"job_id": "x", "key": "k1", "executable": "/bin/sh", "arguments": "-c \"id > /tmp/pwned\""}
+    r = alice.post(f"{site['node']}/vwns", json=body, timeout=10)
+    assert r.status_code == 403 and "may not create VWNs" in r.json()["error"]["message"]
+    assert alice.get(f"{site['node']}/vwns", timeout=10).status_code == 403
+    r = alice.post(f"{site['ce']}/jobs", json={"job_id": "x", "key": "k", "jdl": JDL}, timeout=10)
+    assert r.status_code == 403
+    r = alice.post(f"{site['ce']}/node-events", json={"key": "k", "event": "done"}, timeout=10)
+    assert r.status_code == 403
+    # the CE agent's own identity may list the node's VWNs; the broker's may not
+    assert new_session(tls(d, "ce")).get(f"{site['node']}/vwns", timeout=10).status_code == 200
+    assert new_session(tls(d, "broker")).get(f"{site['node']}/vwns", timeout=10).status_code == 403
+    # anyone authenticated reads the published GLUE
+    assert alice.get(f"{site['ce']}/glue", timeout=10).status_code == 200
+
+
+def test_jobs_belong_to_their_submitter(pki, site):
+    d, dns = pki
+    r = submit(d, site, "alice.proxy")
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+    alice, bob, carol = user(d, "alice.proxy"), user(d, "bob.proxy"), user(d, "carol.proxy")
+    job = alice.get(f"{site['broker']}/jobs/{key}", timeout=10).json()
+    assert job["owner"] == {"dn": dns["alice"], "vo": "dteam", "fqans": ["/dteam"]}
+    assert bob.get(f"{site['broker']}/jobs/{key}", timeout=10).status_code == 403
+    assert bob.post(f"{site['broker']}/jobs/{key}/cancel", timeout=10).status_code == 403
+    assert bob.get(f"{site['broker']}/jobs/{key}/output", timeout=10).status_code == 403
+    assert key not in {j["key"] for j in bob.get(f"{site['broker']}/jobs", timeout=10).json()["jobs"]}
+    assert key in {j["key"] for j in alice.get(f"{site['broker']}/jobs", timeout=10).json()["jobs"]}
+    assert key in {j["key"] for j in carol.get(f"{site['broker']}/jobs", timeout=10).json()["jobs"]}  # admin
+    assert carol.get(f"{site['broker']}/jobs/{key}", timeout=10).status_code == 200
+    r = alice.post(f"{site['broker']}/jobs/{key}/cancel", timeout=10)
+    assert r.status_code == 200 and r.json()["state"] == "Cancelled"
+
+
+@pytest.mark.parametrize("proxy, jdl, words", [
+    ("alice.limited", JDL, "limited proxy"),
+    ("nova.proxy", JDL, "without VO attributes"),
+    ("alice.proxy", '[ Executable = "/bin/true"; VirtualOrganisation = "atlas"; ]', "for VO 'atlas'"),
+])
+def test_submissions_that_are_refused(pki, site, proxy, jdl, words):
+    d, _ = pki
+    before = len(site["store"].list())
+    r = submit(d, site, proxy, jdl)
+    assert r.status_code == 403 and words in r.json()["error"]["message"], r.text
+    assert len(site["store"].list()) == before          # nothing stored
+
+
+def test_events_and_outputs_only_from_the_services_the_job_went_to(pki, site):
+    d, _ = pki
+    key = submit(d, site, "alice.proxy").json()["key"]
+    store, now = site["store"], WallClock().now()
+    store.update_fields(key, now, ce_url=f"https://{ADDR['ce']}:9/", node_url=f"https://{ADDR['node']}:9/")
+    event = {"key": key, "event": "done", "exit_code": 0}
+    for who in ("alice.proxy",):
+        assert user(d, who).post(f"{site['broker']}/jobs/{key}/events", json=event, timeout=10).status_code == 403
+    for host in ("rogue", "node"):                       # another host, or the node itself
+        r = new_session(tls(d, host)).post(f"{site['broker']}/jobs/{key}/events", json=event, timeout=10)
+        assert r.status_code == 403, host
+    assert site["store"].get(key).state.value == "Waiting"
+    put = f"{site['broker']}/jobs/{key}/output/std.out"
+    assert user(d, "alice.proxy").put(put, data=b"forged", timeout=10).status_code == 403
+    assert new_session(tls(d, "rogue")).put(put, data=b"forged", timeout=10).status_code == 403
+    node = new_session(tls(d, "node"))
+    assert node.put(put, data=b"result\n", timeout=10).status_code == 201
+    assert node.put(put, data=b"result\n", timeout=10).status_code == 201   # a retried upload
+    r = node.put(put, data=b"overwrite\n", timeout=10)
+    assert r.status_code == 409 and "write-once" in r.json()["error"]["message"]
+    got = user(d, "alice.proxy").get(f"{put}", timeout=10)
+    assert got.status_code == 200 and got.content == b"result\n"
