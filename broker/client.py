@@ -16,6 +16,9 @@ import requests
 
 import jdl as jdlmod
 from vgrid_runtime.httpclient import ErrorKind, new_session
+from vgrid_runtime.pki import CredentialError, cert_dir as pki_cert_dir, user_proxy_path
+from vgrid_runtime.pki import voms_dir as voms_dir_of
+from vgrid_runtime.tls import TLSFiles
 
 DEFAULT_BROKER = "http://127.0.0.1:8440"
 
@@ -46,11 +49,32 @@ def split_job_id(job: str, broker: str | None) -> tuple[str, str]:
     return (broker or default_broker()), job
 
 
+def user_credentials(proxy: str | None = None, cert_dir: str | None = None,
+                     voms_dir: str | None = None) -> TLSFiles:
+    """The user's proxy and trust, found as gLite users expect: ``proxy`` or
+    ``$X509_USER_PROXY`` or ``/tmp/x509up_u<uid>``; ``$X509_CERT_DIR``; ``$X509_VOMS_DIR``.
+    ClientError when the proxy file does not exist (with what to do)."""
+    path = user_proxy_path(proxy)
+    if not path.is_file():
+        raise ClientError(f"no proxy at {path}: create one (vgrid ca proxy ...) or set X509_USER_PROXY")
+    return TLSFiles(cert=str(path), key=None, cert_dir=str(pki_cert_dir(cert_dir)),
+                    voms_dir=str(voms_dir_of(voms_dir)))
+
+
 class BrokerClient:
-    def __init__(self, url: str | None = None, timeout_s: float = 30.0) -> None:
+    """Client of the broker at ``url`` (default ``$VGRID_BROKER_URL``). An ``https://`` broker
+    is called over mutual TLS with ``credentials`` (default: :func:`user_credentials`)."""
+
+    def __init__(self, url: str | None = None, timeout_s: float = 30.0,
+                 credentials: TLSFiles | None = None) -> None:
         self.url = (url or default_broker()).rstrip("/")
         self.timeout_s = timeout_s
-        self.http = new_session()
+        if self.url.startswith("https://") and credentials is None:
+            credentials = user_credentials()
+        try:
+            self.http = new_session(credentials)
+        except CredentialError as exc:
+            raise ClientError(str(exc)) from None
 
     def _call(self, method: str, path: str, **kw: Any) -> requests.Response:
         try:

@@ -23,20 +23,22 @@ from infosys.sources import SourceError, fetch_glue, glue_url
 log = logging.getLogger(__name__)
 
 
-def fetch_ce_glue(url: str, timeout_s: float = 10.0) -> str:
-    """The GLUE 1.3 LDIF a CE agent publishes at ``<url>/glue`` (``sources.fetch_glue``).
-    Raises SourceError."""
-    return fetch_glue(url, timeout_s)
+def fetch_ce_glue(url: str, timeout_s: float = 10.0, session=None) -> str:
+    """The GLUE 1.3 LDIF a CE agent publishes at ``<url>/glue`` (``sources.fetch_glue``;
+    ``session``: a ``requests.Session``, e.g. one with a client certificate). Raises SourceError."""
+    return fetch_glue(url, timeout_s, session)
 
 
-def load_source(source: str, glue2: bool = True, timeout_s: float = 10.0) -> list[LdifEntry]:
-    """Entries of one provider: an LDIF file, ``-`` (stdin) or a CE agent URL (``GET /glue``).
+def load_source(source: str, glue2: bool = True, timeout_s: float = 10.0,
+                session=None) -> list[LdifEntry]:
+    """Entries of one provider: an LDIF file, ``-`` (stdin) or a CE agent URL (``GET /glue``,
+    through ``session`` when given).
 
     With ``glue2``, a CE agent's GLUE 1.3 CEs are also published as GLUE 2.0 (``glue2_entries``).
     Raises SourceError (unreachable, unreadable) or LdifError (malformed, ``source:line``).
     """
     if source.startswith(("http://", "https://")):
-        entries = parse_ldif(fetch_ce_glue(source, timeout_s), source=glue_url(source))
+        entries = parse_ldif(fetch_ce_glue(source, timeout_s, session), source=glue_url(source))
         if glue2:
             ads, _ = glue13_ce_ads(entries)
             for ad in ads:
@@ -59,13 +61,15 @@ class BdiiFeeder:
     """
 
     def __init__(self, bdii_url: str, sources: list[str], interval_s: float = 60.0,
-                 clock: Clock | None = None, glue2: bool = True, timeout_s: float = 10.0) -> None:
+                 clock: Clock | None = None, glue2: bool = True, timeout_s: float = 10.0,
+                 session=None) -> None:
         self.bdii_url = bdii_url
         self.sources = list(sources)
         self.interval_s = interval_s
         self.clock = clock or WallClock()
         self.glue2 = glue2
         self.timeout_s = timeout_s
+        self.session = session           # for CE agents served over mutual TLS
         self._last_good: dict[str, list[LdifEntry]] = {}
         self._loop = Periodic(self._run_and_log, interval_s, self.clock, "bdii-feeder")
         self.last_report: UpdateReport | None = None
@@ -76,7 +80,7 @@ class BdiiFeeder:
         errors: list[str] = []
         for s in self.sources:
             try:
-                self._last_good[s] = load_source(s, self.glue2, self.timeout_s)
+                self._last_good[s] = load_source(s, self.glue2, self.timeout_s, self.session)
             except (SourceError, LdifError) as e:
                 errors.append(str(e))
             entries += self._last_good.get(s, [])

@@ -21,6 +21,9 @@ from rich.table import Table
 
 from broker.client import BrokerClient, ClientError
 from vgrid_runtime import job_states
+from vgrid_runtime.clock import WallClock
+
+from .demo_pki import DemoPKI, make_demo_pki
 from .services import ServiceError, ServiceGroup
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
@@ -46,18 +49,29 @@ def _toml_list(items: list[str]) -> str:
 
 
 def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir: Path,
-               bdii_url: str = "", match_expiry_s: float = 30.0, on_ces=None) -> str:
+               bdii_url: str = "", match_expiry_s: float = 30.0, on_ces=None,
+               pki: DemoPKI | None = None) -> str:
     """Start node agents, CE agents and the broker; returns the broker URL.
 
     With ``bdii_url`` the broker's ISM reads that BDII instead of the CE agents; ``on_ces`` (a
     callable taking the CE agent URLs) runs before the broker starts, e.g. to feed the BDII.
+    With ``pki`` (:func:`site_pki`) every service listens on its own loopback address over
+    mutual TLS and accepts only the callers its role allows.
     """
     layout = ce_layout(n_ces)
+
+    def secure(name: str, allow: str = "", dns: list[str] = ()) -> str:
+        """TLS lines of service ``name``, and ``allow = [dns]`` (who may call its job API)."""
+        if pki is None:
+            return ""
+        return pki.toml(name) + (f"{allow} = {_toml_list(list(dns))}\n" if allow else "")
+
     specs = []
     for ce in layout:
         for node in ce["nodes"]:
             specs.append(("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
-                                        f'work_dir = "{state_dir / node}"\n'))
+                                        f'work_dir = "{state_dir / node}"\n'
+                                        + secure(node, "ce_dns", [pki.dn(ce["name"])] if pki else [])))
     nodes = {svc.name: svc.url for svc in group.start_many(specs)}
     specs = []
     for ce in layout:
@@ -66,15 +80,24 @@ def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir:
                       f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
                       f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
                       f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
-                      f'vos = ["dteam", "vgrid"]\nport = 0\n'))
+                      f'vos = ["dteam", "vgrid"]\nport = 0\n'
+                      + secure(ce["name"], "broker_dns", [pki.dn("broker")] if pki else [])))
     ce_urls = [svc.url for svc in group.start_many(specs)]
     if on_ces is not None:
         on_ces(ce_urls)
     broker_cfg = (f'port = 0\nstate_dir = "{state_dir / "broker"}"\nce_urls = {_toml_list(ce_urls)}\n'
-                  f'ism_refresh_s = {float(ism_refresh_s)}\nmatch_expiry_s = {float(match_expiry_s)}\n')
+                  f'ism_refresh_s = {float(ism_refresh_s)}\nmatch_expiry_s = {float(match_expiry_s)}\n'
+                  + secure("broker"))
     if bdii_url:
         broker_cfg += f'bdii = "{bdii_url}"\n'
     return group.start("broker", "broker", broker_cfg).url
+
+
+def site_pki(directory: Path, n_ces: int) -> DemoPKI:
+    """The identities of :func:`start_site`'s services and of the demo user."""
+    names = ["broker"] + [ce["name"] for ce in ce_layout(n_ces)]
+    names += [n for ce in ce_layout(n_ces) for n in ce["nodes"]]
+    return make_demo_pki(directory, names, WallClock().now())
 
 
 def job_rows(jobs: list[dict]) -> list[dict]:
@@ -124,10 +147,13 @@ def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
 
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
              use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0,
-             out_dir: str | None = None) -> bool:
+             out_dir: str | None = None, tls: bool = True) -> bool:
     """Run the demo; True when every job ended Done with exit code 0.
 
-    SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is stopped.
+    ``tls``: a CA, host certificates and a user proxy are made in the temporary directory and
+    every service runs over mutual TLS (job ids are ``https://...``); False runs plain HTTP on
+    127.0.0.1. SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is
+    stopped.
     """
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -150,8 +176,13 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
                 bdii_url = _start_bdii(Path(tmp))
                 err.print(f"BDII (slapd + glue-schema) at {bdii_url}, fed from the CE agents' GIP")
                 feed = lambda ce_urls: feeders.append(_feed_bdii(bdii_url, ce_urls, ism_refresh_s))  # noqa: E731
-            url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url, on_ces=feed)
-            client = BrokerClient(url)
+            pki = site_pki(Path(tmp) / "pki", n_ces) if tls else None
+            if feed is not None and pki is not None:
+                feed = lambda ce_urls: feeders.append(  # noqa: E731
+                    _feed_bdii(bdii_url, ce_urls, ism_refresh_s, pki.host_credentials("broker")))
+            url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url, on_ces=feed,
+                             pki=pki)
+            client = BrokerClient(url, credentials=pki.user_credentials() if pki else None)
             keys, rejected = [], []
             for f in files:
                 try:
@@ -202,11 +233,14 @@ def _start_bdii(tmp: Path) -> str:
     return start_bdii(tmp / "bdii").url
 
 
-def _feed_bdii(bdii_url: str, ce_urls: list[str], ism_refresh_s: float):
+def _feed_bdii(bdii_url: str, ce_urls: list[str], ism_refresh_s: float, tls=None):
     """The site BDII's update loop: load every CE agent's GIP output into the BDII by
-    difference, now and then every half ISM refresh interval (so each refresh sees news)."""
+    difference, now and then every half ISM refresh interval (so each refresh sees news).
+    ``tls``: the credential to read CE agents served over mutual TLS."""
     from infosys.providers import BdiiFeeder
-    feeder = BdiiFeeder(bdii_url, ce_urls, interval_s=max(1.0, ism_refresh_s / 2))
+    from vgrid_runtime.httpclient import new_session
+    feeder = BdiiFeeder(bdii_url, ce_urls, interval_s=max(1.0, ism_refresh_s / 2),
+                        session=new_session(tls) if tls else None)
     _, errors = feeder.run_once()
     if errors:
         raise ServiceError("loading the CE agents' GLUE into the BDII failed: " + "; ".join(errors))

@@ -221,13 +221,16 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, help="give up after this many seconds")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="also write jobs.json and vwn_caps.png (CPU caps over time per node) here")
+@click.option("--tls/--plain-http", "tls", default=True, show_default=True,
+              help="mutual TLS with a CA, host certificates and a user proxy made for the run, "
+                   "or plain HTTP on 127.0.0.1 (no authentication)")
 @handle_errors
 def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_s: float, timeout_s: float,
-         out_dir: str | None) -> None:
+         out_dir: str | None, tls: bool) -> None:
     """The main job: broker + CE agents + node agents on loopback, run every JDL to the end."""
     from .demo import run_demo
     ok = run_demo(n_ces=ces, jobs_dir=jobs_dir, as_json=as_json, use_bdii=bdii,
-                  ism_refresh_s=ism_refresh_s, timeout_s=timeout_s, out_dir=out_dir)
+                  ism_refresh_s=ism_refresh_s, timeout_s=timeout_s, out_dir=out_dir, tls=tls)
     raise SystemExit(0 if ok else 1)
 
 

@@ -32,7 +32,7 @@ def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port
         config.port = port
     app = create_app(config)
     serve(app, host=config.bind, port=config.port, ready_file=ready_file,
-          on_stop=app.config.get("VGRID_ON_STOP"))
+          on_stop=app.config.get("VGRID_ON_STOP"), tls=config.tls_files())
 
 
 class ServiceError(RuntimeError):
