@@ -1,7 +1,7 @@
 """Assembling and serving the broker process (``vgrid serve broker``).
 
 Builds the job store, the ISM (CE agents' GLUE LDIF, or a BDII), the feedback counters, the
-matchmaker and the Flask app, then serves it with waitress. The matcher loop starts once the
+matchmaker and the Flask app, then serves it (cheroot, HTTPS when TLS is configured). The matcher loop starts once the
 socket is bound, because job ids and sandbox URLs contain the broker's own URL.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A loopback HTTP receiver standing where the broker is: for tests of the agents and for trying a
 node or CE agent alone.
 
-``Receiver()`` serves (under waitress, in a thread, on a free loopback port):
+``Receiver()`` serves (under cheroot, in a thread, on a free loopback port):
 
 - ``POST /events`` and ``POST /jobs/<key>/events``: JSON events, kept in ``.events`` in arrival order;
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
