@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 import jdl as jdlmod
 
 from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
+from vgrid_runtime.httpjson import install_safe_json
 from vgrid_runtime.tls import TLSFiles
 
 from . import authz
@@ -67,6 +68,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
+    install_safe_json(app)
     install_authentication(app, tls, broker.clock)
     admins = list(admins)
 

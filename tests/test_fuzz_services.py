@@ -65,3 +65,16 @@ def test_no_5xx_and_no_traceback(pki, site, service, credential, roots):  # noqa
         if r.status_code >= 500 or "Traceback" in r.text:
             bad.append((method, r.url, r.status_code, r.text[:200]))
     assert bad == [], f"{len(bad)} of {N} requests failed: {bad[:5]}"
+
+
+@pytest.mark.parametrize("service, credential, path", [
+    ("broker", "alice.proxy", "/jobs"), ("broker", "alice.proxy", "/list-match"),
+    ("ce", "broker", "/jobs"), ("ce", "node", "/node-events"), ("node", "ce", "/vwns"),
+])
+def test_json_nested_100000_deep_is_a_400(pki, site, service, credential, path):  # noqa: F811
+    d, _ = pki
+    session = user(d, credential) if credential.endswith(".proxy") else new_session(tls(d, credential))
+    deep = "[" * 100_000 + "]" * 100_000
+    r = session.post(site[service] + path, data=deep, headers={"Content-Type": "application/json"},
+                     timeout=30)
+    assert r.status_code == 400 and "Traceback" not in r.text, r.text[:200]

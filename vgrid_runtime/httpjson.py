@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from .config import ConfigError, load
@@ -25,8 +26,26 @@ class ApiError(Exception):
         self.body = {"message": message, **fields}
 
 
+class SafeJSONProvider(DefaultJSONProvider):
+    """Flask's JSON provider, except that a document nested too deeply for Python's parser (a
+    RecursionError: e.g. 100,000 nested arrays) is a ValueError like any malformed JSON, so the
+    request gets a 400 rather than a 500."""
+
+    def loads(self, s, **kwargs):
+        try:
+            return super().loads(s, **kwargs)
+        except RecursionError:
+            raise ValueError("JSON document nested too deeply") from None
+
+
+def install_safe_json(app: Flask) -> None:
+    """Use :class:`SafeJSONProvider` for ``app`` (every vgrid service does)."""
+    app.json = SafeJSONProvider(app)
+
+
 def install_error_handlers(app: Flask) -> None:
-    """Make every error of ``app`` a JSON ``{"error": {...}}`` answer."""
+    """Make every error of ``app`` a JSON ``{"error": {...}}`` answer (and parse JSON safely)."""
+    install_safe_json(app)
 
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
