@@ -80,3 +80,18 @@ def test_sfete_always_returns_a_minimum(cands, seed):
     cs = [cand(str(i), n, c) for i, (n, c) in enumerate(cands)]
     chosen = SfeteSelection().select(cs, random.Random(seed))
     assert (chosen.n_jobs + 1) / chosen.capacity == min((c.n_jobs + 1) / c.capacity for c in cs)
+
+
+def test_vo_access_rules_with_the_owners_verified_fqans():
+    """GlueCEAccessControlBaseRule: VO:<vo> admits every member, VOMS:<fqan> only its holders."""
+    from broker.matchmaker import vo_allowed
+    vo_ce = {"GlueCEAccessControlBaseRule": ["VO:dteam"]}
+    role_ce = {"GlueCEAccessControlBaseRule": ["VOMS:/dteam/Role=production"]}
+    root_ce = {"GlueCEAccessControlBaseRule": "VOMS:/dteam"}
+    assert vo_allowed(vo_ce, "dteam", ("/dteam",)) and not vo_allowed(vo_ce, "atlas", ("/atlas",))
+    assert not vo_allowed(role_ce, "dteam", ("/dteam",))
+    assert vo_allowed(role_ce, "dteam", ("/dteam", "/dteam/Role=production"))
+    assert vo_allowed(root_ce, "dteam", ("/dteam",)) and not vo_allowed(root_ce, "dteam", ())
+    assert not vo_allowed({}, "dteam", ("/dteam",)) and vo_allowed({}, None)
+    # without verified FQANs (the VO named by the JDL) any VOMS:/<vo>... rule admits the VO
+    assert vo_allowed(role_ce, "dteam") and not vo_allowed(role_ce, "atlas")
