@@ -175,3 +175,23 @@ def test_events_and_outputs_only_from_the_services_the_job_went_to(pki, site):
     assert r.status_code == 409 and "write-once" in r.json()["error"]["message"]
     got = user(d, "alice.proxy").get(f"{put}", timeout=10)
     assert got.status_code == 200 and got.content == b"result\n"
+
+
+def test_the_cli_presents_the_users_proxy(pki, site, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from vgrid_cli.main import main
+    d, _ = pki
+    for var in ("X509_USER_PROXY", "X509_CERT_DIR", "X509_VOMS_DIR"):
+        monkeypatch.setenv(var, "/nonexistent")          # restored after the test
+    jdl = tmp_path / "j.jdl"
+    jdl.write_text(JDL)
+    common = ["--cert-dir", str(d / "certs"), "--voms-dir", str(d / "vomsdir")]
+    r = CliRunner().invoke(main, ["--proxy", str(d / "alice.proxy"), *common, "submit", str(jdl),
+                                  "--broker", site["broker"]])
+    assert r.exit_code == 0, r.output
+    job_id = r.output.strip().splitlines()[-1]
+    assert job_id.startswith(f"{site['broker']}/jobs/")
+    r = CliRunner().invoke(main, ["--proxy", str(d / "bob.proxy"), *common, "status", job_id])
+    assert r.exit_code == 2 and "may not read job" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["--proxy", str(d / "absent"), *common, "status", job_id])
+    assert r.exit_code != 0 and "no proxy at" in r.output

@@ -9,6 +9,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,8 +68,21 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vgrid")
-def main() -> None:
-    """vgrid: gLite-style grid meta-scheduler with virtual worker nodes and VM leases."""
+@click.option("--proxy", default=None, metavar="FILE",
+              help="the user's proxy (default $X509_USER_PROXY or /tmp/x509up_u<uid>)")
+@click.option("--cert-dir", default=None, metavar="DIR",
+              help="trusted CAs (default $X509_CERT_DIR or /etc/grid-security/certificates)")
+@click.option("--voms-dir", default=None, metavar="DIR",
+              help="trusted VO servers (default $X509_VOMS_DIR or /etc/grid-security/vomsdir)")
+def main(proxy: str | None, cert_dir: str | None, voms_dir: str | None) -> None:
+    """vgrid: gLite-style grid meta-scheduler with virtual worker nodes and VM leases.
+
+    Against an https:// broker the commands present the user's proxy (RFC 3820, with VOMS
+    attributes) and trust only the CAs of the certificate directory (docs/security.md)."""
+    for name, value in (("X509_USER_PROXY", proxy), ("X509_CERT_DIR", cert_dir),
+                        ("X509_VOMS_DIR", voms_dir)):
+        if value:
+            os.environ[name] = value   # read where gLite tools read them (vgrid_runtime.pki)
 
 
 # -- user commands -------------------------------------------------------------------------------
