@@ -195,3 +195,14 @@ def test_the_cli_presents_the_users_proxy(pki, site, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "may not read job" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["--proxy", str(d / "absent"), *common, "status", job_id])
     assert r.exit_code != 0 and "no proxy at" in r.output
+
+
+def test_gip_reads_a_ce_agent_over_mutual_tls(pki, site, monkeypatch):
+    from click.testing import CliRunner
+    from vgrid_cli.main import main
+    d, _ = pki
+    for var in ("X509_USER_PROXY", "X509_CERT_DIR", "X509_VOMS_DIR"):
+        monkeypatch.setenv(var, "/nonexistent")
+    r = CliRunner().invoke(main, ["--proxy", str(d / "alice.proxy"), "--cert-dir", str(d / "certs"),
+                                  "gip", "--ce", site["ce"], "--glue", "1.3"])
+    assert r.exit_code == 0 and "GlueCEUniqueID: ce.vgrid.local:8443/vgrid-vwn-long" in r.output, r.output

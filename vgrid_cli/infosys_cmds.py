@@ -114,7 +114,7 @@ def bdii_update(bdii_url: str, sources: tuple[str, ...], glue2: bool, every_s: f
     entries: list[LdifEntry] = []
     for s in sources:
         try:
-            entries += load_source(s, glue2)
+            entries += load_source(s, glue2, session=_session_for([s]))
         except LdifError as e:
             _fail(str(e), 2)
         except SourceError as e:
@@ -136,7 +136,8 @@ def _update_loop(bdii_url: str, sources: list[str], glue2: bool, every_s: float,
                  as_json: bool) -> None:
     if every_s <= 0:
         _fail("--every must be > 0 seconds", 2)
-    feeder = BdiiFeeder(bdii_url, sources, interval_s=every_s, glue2=glue2)
+    feeder = BdiiFeeder(bdii_url, sources, interval_s=every_s, glue2=glue2,
+                        session=_session_for(sources))
     try:
         while True:
             report, errors = feeder.run_once()
@@ -204,6 +205,20 @@ def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None, 
         raise SystemExit(2 if ldif_files else 1)  # a bad file is an input error
 
 
+def _session_for(urls: list[str]):
+    """A session presenting the user's proxy when a source is an https:// CE agent (mutual TLS),
+    else None (plain HTTP or files)."""
+    if not any(u.startswith("https://") for u in urls):
+        return None
+    from broker.client import ClientError, user_credentials
+    from vgrid_runtime.httpclient import new_session
+    from vgrid_runtime.pki import CredentialError
+    try:
+        return new_session(user_credentials())
+    except (ClientError, CredentialError) as exc:
+        _fail(str(exc), 2)
+
+
 # -- vgrid gip -----------------------------------------------------------------------------------
 @click.command("gip")
 @click.option("--ce", "ce_url", required=True, metavar="URL", help="a CE agent's URL")
@@ -213,7 +228,7 @@ def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None, 
 def gip_cmd(ce_url: str, glue: str, timeout_s: float) -> None:
     """Print a CE's GLUE LDIF: what its GIP publishes (1.3) and the same CE in GLUE 2.0."""
     try:
-        text = fetch_ce_glue(ce_url, timeout_s)
+        text = fetch_ce_glue(ce_url, timeout_s, _session_for([ce_url]))
         entries = parse_ldif(text, source=glue_url(ce_url))
     except SourceError as e:
         _fail(str(e), 1)
