@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from .pki import CredentialError, load_trusted
 from .proxy import Identity, verify_chain
@@ -50,29 +51,25 @@ class TLSFiles:
         return self.trusted
 
 
-def _load_cas(ctx: ssl.SSLContext, files: TLSFiles) -> None:
-    pems = "".join(c.public_bytes(_pem()).decode() for c in files.trusted_cas())
+def _context(protocol: int, files: TLSFiles, role: str) -> ssl.SSLContext:
+    """A TLS >= 1.2 context presenting ``files.cert`` and trusting only ``files.cert_dir``."""
+    ctx = ssl.SSLContext(protocol)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(files.cert, files.key)
+    except (OSError, ssl.SSLError) as exc:
+        raise CredentialError(f"{files.cert}: cannot load the {role}: {exc}", "missing") from None
+    pems = "".join(c.public_bytes(Encoding.PEM).decode() for c in files.trusted_cas())
     if not pems:
         raise CredentialError(f"{files.cert_dir}: no trusted CA certificate in it", "missing")
     ctx.load_verify_locations(cadata=pems)
-
-
-def _pem():
-    from cryptography.hazmat.primitives.serialization import Encoding
-    return Encoding.PEM
+    return ctx
 
 
 def server_context(files: TLSFiles) -> ssl.SSLContext:
     """TLS >= 1.2 server context: our certificate, clients' certificates (proxies allowed)
     verified against ``files.cert_dir`` when presented. CredentialError on unreadable files."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(files.cert, files.key)
-    except (OSError, ssl.SSLError) as exc:
-        raise CredentialError(f"{files.cert}: cannot load the service certificate: {exc}",
-                              "missing") from None
-    _load_cas(ctx, files)
+    ctx = _context(ssl.PROTOCOL_TLS_SERVER, files, "service certificate")
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.verify_flags |= ssl.VERIFY_ALLOW_PROXY_CERTS
     return ctx
@@ -81,15 +78,7 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
 def client_context(files: TLSFiles) -> ssl.SSLContext:
     """TLS >= 1.2 client context presenting ``files.cert`` (host certificate or proxy) and
     checking the server's certificate and host name against ``files.cert_dir``."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(files.cert, files.key)
-    except (OSError, ssl.SSLError) as exc:
-        raise CredentialError(f"{files.cert}: cannot load the client credential: {exc}",
-                              "missing") from None
-    _load_cas(ctx, files)
-    return ctx
+    return _context(ssl.PROTOCOL_TLS_CLIENT, files, "client credential")
 
 
 class GridSSLAdapter(BuiltinSSLAdapter):
