@@ -15,6 +15,7 @@ import jdl as jdlmod
 
 from .db import Job, UnknownJob
 from .service import Broker, BrokerError
+from vgrid_runtime.httpjson import limit_bodies
 from vgrid_runtime.job_states import IllegalTransition
 
 log = logging.getLogger("vgrid.broker.api")
@@ -58,6 +59,7 @@ def create_app(broker: Broker) -> Flask:
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
+    limit_bodies(app)                            # 413 above the limit, 400 for too deep JSON
 
     def error(message: str, status: int, **details: Any):
         return jsonify({"error": {"message": message, **details}}), status

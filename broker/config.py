@@ -40,6 +40,7 @@ class BrokerConfig(ConfigSchema):
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
+    max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
 
     def validate(self) -> str | None:
         if self.selection not in ("sfete", "max", "fuzzy"):

@@ -49,6 +49,7 @@ class CEAgentConfig(ConfigSchema):
     retry_s: float = field(default=2.0, metadata={"help": "delay before retrying an unplaced job (s)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+    max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
 
     def validate(self) -> str | None:
         if self.placement not in PLACEMENTS:
