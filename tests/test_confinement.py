@@ -24,6 +24,8 @@ from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.pool_accounts import AccountError
 from vgrid_runtime.wsgi import BackgroundServer
 
+from .paths import JOB_PYTHON
+
 _names = itertools.count(1)
 ALICE = {"dn": "/DC=org/DC=vgrid/OU=users/CN=Alice", "vo": "dteam",
          "fqans": ["/dteam/Role=NULL/Capability=NULL"]}
@@ -203,8 +205,7 @@ def _require(agent, controller: str):
 def test_memory_over_the_limit_ends_aborted_memory_limit(start_node, receiver):
     url, agent = start_node()
     _require(agent, "memory")
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    done = run(url, receiver, "oom", f"{python} -c \"x = b\\\"x\\\" * (2 << 30); print(len(x))\"",
+    done = run(url, receiver, "oom", f"{JOB_PYTHON} -c \"x = b\\\"x\\\" * (2 << 30); print(len(x))\"",
                memory_mb=256, timeout_s=60)
     assert done["event"] == "aborted" and done["outcome"] == "memory-limit", done
     assert done["reason"].startswith("memory limit") and "256 MB" in done["reason"]

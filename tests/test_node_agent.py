@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,8 @@ from vwn_agents.outbox import Outbox
 from vwn_agents.proctree import is_running
 from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
+
+from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
 
@@ -93,8 +93,7 @@ def test_cpu_bound_job_is_throttled(start_node, receiver):
     burn = ("import time; t, c = time.monotonic(), time.process_time()\n"
             "while time.process_time() - c < 0.25: pass\n"
             "print(time.monotonic() - t, time.process_time() - c)")
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable   # a pool account's
-    v = submit(url, receiver, "burn", python,
+    v = submit(url, receiver, "burn", JOB_PYTHON,
                f"-c '{burn}'", std_output="out")
     done = receiver.wait_event("burn", "done", timeout_s=20)
     assert done["exit_code"] == 0
