@@ -4,8 +4,8 @@ Layout of the node's state directory ``work_dir`` (root, mode 0711: pool account
 never list it): ``vwns/<vwn>/`` (0700 root: spec.json, wrapper.log, disk.img) and
 ``jobs/<vwn>/`` (the job's work directory, owned by the pool account, 0700, in ``jobs/`` 0711
 root). When ``work_dir`` is below a directory the pool accounts cannot cross (e.g. a 0700
-temporary directory), the work directories go to a fresh ``/tmp/vgrid-<node>-jobs-*`` (0711)
-instead, removed at shutdown. The gridmapdir (``pool_accounts``) is host-wide.
+temporary directory), the work directories go to a fresh ``vgrid-<node>-jobs-*`` (0711) in the
+temporary directory (``/tmp`` when ``TMPDIR`` cannot be crossed either), removed at shutdown. The gridmapdir (``pool_accounts``) is host-wide.
 
 Per VWN (``Jail``): an account leased for its owner; memory and pids cgroups (``limits``); a
 loop-mounted quota on the work directory (``quota``); the input sandbox staged in before the
@@ -83,7 +83,9 @@ class Confinement:
         elif _crossable(work_dir):
             self.jobs = work_dir / "jobs"
         else:
-            self.jobs, self._own_jobs = Path(tempfile.mkdtemp(prefix=f"vgrid-{config.node}-jobs-")), True
+            tmp = tempfile.gettempdir() if _crossable(Path(tempfile.gettempdir())) else "/tmp"
+            self.jobs = Path(tempfile.mkdtemp(prefix=f"vgrid-{config.node}-jobs-", dir=tmp))
+            self._own_jobs = True
         self.jobs.mkdir(parents=True, exist_ok=True)
         os.chmod(self.jobs, 0o711)
         if not _crossable(self.jobs):
