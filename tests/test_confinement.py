@@ -21,7 +21,7 @@ from broker.config import BrokerConfig
 from broker.server import build_broker
 from vwn_agents.ce_agent import CEAgentConfig, create_app as create_ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app
-from vwn_agents.pool_accounts import AccountError
+from vwn_agents.pool_accounts import AccountError, Owner
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .paths import JOB_PYTHON
@@ -264,3 +264,25 @@ def test_deeply_nested_json_is_400_on_every_service(start_node, tmp_path):
     finally:
         ce.close()
         bserver.close()
+
+
+def test_the_ce_agent_passes_the_owner_and_memory_to_the_node(start_node, receiver):
+    url, agent = start_node()
+    ce = BackgroundServer(create_ce_app(CEAgentConfig.from_dict(
+        {"ce_id": "h:1/vgrid-vwn-q", "host": "h", "site": "s", "queue": "q", "nodes": [url],
+         "scheduler": "fair-share", "retry_initial_s": 0.05})))
+    try:
+        jdl = 'Executable = "/bin/sh"; Arguments = "-c \'sleep 30\'"; VMMemory = 300;'
+        body = {"job_id": f"{receiver.url}/jobs/own", "key": "own", "jdl": jdl,
+                "callback_url": f"{receiver.url}/jobs/own/events", "owner": BOB}
+        assert requests.post(f"{ce.url}/jobs", json=body, timeout=10).status_code == 202
+        v = wait_until(lambda: next(iter(agent.active()), None), what="the job's VWN")
+        assert Owner.from_json(v.request.owner).dn == BOB["dn"] and v.request.memory_mb == 300
+        record = v.record()
+        assert record["account"].startswith("dteam")
+        if "memory" not in record["unconfined"]:
+            assert record["limits"]["memory_mb"] == 300
+            assert agent.conf.limits.read_limits(v.vwn)["memory_bytes"] == 300_000_000
+        requests.post(f"{ce.url}/jobs/own/cancel", timeout=15)
+    finally:
+        ce.close()
