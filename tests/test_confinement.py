@@ -21,7 +21,7 @@ from broker.config import BrokerConfig
 from broker.server import build_broker
 from vwn_agents.ce_agent import CEAgentConfig, create_app as create_ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app
-from vwn_agents.pool_accounts import AccountError, Owner
+from vwn_agents.pool_accounts import AccountError, AccountMap, Owner, PoolAccounts, parse_map_file
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .paths import JOB_PYTHON
@@ -286,3 +286,34 @@ def test_the_ce_agent_passes_the_owner_and_memory_to_the_node(start_node, receiv
         requests.post(f"{ce.url}/jobs/own/cancel", timeout=15)
     finally:
         ce.close()
+
+
+def test_gridmapdir_leases_survive_a_restart_and_full_pools_say_so(tmp_path):
+    amap = AccountMap.load(None, vo_pools=True, default_pool=".vgtest")
+    gridmapdir = tmp_path / "gridmapdir"
+    first = PoolAccounts(amap, gridmapdir, pool_size=2)
+    first.prepare()
+    alice, bob, carol = Owner(ALICE["dn"]), Owner(BOB["dn"]), Owner("/DC=org/CN=Carol")
+    assert first.lease(alice, "1.a").name == "vgtest001"
+    assert first.lease(bob, "1.b").name == "vgtest002"
+    with pytest.raises(AccountError, match=r"no free account in pool .vgtest \(2 accounts"):
+        first.lease(carol, "1.c")
+    again = PoolAccounts(amap, gridmapdir, pool_size=2)          # a restarted agent, same directory
+    assert again.lease(alice, "2.a").name == "vgtest001"
+    again.release(alice, "1.a")
+    assert again.leases()[f"{ALICE['dn']}:.vgtest"] == "vgtest001"   # 2.a still runs
+    again.release(alice, "2.a")
+    again.release(bob, "1.b")
+    assert again.leases() == {} and again.lease(carol, "2.c").name == "vgtest001"
+
+
+def test_map_file_errors_name_the_line(tmp_path):
+    with pytest.raises(AccountError, match=r"grid-mapfile:2: expected"):
+        parse_map_file('"/dteam/*" .dteam\n"/DC=org/CN=X"\n', "grid-mapfile")
+    dns, fqans = parse_map_file('"/DC=org/CN=A B" .a # comment\n"/vo/Role=x/*" acct\n')
+    assert dns == {"/DC=org/CN=A B": ".a"} and fqans == [("/vo/Role=x/*", "acct")]
+    amap = AccountMap(dns, fqans, vo_pools=True, default_pool=".vgrid")
+    assert amap.target_for(Owner("/DC=org/CN=A B")) == ".a"
+    assert amap.target_for(Owner("", "vo", ("/vo/Role=x/Capability=NULL",))) == "acct"
+    assert amap.target_for(Owner("", "atlas", ("/atlas",))) == ".atlas"
+    assert amap.target_for(Owner("", "Bad VO!", ())) == ".vgrid"
