@@ -1,7 +1,7 @@
 """Disk quota of a VWN's work directory: a loop-mounted ext4 filesystem image per VWN.
 
 ``DiskQuota.attach`` makes a sparse image ``<image>`` of ``size_mb`` MB (``truncate``), formats it
-(``mkfs.ext4 -q``, no reserved blocks) and mounts it on the work directory (``mount -o loop``,
+(``mkfs.ext4 -q``, no reserved blocks, no journal: scratch space) and mounts it on the work directory (``mount -o loop``,
 ``nosuid,nodev``); the job's writes past the size fail with ENOSPC and the host filesystem only
 grows by what the image really holds. ``detach`` unmounts (lazily if busy) and removes the image.
 ``probe`` tells at node start whether loop mounts work here; when they do not, VWNs run without a
@@ -40,7 +40,8 @@ def attach(image: Path, mountpoint: Path, size_mb: int) -> None:
     try:
         with open(image, "xb") as fh:
             fh.truncate(size_mb * 1_000_000)
-        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard", str(image)], "mkfs.ext4")
+        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard", str(image)],
+             "mkfs.ext4")
         _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(mountpoint)], "loop mount")
     except (QuotaUnavailable, OSError) as exc:
         image.unlink(missing_ok=True)
