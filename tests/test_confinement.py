@@ -317,3 +317,13 @@ def test_map_file_errors_name_the_line(tmp_path):
     assert amap.target_for(Owner("", "vo", ("/vo/Role=x/Capability=NULL",))) == "acct"
     assert amap.target_for(Owner("", "atlas", ("/atlas",))) == ".atlas"
     assert amap.target_for(Owner("", "Bad VO!", ())) == ".vgrid"
+
+
+def test_an_output_linked_to_a_host_file_is_refused_not_sent(start_node, receiver):
+    url, _ = start_node()
+    done = run(url, receiver, "link", "ln -s /etc/shadow o; mkfifo f", output_sandbox=["o"])
+    assert done["event"] == "aborted" and done["outcome"] == "wrapper-error", done
+    assert "symbolic link" in done["reason"] and done["reason"].endswith("(job exit code 0)")
+    done = run(url, receiver, "fifo", "mkfifo f", output_sandbox=["f"])
+    assert done["event"] == "aborted" and "not a regular file" in done["reason"]
+    assert not [k for k in receiver.outputs if k[0] in ("link", "fifo")]
