@@ -214,7 +214,9 @@ def test_memory_over_the_limit_ends_aborted_memory_limit(start_node, receiver):
 def test_fork_bomb_stops_at_the_pids_limit_and_the_node_stays_healthy(start_node, receiver):
     url, agent = start_node(pids_max=64)
     _require(agent, "pids")
-    bomb = "i=0; while [ $i -lt 2000 ]; do sleep 20 & i=$((i+1)); echo $i > n; done; wait"
+    # the forking shell dies at its first refused fork; the VWN lives on in "exec sleep" (no fork)
+    bomb = ("(i=0; while [ $i -lt 2000 ]; do sleep 20 & i=$((i+1)); echo $i > n; done) 2> err; "
+            "exec sleep 30")
     assert post(url, receiver, "bomb", bomb, owner=ALICE).status_code == 201
     receiver.wait_event("bomb", "running")
     v = next(v for v in agent.active() if v.request.key == "bomb")
@@ -223,6 +225,7 @@ def test_fork_bomb_stops_at_the_pids_limit_and_the_node_stays_healthy(start_node
     assert refused > 0
     tasks = (agent.conf.limits.dirs["pids"] / v.vwn / "cgroup.procs").read_text().split()
     assert len(tasks) <= 64
+    assert int((agent.job_dir(v.vwn) / "n").read_text()) < 64       # stopped, not 2,000 forks
     requests.delete(f"{url}/vwns/{v.vwn}", timeout=15)
     assert requests.get(f"{url}/status", timeout=5).status_code == 200
     assert run(url, receiver, "after", "echo fine")["event"] == "done"
