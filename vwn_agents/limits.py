@@ -46,12 +46,15 @@ class ResourceLimits:
             d = self.dirs["memory"] / vwn
             if self.version == "v2":
                 _write(d / "memory.max", str(memory_bytes))
-                if (d / "memory.swap.max").exists():
-                    _write(d / "memory.swap.max", "0")
+                swap = (d / "memory.swap.max", "0")
             else:
                 _write(d / "memory.limit_in_bytes", str(memory_bytes))
-                if (d / "memory.memsw.limit_in_bytes").exists():
-                    _write(d / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                swap = (d / "memory.memsw.limit_in_bytes", str(memory_bytes))
+            if swap[0].exists():
+                try:                         # best effort: swap may not be accounted
+                    _write(*swap)
+                except CgroupError:
+                    pass
         if pids_max and "pids" in self.dirs:
             _write(self.dirs["pids"] / vwn / "pids.max", str(pids_max))
 
