@@ -330,3 +330,21 @@ def test_an_output_linked_to_a_host_file_is_refused_not_sent(start_node, receive
     done = run(url, receiver, "fifo", "mkfifo f", output_sandbox=["f"])
     assert done["event"] == "aborted" and "not a regular file" in done["reason"]
     assert not [k for k in receiver.outputs if k[0] in ("link", "fifo")]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_limit_file_formats_on_a_stand_in_tree(tmp_path, version):
+    """The files each cgroup version is written and read through (the kernel's own: above)."""
+    from vwn_agents.limits import ResourceLimits
+    limits = ResourceLimits(version, {"memory": tmp_path / "m", "pids": tmp_path / "p"}, {})
+    limits.create("vwn-x-1", 256_000_000, 64)
+    mem = tmp_path / "m" / "vwn-x-1" / ("memory.max" if version == "v2" else "memory.limit_in_bytes")
+    assert mem.read_text() == "256000000"
+    assert (tmp_path / "p" / "vwn-x-1" / "pids.max").read_text() == "64"
+    assert limits.read_limits("vwn-x-1") == {"memory_bytes": 256_000_000, "pids_max": 64}
+    assert not limits.oom_killed("vwn-x-1")
+    events = "memory.events" if version == "v2" else "memory.oom_control"
+    (tmp_path / "m" / "vwn-x-1" / events).write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    assert limits.oom_killed("vwn-x-1")
+    (tmp_path / "p" / "vwn-x-1" / "pids.events").write_text("max 7\n")
+    assert limits.pids_refused("vwn-x-1") == 7
