@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 import jdl as jdlmod
 
 from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
-from vgrid_runtime.httpjson import install_safe_json
+from vgrid_runtime.httpjson import install_safe_json, limit_bodies
 from vgrid_runtime.tls import TLSFiles
 
 from . import authz
@@ -69,6 +69,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
     install_safe_json(app)
+    limit_bodies(app)                            # 413 above the limit, 400 for too deep JSON
     install_authentication(app, tls, broker.clock)
     admins = list(admins)
 

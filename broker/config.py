@@ -42,6 +42,7 @@ class BrokerConfig(ConfigSchema, TLSOptions):
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
+    max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
 
     def validate(self) -> str | None:
         if self.tls_problem():

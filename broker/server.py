@@ -7,6 +7,7 @@ socket is bound, because job ids and sandbox URLs contain the broker's own URL.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
     clock = clock or WallClock()
     state = Path(config.state_dir)
     state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o700)                       # the database and sandboxes: root only
     url = config.database_url or f"sqlite:///{(state / 'jobs.db').resolve()}"
     store = JobStore(url)
     ism = build_ism(config, clock)
@@ -63,6 +65,7 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
 
     broker = build_broker(config)
     app = create_app(broker, tls=config.tls_files(), admins=config.admins)
+    app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url

@@ -2,7 +2,8 @@
 
 Checks: value kinds and allowed values of the attributes in jdl.attributes, mandatory
 attributes per Type/JobType, relative Executable missing from InputSandbox, Environment
-entries, OutputSandboxDestURI length, parametric Parameters, interactive std streams, MPICH
+entries, OutputSandboxDestURI length, StdInput/StdOutput/StdError and OutputSandbox names
+(relative to the job's work directory, no ``..``), parametric Parameters, interactive std streams, MPICH
 CPU count, the vgrid lease attributes, and for DAGs / collections every node (inheriting the
 compound's attributes) plus DAG dependencies (unknown nodes, cycles).
 Source: gLite JDL Attributes Specification, Sections 3-5; docs/jdl.md for the extensions.
@@ -214,7 +215,33 @@ def _check_job(c: _Checker):
     if type(out) is list and type(dest) is list and len(out) != len(dest):
         c.add(c.expr_of("outputsandboxdesturi"),
               f"OutputSandboxDestURI has {len(dest)} entries, OutputSandbox {len(out)}")
+    _check_work_dir_names(c)
     _check_lease(c)
+
+
+def _leaves_work_dir(name: str) -> str | None:
+    """Why file name ``name`` is not a path inside the job's work directory, else None."""
+    if name.startswith("/"):
+        return "must be a path relative to the job's work directory, not absolute"
+    if ".." in name.split("/"):
+        return "must not contain '..' (it would leave the job's work directory)"
+    return None
+
+
+def _check_work_dir_names(c: _Checker):
+    """StdInput/StdOutput/StdError and OutputSandbox entries are files of the work directory."""
+    for name in ("StdInput", "StdOutput", "StdError"):
+        v = c.value(name.lower())
+        why = _leaves_work_dir(v) if type(v) is str else None
+        if why:
+            c.add(c.expr_of(name.lower()), f"{name} {v!r} {why}")
+    out = c.value("outputsandbox")
+    expr = c.expr_of("outputsandbox")
+    for i, item in enumerate(out if type(out) is list else [out]):
+        why = _leaves_work_dir(item) if type(item) is str else None
+        if why:
+            at = expr.items[i] if type(expr) is n.ListExpr and i < len(expr.items) else expr
+            c.add(at, f"OutputSandbox entry {item!r} {why}")
 
 
 def _check_lease(c: _Checker):

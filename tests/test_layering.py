@@ -308,7 +308,7 @@ HTTP_CALLERS = {
     "broker/client.py",              # the broker API's client (vgrid CLI, demo)
     "infosys/sources.py",            # fetch_glue: the GIP reader (GET /glue) of the ISM and BDII feeder
     "vwn_agents/outbox.py",          # event delivery to callback URLs
-    "vwn_agents/wrapper.py",         # sandbox transfers to/from URLs given with the job
+    "vwn_agents/sandbox.py",         # sandbox staging (node agent) to/from URLs given with the job
 }
 
 

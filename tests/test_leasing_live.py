@@ -1,6 +1,5 @@
 """The lease engine in live time driving a real node agent over loopback HTTP."""
 import itertools
-import sys
 import time
 
 import pytest
@@ -12,6 +11,8 @@ from vwn_agents.node_client import NodeAgentClient, NodeAgentError
 from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
+
+from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
 
@@ -28,7 +29,7 @@ def node(tmp_path):
 
 
 def body(receiver, key, seconds):
-    return {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "executable": sys.executable,
+    return {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "executable": JOB_PYTHON,
             "arguments": f"-c 'import time; time.sleep({seconds})'", "callback_url": f"{receiver.url}/events",
             "output_upload_url": f"{receiver.url}/jobs/{key}/output"}
 

@@ -18,6 +18,7 @@ from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .waiting import gate_script, release, wait_until
+from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
 
@@ -92,17 +93,17 @@ def test_caps_readjusted_on_arrival_and_departure(start_node, receiver, tmp_path
 def test_cpu_bound_job_is_throttled(start_node, receiver):
     """What the cgroup guarantees, not that a job on a loaded machine got its whole cap: the
     cap the VWN was given, and at most that much CPU per second of wall time."""
-    url, agent = start_node(capacity=0.25)
+    url, agent = start_node(capacity=0.25, disk_quota_mb=0)     # "out" is read after the end
     require_caps(agent)
     burn = ("import time; t, c = time.monotonic(), time.process_time()\n"
             "while time.process_time() - c < 0.25: pass\n"
             "print(time.monotonic() - t, time.process_time() - c)")
-    v = submit(url, receiver, "burn", sys.executable,
+    v = submit(url, receiver, "burn", JOB_PYTHON,
                f"-c '{burn}'", std_output="out")
     assert (v["cpu_cap"], v["capped"]) == (0.25, True)
     done = receiver.wait_event("burn", "done", timeout_s=60)
     assert done["exit_code"] == 0 and [c for _, c in done["cpu_caps"]] == [0.25]
-    wall, cpu = map(float, (agent.work_dir / v["vwn"] / "job" / "out").read_text().split())
+    wall, cpu = map(float, (agent.job_dir(v["vwn"]) / "out").read_text().split())
     assert wall >= 0.85 * cpu / 0.25, f"{cpu:.2f} s CPU in {wall:.2f} s wall: not capped at 0.25"
     record = requests.get(f"{url}/vwns/{v['vwn']}", timeout=5).json()
     if record["cpu_time_s"] is not None:                       # cpuacct usage of the whole VWN
@@ -139,7 +140,7 @@ def test_cancel_kills_the_whole_process_tree(start_node, receiver, cgroup):
     key = f"cancel-{cgroup}"
     v = submit(url, receiver, key, "/bin/sh", f"-c '{script}'")
     receiver.wait_event(key, "running")
-    pids_file = agent.work_dir / v["vwn"] / "job" / "pids"
+    pids_file = agent.job_dir(v["vwn"]) / "pids"
     wait_until(lambda: pids_file.exists() and len(pids_file.read_text().split()) >= 2,
                "the job to write both children's pids", interval_s=0.02)
     pids = [int(p) for p in pids_file.read_text().split()]

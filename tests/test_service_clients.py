@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import socket
-import sys
 
 import pytest
 from flask import Flask
@@ -18,6 +17,8 @@ from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vwn_agents.node_client import NodeAgentClient, NodeAgentError
 from vwn_agents.node_enactment import NodeAgentEnactment
 from vwn_agents.testing import Receiver
+
+from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
 
@@ -67,7 +68,7 @@ def stand_in(status: int, text: str) -> Flask:
 
 
 def vwn_body(receiver, key, seconds=30):
-    return {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "executable": sys.executable,
+    return {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "executable": JOB_PYTHON,
             "arguments": f"-c 'import time; time.sleep({seconds})'", "callback_url": f"{receiver.url}/events",
             "output_upload_url": f"{receiver.url}/jobs/{key}/output"}
 

@@ -1,4 +1,5 @@
-"""The job wrapper (``python -m vwn_agents.wrapper SPEC.json``) against a real loopback receiver."""
+"""The job wrapper (``python -m vwn_agents.wrapper SPEC.json``) as a real process (the sandbox
+staging it used to do is the node agent's now: tests/test_sandbox.py)."""
 from __future__ import annotations
 
 import json
@@ -28,12 +29,13 @@ def run_wrapper(tmp_path: Path, **spec) -> tuple[dict, list[dict]]:
 
 def test_runs_executable_with_arguments_environment_and_std_files(tmp_path):
     script = 'printf "%s|" "$@"; echo "$GREETING $HOME"; cat; echo oops >&2; exit 3'
-    (tmp_path / "stdin.txt").write_text("from stdin\n")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "stdin.txt").write_text("from stdin\n")
     result, lines = run_wrapper(
         tmp_path, executable="/bin/sh",
         arguments=f"-c {shlex.quote(script)} sh 'a b' \"c d\" e",
         environment=["GREETING=hello", "WHERE=$HOME/x"],
-        std_input=str(tmp_path / "stdin.txt"), std_output="out.txt", std_error="err.txt")
+        std_input="stdin.txt", std_output="out.txt", std_error="err.txt")
     job = tmp_path / "job"
     assert result["exit_code"] == 3 and result["error"] is None
     assert (job / "out.txt").read_text() == f"a b|c d|e|hello {job}\nfrom stdin\n"
@@ -61,62 +63,16 @@ def test_non_executable_file_is_permission_denied(tmp_path):
     assert result["error"] == f"Executable {target}: Permission denied"
 
 
-def test_input_sandbox_executable_is_made_executable_and_outputs_uploaded(tmp_path, receiver):
-    receiver.inputs["job.sh"] = b'#!/bin/sh\necho "$1" > result.dat\ncat data.in\n'
-    receiver.inputs["data.in"] = b"payload\n"
-    result, _ = run_wrapper(
-        tmp_path, executable="job.sh", arguments="42", std_output="std.out",
-        input_sandbox=[{"name": "job.sh", "url": f"{receiver.url}/files/job.sh"},
-                       {"name": "data.in", "url": f"{receiver.url}/files/data.in"}],
-        output_sandbox=["std.out", "result.dat", "never.made"],
-        output_upload_url=f"{receiver.url}/jobs/wk1/output")
-    assert result["exit_code"] == 0, result
-    assert result["uploaded"] == ["std.out", "result.dat"]
-    assert result["missing_outputs"] == ["never.made"]
-    assert receiver.outputs[("wk1", "std.out")] == b"payload\n"
-    assert receiver.outputs[("wk1", "result.dat")] == b"42\n"
+JDL_NAMES = {"std_input": "StdInput", "std_output": "StdOutput", "std_error": "StdError"}
 
 
-def test_output_in_a_subdirectory_is_sent_under_its_file_name(tmp_path, receiver):
-    result, _ = run_wrapper(tmp_path, executable="/bin/sh",
-                            arguments="-c 'mkdir res && echo 7 > res/n.dat'",
-                            output_sandbox=["res/n.dat"],
-                            output_upload_url=f"{receiver.url}/jobs/sub1/output")
-    assert result["error"] is None and result["uploaded"] == ["res/n.dat"]
-    assert receiver.outputs[("sub1", "n.dat")] == b"7\n"
-
-
-@pytest.mark.parametrize("name", ["../outside", "/etc/hostname", "a/../../b"])
-def test_output_outside_the_work_directory_is_refused(tmp_path, receiver, name):
-    result, _ = run_wrapper(tmp_path, executable="/bin/true", output_sandbox=[name],
-                            output_upload_url=f"{receiver.url}/jobs/out2/output")
-    assert result["error"].startswith(f"OutputSandbox file name {name!r}")
-    assert not [k for k in receiver.outputs if k[0] == "out2"]
-
-
-def test_input_sandbox_download_failure_names_the_file(tmp_path, receiver):
-    result, _ = run_wrapper(tmp_path, executable="/bin/true",
-                            input_sandbox=[{"name": "x.dat", "url": f"{receiver.url}/files/nope"}])
-    assert result["error"].startswith("InputSandbox x.dat: download from ")
-    assert "404" in result["error"]
-
-
-def test_upload_retried_while_receiver_fails_then_delivered(tmp_path, receiver):
-    # A transient failure (HTTP 503, e.g. a broker restarting) is retried, not fatal.
-    receiver.fail_puts = 2
-    result, _ = run_wrapper(tmp_path, executable="/bin/sh", arguments="-c 'echo y > o'",
-                            output_sandbox=["o"], output_upload_url=f"{receiver.url}/jobs/retry/output",
-                            transfer_patience_s=20.0)
-    assert result["error"] is None and result["uploaded"] == ["o"]
-    assert receiver.outputs[("retry", "o")] == b"y\n"
-
-
-def test_upload_failure_is_an_error(tmp_path):
-    result, _ = run_wrapper(tmp_path, executable="/bin/sh", arguments="-c 'echo x > o'",
-                            output_sandbox=["o"], output_upload_url="http://127.0.0.1:9/nothing",
-                            transfer_patience_s=1.0)
-    assert result["error"].startswith("OutputSandbox o: upload to http://127.0.0.1:9/nothing/o failed for 1 s")
-    assert "job exit code 0" in result["error"]
+@pytest.mark.parametrize("field, name", [("std_output", "/tmp/host-file"), ("std_input", "/etc/shadow"),
+                                         ("std_error", "../../x"), ("std_output", "a/../../b")])
+def test_std_files_outside_the_work_directory_are_refused(tmp_path, field, name):
+    result, lines = run_wrapper(tmp_path, executable="/bin/true", **{field: name})
+    assert result["error"].startswith(f"{JDL_NAMES[field]} file name {name!r}")
+    assert result["exit_code"] is None and lines == []
+    assert not (tmp_path / "x").exists() and not (tmp_path / "b").exists()
 
 
 def test_killed_job_reports_signal(tmp_path):
@@ -127,13 +83,6 @@ def test_killed_job_reports_signal(tmp_path):
 def test_bad_environment_entry(tmp_path):
     result, _ = run_wrapper(tmp_path, executable="/bin/true", environment=["NOEQUALS"])
     assert result["error"] == "Environment entry 'NOEQUALS' is not of the form NAME=value"
-
-
-def test_sandbox_names_must_stay_in_the_work_directory(tmp_path, receiver):
-    result, _ = run_wrapper(tmp_path, executable="/bin/true",
-                            input_sandbox=[{"name": "../evil", "url": f"{receiver.url}/files/x"}])
-    assert result["error"] == "InputSandbox file name '../evil' is not a plain file name"
-    assert not (tmp_path / "evil").exists()
 
 
 def test_unreadable_spec_exits_2(tmp_path):

@@ -16,6 +16,9 @@ from .config import ConfigError, load
 
 log = logging.getLogger(__name__)
 
+#: Default largest request body of a service (bytes): 413 with a JSON error above it.
+MAX_BODY_BYTES = 16_000_000
+
 
 class ApiError(Exception):
     """An error answer: HTTP ``status`` and ``{"error": {"message": message, **fields}}``."""
@@ -43,9 +46,24 @@ def install_safe_json(app: Flask) -> None:
     app.json = SafeJSONProvider(app)
 
 
-def install_error_handlers(app: Flask) -> None:
-    """Make every error of ``app`` a JSON ``{"error": {...}}`` answer (and parse JSON safely)."""
+def limit_bodies(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    """Refuse request bodies above ``max_body_bytes`` (413, Flask ``MAX_CONTENT_LENGTH``) and
+    answer JSON nested too deeply for the parser (a RecursionError) with 400, not 500; both
+    as ``{"error": {"message", "status"}}``."""
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+
+    @app.errorhandler(RecursionError)
+    def _too_deep(exc: RecursionError):
+        return jsonify({"error": {"message": "the request body is nested too deeply",
+                                  "status": 400}}), 400
+
+
+def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    """Make every error of ``app`` a JSON ``{"error": {...}}`` answer; JSON is parsed safely
+    (``install_safe_json``) and bodies above ``max_body_bytes`` are refused with 413
+    (``limit_bodies``)."""
     install_safe_json(app)
+    limit_bodies(app, max_body_bytes)
 
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError):
@@ -63,8 +81,12 @@ def install_error_handlers(app: Flask) -> None:
 
 
 def json_body() -> dict:
-    """The request's JSON object; ApiError 400 when absent or not an object."""
-    body = request.get_json(silent=True)
+    """The request's JSON object; ApiError 400 when absent, not an object or nested too deeply
+    (413 from Flask when larger than the app's MAX_CONTENT_LENGTH)."""
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body

@@ -18,6 +18,11 @@ class Outcome(str, enum.Enum):
     #: The job wrapper failed: it reported an error (sandbox transfer, executable), could not be
     #: started, could not join the VWN's cgroup or ended without a result (event ``aborted``).
     WRAPPER_ERROR = "wrapper-error"
+    #: The kernel OOM-killed a process of the VWN at its memory limit (node agent, Aborted).
+    MEMORY_LIMIT = "memory-limit"
+    #: The job failed (exit code != 0) with its work directory's disk quota full (node agent,
+    #: Aborted).
+    DISK_QUOTA = "disk-quota"
     #: The node agent shut down while the VWN ran (event ``aborted``).
     NODE_SHUTDOWN = "node-shutdown"
     #: The job's lease reached its wall-clock limit (LeaseDuration or the CE's max_wallclock_s)

@@ -217,7 +217,8 @@ class CEAgent:
                 "std_input": d.std_input, "std_output": d.std_output, "std_error": d.std_error,
                 "input_sandbox": r.input_sandbox, "output_sandbox": d.output_sandbox,
                 "output_upload_url": r.output_upload_url,
-                "callback_url": f"{base}/node-events" if base else None}
+                "callback_url": f"{base}/node-events" if base else None,
+                "owner": r.owner, "memory_mb": _memory_mb(d)}
 
     def _place(self, job: CEJob) -> bool:
         """Create the job's VWN on the best reachable node; False when none took it."""
@@ -405,6 +406,12 @@ class CEAgent:
         self.http.close()
 
 
+def _memory_mb(desc) -> int | None:
+    """The job's stated memory requirement (JDL ``VMMemory``, MB), None when it states none."""
+    value = desc.get("VMMemory")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     """The CE agent's Flask app (HTTP contract: docs/architecture.md, "CE agent").
 
@@ -418,7 +425,7 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     app.config["VGRID_ON_STOP"] = agent.shutdown
     if not config.public_url:
         app.config["VGRID_ON_BOUND"] = lambda url: setattr(agent, "url", url)
-    install_error_handlers(app)
+    install_error_handlers(app, max_body_bytes=int(config.max_body_mb * 1_000_000))
     install_authentication(app, config.tls_files(), agent.clock)
     me = caller
 

@@ -52,6 +52,7 @@ class CEAgentConfig(ConfigSchema, TLSOptions):
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
     broker_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the brokers that may submit, read and cancel jobs here (TLS mode)"})
+    max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
 
     def validate(self) -> str | None:
         if self.tls_problem():

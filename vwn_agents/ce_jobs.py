@@ -56,6 +56,7 @@ class JobRequest:
     callback_url: str | None = None
     input_sandbox: list[dict] = field(default_factory=list)
     output_upload_url: str | None = None
+    owner: dict | None = None         # {"dn", "vo", "fqans"}: passed to the node agent (pool account)
 
 
 @dataclass

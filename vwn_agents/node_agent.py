@@ -8,6 +8,9 @@ share; on a departure the remaining VWNs are readjusted to C/n (seed 004, Sectio
 ``running``, ``done`` (exit code) or ``aborted`` (reason) events POSTed to the VWN's
 ``callback_url`` through an ``Outbox`` (docs/architecture.md, "events").
 
+Every VWN runs as a pool account leased for its owner, never as root, with memory, pids and
+disk limits; the node agent stages both sandboxes (``confinement``, docs/vwn.md "Confinement").
+
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
 GET /status.
 """
@@ -29,9 +32,13 @@ from flask import Flask, jsonify
 from vgrid_runtime.clock import Clock, WallClock
 
 from . import cgroups, fairshare, proctree
-from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentication
-from vgrid_runtime.config import ConfigSchema
+from vgrid_runtime.authn import authorize, caller, install_authentication
+from .confinement import Confinement, Jail
+from .jobpaths import PathError, check_plain, check_relative
+from .pool_accounts import AccountError, Owner
+from .sandbox import SandboxError
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
+from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
 from .outbox import Outbox
 from .vwn_states import ACTIVE, VWN_STATES, VWNState
 from vgrid_runtime.outcomes import Outcome
@@ -44,46 +51,6 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 JOIN_AND_EXEC = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; '
                  'done; shift; exec "$@"')
 JOIN_FAILED = 97
-
-
-@dataclass
-class NodeAgentConfig(ConfigSchema, TLSOptions):
-    """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
-
-    SOURCE = "node agent config"
-
-    node: str = field(metadata={"help": "node name, used in VWN ids vwn-<node>-<n>"})
-    capacity: float = field(default=1.0, metadata={
-        "help": "C: CPU capacity shared by the node's VWNs, in fractions of one core"})
-    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
-    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
-    work_dir: str | None = field(default=None, metadata={
-        "help": "directory for VWN work directories (default: a new temporary directory)"})
-    keep_workdirs: bool = field(default=False, metadata={
-        "help": "keep each VWN's directory (spec, result, job work dir) after it ends"})
-    cgroup: str = field(default="auto", metadata={"help": "auto | v2 | v1 | none"})
-    cgroup_parent: str = field(default="vgrid", metadata={
-        "help": "parent cgroup; a VWN is <parent>/<node>-<agent pid>/<vwn>"})
-    python: str | None = field(default=None, metadata={
-        "help": "Python interpreter for the job wrapper (default: the agent's)"})
-    transfer_patience_s: float = field(default=300.0, metadata={
-        "help": "how long the job wrapper retries a transiently failing output upload (s)"})
-    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
-    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
-    ce_dns: list[str] = field(default_factory=list, metadata={
-        "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
-
-    def validate(self) -> str | None:
-        if self.tls_problem():
-            return self.tls_problem()
-        if not self.node or "/" in self.node:
-            return "field 'node': must be a non-empty name without '/'"
-        if not self.capacity > 0:
-            return f"field 'capacity': must be > 0 (CPU fraction), got {self.capacity}"
-        if self.cgroup not in ("auto", "v1", "v2", "none"):
-            return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
-        return None
-
 
 
 @dataclass
@@ -102,13 +69,29 @@ class VWNRequest:
     output_sandbox: list[str] = field(default_factory=list)
     output_upload_url: str | None = None
     callback_url: str | None = None
+    owner: dict | None = None        # {"dn", "vo", "fqans"}: who the job belongs to (pool account)
+    memory_mb: int | None = None     # the job's memory requirement (MB), else the node's share
 
     def validate(self) -> str | None:
         if not self.key:
             return "field 'key': must not be empty"
         for i, item in enumerate(self.input_sandbox):
-            if not isinstance(item.get("name"), str) or not isinstance(item.get("url"), str):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
+                    or not isinstance(item.get("url"), str):
                 return f"field 'input_sandbox[{i}]': expected {{\"name\": str, \"url\": str}}"
+        try:
+            Owner.from_json(self.owner)
+            for name in ("std_input", "std_output", "std_error"):
+                if getattr(self, name):
+                    check_relative(getattr(self, name), f"field '{name}':")
+            for i, name in enumerate(self.output_sandbox):
+                check_relative(name, f"field 'output_sandbox[{i}]':")
+            for i, item in enumerate(self.input_sandbox):
+                check_plain(item["name"], f"field 'input_sandbox[{i}]':")
+        except (PathError, ValueError) as exc:
+            return str(exc)
+        if self.memory_mb is not None and self.memory_mb < 1:
+            return f"field 'memory_mb': must be >= 1 (MB), got {self.memory_mb}"
         return None
 
 
@@ -132,6 +115,7 @@ class VWN:
     proc: subprocess.Popen | None = None
     monitor: threading.Thread | None = None
     cancelled: bool = False
+    jail: Jail | None = None
 
     @property
     def active(self) -> bool:
@@ -152,7 +136,8 @@ class VWN:
                 "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
                 "exit_code": self.exit_code, "reason": self.reason,
                 "outcome": self.outcome.value if self.outcome else None, "created": self.created,
-                "ended": self.ended, "cpu_time_s": self.cpu_time_s}
+                "ended": self.ended, "cpu_time_s": self.cpu_time_s,
+                **(self.jail.record() if self.jail else {})}
 
 
 class NodeAgent:
@@ -167,6 +152,8 @@ class NodeAgent:
         self._own_work_dir = config.work_dir is None
         self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.conf = Confinement(config, self.work_dir,
+                                self.cg.node_dir if self.cg.version == "v2" else None)
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events",
                              tls=config.tls_files())
         self.vwns: dict[str, VWN] = {}
@@ -196,7 +183,12 @@ class NodeAgent:
 
     def status(self) -> dict:
         return {"node": self.config.node, "capacity": self.config.capacity,
-                "vwns": len(self.active()), "cgroup": self.cg.describe()}
+                "vwns": len(self.active()), "cgroup": self.cg.describe(),
+                "confinement": self.conf.describe()}
+
+    def job_dir(self, vwn: str) -> Path:
+        """The work directory of ``vwn`` (while it runs, or kept with ``keep_workdirs``)."""
+        return self.conf.jobs / vwn
 
     def read_cap(self, vwn: str) -> float | None:
         """The cap of ``vwn`` as the kernel has it (read back from the cgroup files)."""
@@ -216,9 +208,13 @@ class NodeAgent:
                 return self.vwns[self.by_key[req.key]], False
             self._counter += 1
             name = f"vwn-{self.config.node}-{self._counter}"
+            try:
+                jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
+            except AccountError as exc:
+                raise ApiError(503, f"no pool account for the VWN: {exc}", key=req.key) from None
             share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
             v = VWN(name, req, VWNState.STARTING, self.clock.now(), self.cg.capped,
-                    None if self.cg.capped else self.cg.reason)
+                    None if self.cg.capped else self.cg.reason, jail=jail)
             self.vwns[name] = v
             self.by_key[req.key] = name
             try:
@@ -245,61 +241,61 @@ class NodeAgent:
             if v is not arriving:
                 self._emit(v, "caps")
 
-    def _spec(self, v: VWN) -> Path:
+    def _spec(self, v: VWN) -> dict:
         r = v.request
-        vdir = self.work_dir / v.vwn
-        shutil.rmtree(vdir, ignore_errors=True)      # left by an earlier agent on this work_dir
-        vdir.mkdir(parents=True)
-        spec = {"job_id": r.job_id, "workdir": str(vdir / "job"),
-                "result_file": str(vdir / "result.json"), "executable": r.executable,
+        spec = {"job_id": r.job_id, "workdir": str(v.jail.workdir), "executable": r.executable,
                 "arguments": r.arguments, "environment": r.environment,
-                "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error,
-                "input_sandbox": r.input_sandbox, "output_sandbox": r.output_sandbox,
-                "output_upload_url": r.output_upload_url,
-                "transfer_patience_s": self.config.transfer_patience_s}
-        path = vdir / "spec.json"
-        path.write_text(json.dumps(spec, indent=1))
-        return path
+                "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error}
+        (v.jail.vdir / "spec.json").write_text(json.dumps(spec, indent=1))
+        return spec
 
     def _launch(self, v: VWN) -> None:
+        v.monitor = threading.Thread(target=self._run, args=(v,), name=v.vwn, daemon=True)
+        v.monitor.start()
+
+    def _start(self, v: VWN) -> None:
+        """Start the wrapper: join the VWN's cgroups as root, then exec it as the pool account."""
         spec = self._spec(v)
         python = self.config.python or sys.executable
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONPATH": PACKAGE_PARENT,
+               "PYTHONDONTWRITEBYTECODE": "1"}
         procs = self.cg.procs_files(v.vwn) if v.capped else []
-        argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join", *procs, "--",
-                python, "-m", "vwn_agents.wrapper", str(spec)]
-        log_file = open(spec.parent / "wrapper.log", "ab")
+        argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
+                *self.conf.command(v.jail, procs, [python, "-m", "vwn_agents.wrapper", "-"])]
+        log_file = open(v.jail.vdir / "wrapper.log", "ab")
         try:
             v.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log_file,
-                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                      cwd=spec.parent, env=env)
+                                      stdin=subprocess.PIPE, start_new_session=True,
+                                      cwd=v.jail.workdir, env=env)
         except OSError as exc:
             v.fail(Outcome.WRAPPER_ERROR, f"cannot start the job wrapper: {exc}")
+            return
         finally:
             log_file.close()
-        v.monitor = threading.Thread(target=self._watch, args=(v,), name=v.vwn, daemon=True)
-        v.monitor.start()
+        try:
+            v.proc.stdin.write(json.dumps(spec).encode())
+            v.proc.stdin.close()
+        except OSError:
+            pass                                       # it died at once: its exit status says why
 
     # -- the VWN's life -----------------------------------------------------------------------
 
-    def _watch(self, v: VWN) -> None:
-        """Monitor thread: control lines from the wrapper, then its result; always finishes."""
+    def _run(self, v: VWN) -> None:
+        """Monitor thread: stage in, start the wrapper, read its lines, collect, stage out;
+        always finishes (the VWN ends and is reported)."""
         try:
+            try:
+                self.conf.prepare(v.jail, v.request.input_sandbox)
+            except (SandboxError, OSError) as exc:
+                v.fail(Outcome.WRAPPER_ERROR, str(exc))
+                return
+            with self._lock:
+                if v.cancelled or self._stopping:
+                    return
+                self._start(v)
             if v.proc is not None:
-                for line in v.proc.stdout:
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue
-                    if msg.get("event") == "running" and v.state is VWNState.STARTING:
-                        with self._lock:
-                            v.to(VWNState.RUNNING)
-                            v.pid = msg.get("pid")
-                            self._emit(v, "running")
-                code = v.proc.wait()
-                v.proc.stdout.close()
-                self._collect(v, code)
+                self._watch(v)
         except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported
             log.exception("%s: monitor failed", v.vwn)
             if v.reason is None:
@@ -307,22 +303,54 @@ class NodeAgent:
         finally:
             self._finish(v)
 
-    def _collect(self, v: VWN, code: int) -> None:
-        """Set exit_code / reason from the wrapper's result file (or its exit status)."""
-        result_file = self.work_dir / v.vwn / "result.json"
+    def _watch(self, v: VWN) -> None:
+        """Control lines from the wrapper (``running``, ``result``), then its exit."""
+        result = None
+        for line in v.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("event") == "running" and v.state is VWNState.STARTING:
+                with self._lock:
+                    v.to(VWNState.RUNNING)
+                    v.pid = msg.get("pid")
+                    self._emit(v, "running")
+            elif msg.get("event") == "result":
+                result = msg
+        code = v.proc.wait()
+        v.proc.stdout.close()
+        self._collect(v, code, result)
+        if v.outcome in (None, Outcome.EXIT) and not v.cancelled and result \
+                and result.get("exit_code") is not None:
+            self._stage_out(v)
+
+    def _stage_out(self, v: VWN) -> None:
+        """Upload the output sandbox once every process of the VWN is gone."""
+        self._kill(v)
+        r = v.request
         try:
-            result = json.loads(result_file.read_text())
-        except (OSError, ValueError):
-            result = None
+            self.conf.stage_out(v.jail, r.output_sandbox, r.output_upload_url,
+                                lambda: v.cancelled or self._stopping)
+        except (SandboxError, OSError) as exc:
+            v.fail(Outcome.WRAPPER_ERROR, f"{exc} (job exit code {v.exit_code})")
+            v.exit_code = None
+
+    def _collect(self, v: VWN, code: int, result: dict | None) -> None:
+        """Set exit_code / reason from the wrapper's result line (or its exit status) and the
+        limits the VWN hit (memory, disk quota)."""
         if v.cancelled:
             return
+        verdict = self.conf.verdict(v.jail, result.get("exit_code") if result else None)
         if self._stopping and (result is None or result.get("exit_code") is None):
             v.fail(Outcome.NODE_SHUTDOWN, f"node agent {self.config.node} shut down")
+        elif verdict is not None:
+            v.fail(*verdict)
         elif result is None:
             v.fail(Outcome.WRAPPER_ERROR,
                    "cannot join the VWN's cgroup" if code == JOIN_FAILED else
                    f"job wrapper ended without a result (exit status {code}); "
-                   f"see {self.work_dir / v.vwn / 'wrapper.log'}")
+                   f"see {v.jail.vdir / 'wrapper.log'}")
         elif result.get("error"):
             v.fail(Outcome.WRAPPER_ERROR, result["error"])
         else:
@@ -336,6 +364,7 @@ class NodeAgent:
                 self.cg.remove(v.vwn)
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
+            self.conf.close(v.jail, self.config.keep_workdirs)
             if v.cancelled:
                 v.outcome = Outcome.CANCELLED
                 v.to(VWNState.CANCELLED)
@@ -351,8 +380,6 @@ class NodeAgent:
             if v.state is not VWNState.CANCELLED:
                 self._emit(v, v.state.value)
             self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
-        if not self.config.keep_workdirs:
-            shutil.rmtree(self.work_dir / v.vwn, ignore_errors=True)
 
     def _emit(self, v: VWN, kind: str) -> None:
         r = v.request
@@ -386,6 +413,7 @@ class NodeAgent:
         if v.proc is not None:
             proctree.kill_tree(v.proc.pid)
         self.cg.kill(v.vwn)
+        self.conf.kill(v.jail)
 
     def shutdown(self, flush_s: float = 3.0) -> None:
         """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events.
@@ -406,6 +434,7 @@ class NodeAgent:
             self.cg.close()
         except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
+        self.conf.shutdown()
         if self._own_work_dir and not self.config.keep_workdirs:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -421,7 +450,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     app = Flask(f"vgrid-node-{config.node}")
     app.config["VGRID_AGENT"] = agent
     app.config["VGRID_ON_STOP"] = agent.shutdown
-    install_error_handlers(app)
+    install_error_handlers(app, max_body_bytes=int(config.max_body_mb * 1_000_000))
     install_authentication(app, config.tls_files(), agent.clock)
 
     def from_ce(what: str) -> None:          # VWNs are the CE agents' business only

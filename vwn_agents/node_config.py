@@ -1,0 +1,74 @@
+"""The node agent's configuration schema (docs/vwn.md, "Node agent configuration")."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.config import ConfigSchema
+
+
+@dataclass
+class NodeAgentConfig(ConfigSchema, TLSOptions):
+    """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
+
+    SOURCE = "node agent config"
+
+    node: str = field(metadata={"help": "node name, used in VWN ids vwn-<node>-<n>"})
+    capacity: float = field(default=1.0, metadata={
+        "help": "C: CPU capacity shared by the node's VWNs, in fractions of one core"})
+    bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
+    port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
+    work_dir: str | None = field(default=None, metadata={
+        "help": "directory for VWN work directories (default: a new temporary directory)"})
+    keep_workdirs: bool = field(default=False, metadata={
+        "help": "keep each VWN's directory (spec, result, job work dir) after it ends"})
+    cgroup: str = field(default="auto", metadata={"help": "auto | v2 | v1 | none"})
+    cgroup_parent: str = field(default="vgrid", metadata={
+        "help": "parent cgroup; a VWN is <parent>/<node>-<agent pid>/<vwn>"})
+    python: str | None = field(default=None, metadata={
+        "help": "Python interpreter for the job wrapper (default: the agent's)"})
+    transfer_patience_s: float = field(default=300.0, metadata={
+        "help": "how long the node agent retries a transiently failing output upload (s)"})
+    jobs_dir: str | None = field(default=None, metadata={
+        "help": "root of the job work directories (default: <work_dir>/jobs, or a new "
+                "temporary directory when pool accounts cannot reach work_dir)"})
+    map_file: str | None = field(default=None, metadata={
+        "help": "grid-mapfile style DN/FQAN -> pool account map (default: none, the rules below)"})
+    vo_pools: bool = field(default=True, metadata={
+        "help": "an owner of VO v without a map line gets pool .v"})
+    default_pool: str = field(default=".vgrid", metadata={
+        "help": "pool of owners nothing else maps, and of VWNs without owner"})
+    pool_size: int = field(default=50, metadata={"help": "accounts per pool (<pool>001...)"})
+    gridmapdir: str = field(default="/var/lib/vgrid/gridmapdir", metadata={
+        "help": "host-wide directory of pool account leases (hard links)"})
+    memory_per_vwn_mb: int = field(default=1024, metadata={
+        "help": "memory limit of a VWN whose job states none (MB; 0 = none)"})
+    pids_max: int = field(default=512, metadata={"help": "tasks per VWN (pids.max; 0 = none)"})
+    disk_quota_mb: int = field(default=1024, metadata={
+        "help": "disk quota of a work directory, a loop-mounted ext4 image (MB; 0 = none)"})
+    max_sandbox_mb: float = field(default=100.0, metadata={
+        "help": "largest input, and output, sandbox of a job (MB, each in total)"})
+    max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
+    retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
+    retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+
+    ce_dns: list[str] = field(default_factory=list, metadata={
+        "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
+
+    def validate(self) -> str | None:
+        if self.tls_problem():
+            return self.tls_problem()
+        if not self.node or "/" in self.node:
+            return "field 'node': must be a non-empty name without '/'"
+        if not self.capacity > 0:
+            return f"field 'capacity': must be > 0 (CPU fraction), got {self.capacity}"
+        if self.cgroup not in ("auto", "v1", "v2", "none"):
+            return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
+        if not 1 <= self.pool_size <= 999:
+            return f"field 'pool_size': must be 1..999, got {self.pool_size}"
+        for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):
+            if getattr(self, name) < 0:
+                return f"field '{name}': must be >= 0 (0 = no limit), got {getattr(self, name)}"
+        if not self.max_sandbox_mb > 0 or not self.max_body_mb > 0:
+            return "fields 'max_sandbox_mb', 'max_body_mb': must be > 0"
+        return None
