@@ -17,7 +17,7 @@ from vwn_agents.proctree import is_running
 from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
 
-from .waiting import gate_script, release, wait_until
+from .waiting import gate_file, gate_script, release, wait_until
 from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
@@ -73,7 +73,7 @@ def test_caps_readjusted_on_arrival_and_departure(start_node, receiver, tmp_path
     a = submit(url, receiver, "cap-a", "/bin/sleep", "30")
     assert (a["cpu_cap"], a["capped"], a["cap_reason"]) == (1.0, True, None)
     assert cap_file_value(agent, a["vwn"]) == 1.0
-    gate_b = tmp_path / "gate-cap-b"                           # b runs until released, not for a time
+    gate_b = gate_file(tmp_path, "cap-b")                      # b runs until released, not for a time
     b = submit(url, receiver, "cap-b", str(gate_script(tmp_path)), str(gate_b))
     assert b["cpu_cap"] == 0.5
     assert cap_file_value(agent, a["vwn"]) == 0.5

@@ -8,8 +8,10 @@ bound how long a failing test takes: a passing one returns as soon as its condit
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -71,20 +73,35 @@ class EngineTicks:
                 self._cond.wait(left)
 
 
+def gate_dir(tmp_path: Path) -> Path:
+    """A directory for ``tmp_path``'s gates that a job's pool account can reach (pytest's own
+    temporary directories are 0700 root): under a 0755 directory in the system temp dir."""
+    d = Path(tempfile.gettempdir()) / "vgrid-test-gates" / hashlib.sha1(str(tmp_path).encode()).hexdigest()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    for p in (d.parent, d):
+        p.chmod(0o755)
+    return d
+
+
 def gate_script(tmp_path: Path) -> Path:
     """An executable that runs until the file named by its argument exists: a job that ends
     when the test says so (``release(path)``), not after a wall-clock time a loaded machine
-    may overrun."""
-    script = tmp_path / "gate.sh"
+    may overrun. It lives where pool accounts can run it (:func:`gate_dir`)."""
+    script = gate_dir(tmp_path) / "gate.sh"
     if not script.exists():
         script.write_text('#!/bin/sh\nwhile [ ! -e "$1" ]; do sleep 0.05; done\n')
         script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return script
 
 
+def gate_file(tmp_path: Path, name: str) -> Path:
+    """The gate file of job ``name`` (created by ``release``), where pool accounts can see it."""
+    return gate_dir(tmp_path) / f"gate-{name}"
+
+
 def gated_jdl(tmp_path: Path, name: str, extra: str = "") -> tuple[str, Path]:
     """``(jdl, gate file)``: a job that runs until ``gate file`` is created (``release``)."""
-    gate = tmp_path / f"gate-{name}"
+    gate = gate_file(tmp_path, name)
     return f'[ Executable = "{gate_script(tmp_path)}"; Arguments = "{gate}"; {extra}]', gate
 
 
