@@ -171,6 +171,26 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         broker.store_output(key, name, request.get_data())
         return jsonify({"stored": name}), 201
 
+    def by_capability(key: str, token: str, what: str):
+        """Sandbox transfers through the URLs handed to the CE agent at dispatch: the token
+        must match and the caller must be a service (a host certificate), not a user."""
+        job = broker.get(key)
+        who = caller()
+        authorize(broker.valid_token(key, token) and (who.identity is None or bool(who.identity.hosts)),
+                  f"{what} job {key} (wrong sandbox capability or not a service)")
+        return job
+
+    @app.get("/jobs/<key>/sandbox/<token>/input/<name>")
+    def sandbox_input(key: str, token: str, name: str):
+        by_capability(key, token, "download the input sandbox of")
+        return send_file(broker.input_path(key, name), as_attachment=True, download_name=name)
+
+    @app.put("/jobs/<key>/sandbox/<token>/output/<name>")
+    def sandbox_output(key: str, token: str, name: str):
+        by_capability(key, token, "upload the output sandbox of")
+        broker.store_output(key, name, request.get_data())
+        return jsonify({"stored": name}), 201
+
     @app.post("/jobs/<key>/clear")
     def clear(key: str):
         owned(key, "clear")

@@ -10,7 +10,8 @@ HTTP layer (:mod:`broker.api`) calls them and answers 403 when a rule says no. T
   broker's ``admins``;
 * only the CE agent the job was dispatched to posts its events (the caller's host certificate
   is valid for the job's CE URL), and only the job's CE agent or node agent fetches its input
-  sandbox and uploads its output sandbox.
+  sandbox and uploads its output sandbox (the job's CE/node URL, or a service presenting the
+  sandbox capability of the dispatch URLs, :meth:`broker.service.Broker.sandbox_token`).
 """
 from __future__ import annotations
 

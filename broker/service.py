@@ -9,9 +9,12 @@ accepted it) -> Running -> Done | Aborted, driven by events from the CE agent.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import re
+import secrets
 import shutil
 import threading
 from dataclasses import dataclass
@@ -66,6 +69,18 @@ class BrokerSettings:
     stdout_head_bytes: int = 4096
 
 
+def _transfer_secret(path: Path) -> bytes:
+    """The broker's secret for sandbox capabilities: read, or created once (0600)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+        return path.read_bytes()
+
+
 class Broker:
     """The WMS logic. Thread-safe; ``start()`` runs the matcher loop in a thread.
 
@@ -80,6 +95,7 @@ class Broker:
         self.sandbox_dir = Path(sandbox_dir)
         self.settings = settings
         self.http = http or new_session()   # shared by its CEAgentClients
+        self._secret = _transfer_secret(self.sandbox_dir.parent / "transfer.key")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -231,7 +247,7 @@ class Broker:
                     "filename": job.filename,
                     "callback_url": f"{self.settings.base_url}/jobs/{job.key}/events",
                     "input_sandbox": self._input_urls(job.key, desc),
-                    "output_upload_url": f"{self.settings.base_url}/jobs/{job.key}/output"}
+                    "output_upload_url": f"{self._sandbox_url(job.key)}/output"}
             if job.owner_dn:
                 body["owner"] = {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
             try:
@@ -261,8 +277,20 @@ class Broker:
                 out.append({"name": name.rsplit("/", 1)[-1], "url": name})
             else:
                 out.append({"name": safe_name(name),
-                            "url": f"{self.settings.base_url}/jobs/{key}/input/{safe_name(name)}"})
+                            "url": f"{self._sandbox_url(key)}/input/{safe_name(name)}"})
         return out
+
+    def sandbox_token(self, key: str) -> str:
+        """The capability in job ``key``'s sandbox URLs: HMAC-SHA256 of the key with the
+        broker's secret (``<state_dir>/transfer.key``, made at first start, 0600). Only the CE
+        agent the job is dispatched to (and its node agent) learn it."""
+        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def valid_token(self, key: str, token: str) -> bool:
+        return hmac.compare_digest(self.sandbox_token(key), token)
+
+    def _sandbox_url(self, key: str) -> str:
+        return f"{self.settings.base_url}/jobs/{key}/sandbox/{self.sandbox_token(key)}"
 
     # -- events from CE agents -------------------------------------------------------------------
     def handle_event(self, key: str, event: dict[str, Any]) -> Job:

@@ -83,7 +83,7 @@ def site(pki, tmp_path_factory):
     bsrv = BackgroundServer(broker_app(broker, tls=b_cfg.tls_files(), admins=b_cfg.admins),
                             host=ADDR["broker"], tls=b_cfg.tls_files())
     broker.settings.base_url = bsrv.url
-    yield {"broker": bsrv.url, "ce": ce.url, "node": node.url, "store": broker.store}
+    yield {"broker": bsrv.url, "ce": ce.url, "node": node.url, "store": broker.store, "logic": broker}
     for srv in (bsrv, ce, node):
         srv.close()
     broker.store.close()
@@ -206,3 +206,19 @@ def test_gip_reads_a_ce_agent_over_mutual_tls(pki, site, monkeypatch):
     r = CliRunner().invoke(main, ["--proxy", str(d / "alice.proxy"), "--cert-dir", str(d / "certs"),
                                   "gip", "--ce", site["ce"], "--glue", "1.3"])
     assert r.exit_code == 0 and "GlueCEUniqueID: ce.vgrid.local:8443/vgrid-vwn-long" in r.output, r.output
+
+
+def test_sandbox_capability_urls(pki, site):
+    """The URLs handed to the CE agent at dispatch carry a capability: a service holding it may
+    transfer; a wrong token, or a user holding the right one, may not."""
+    d, _ = pki
+    key = submit(d, site, "alice.proxy").json()["key"]
+    token = site["logic"].sandbox_token(key)
+    base = f"{site['broker']}/jobs/{key}/sandbox"
+    node = new_session(tls(d, "node"))
+    assert node.put(f"{base}/{'0' * 32}/output/o.txt", data=b"x", timeout=10).status_code == 403
+    assert user(d, "alice.proxy").put(f"{base}/{token}/output/o.txt", data=b"x", timeout=10).status_code == 403
+    assert node.put(f"{base}/{token}/output/o.txt", data=b"ok", timeout=10).status_code == 201
+    r = user(d, "alice.proxy").get(f"{site['broker']}/jobs/{key}/output/o.txt", timeout=10)
+    assert r.status_code == 200 and r.content == b"ok"
+    assert user(d, "bob.proxy").get(f"{site['broker']}/jobs/{key}/output/o.txt", timeout=10).status_code == 403
