@@ -182,3 +182,16 @@ def test_vgrid_info_broker_shows_the_blacklist(site):
     line = next(x for x in r.stdout.splitlines() if "ce-bad" in x)
     assert "for 300s: dispatch unreachable" in line
     assert CliRunner().invoke(info_cmd, ["--broker", url, "--ldif", "x"]).exit_code == 2
+
+
+def test_blacklist_s_is_a_broker_option(tmp_path):
+    from broker.config import BrokerConfig
+    from broker.server import build_broker
+
+    assert BrokerConfig().blacklist_s == 300.0
+    assert "blacklist_s" in BrokerConfig(blacklist_s=-1).validate()
+    broker = build_broker(BrokerConfig(state_dir=str(tmp_path / "b"), blacklist_s=42))
+    try:
+        assert broker.settings.blacklist_s == 42
+    finally:
+        broker.store.close()
