@@ -214,13 +214,14 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
 
     @app.get("/ism")
     def ism():
-        """The ISM as ``vgrid info --json`` shows it, plus the raw CE ads and the feedback
-        counters; ``?vo=VO`` keeps the CEs that admit that VO."""
+        """The ISM as ``vgrid info --json`` shows it (with the blacklist in force), plus the raw
+        CE ads and the feedback counters; ``?vo=VO`` keeps the CEs that admit that VO."""
         from infosys.summary import snapshot_summary
         snap = broker.ism.snapshot()
         now = broker.clock.now()
-        doc = snapshot_summary(snap, now, request.args.get("vo"))
-        doc.update(taken_at=snap.taken_at, ads=list(snap.ads),
+        doc = snapshot_summary(snap, now, request.args.get("vo"),
+                               blacklist=broker.ism.blacklist_entries(now))
+        doc.update(now=now, taken_at=snap.taken_at, ads=list(snap.ads),
                    dispatched_since_refresh=broker.ism.feedback.snapshot())
         return jsonify(doc)
 

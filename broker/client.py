@@ -143,3 +143,7 @@ class BrokerClient:
 
     def list_match(self, text: str, filename: str) -> dict[str, Any]:
         return self._call("POST", "/list-match", json={"jdl": text, "filename": filename}).json()
+
+    def ism(self, vo: str | None = None) -> dict[str, Any]:
+        """GET /ism: the broker's ISM as ``vgrid info --json`` shows it, with its blacklist."""
+        return self._call("GET", "/ism", params={"vo": vo} if vo else None).json()

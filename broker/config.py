@@ -40,6 +40,8 @@ class BrokerConfig(ConfigSchema, TLSOptions):
     match_interval_s: float = opt(0.5, "seconds between matcher passes over Waiting jobs")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
+    blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "
+                             "5xx on dispatch is left out of matching; 0 disables the blacklist")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
@@ -52,4 +54,6 @@ class BrokerConfig(ConfigSchema, TLSOptions):
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):
             if getattr(self, name) <= 0:
                 return f"field {name!r} must be > 0"
+        if self.blacklist_s < 0:
+            return "field 'blacklist_s' must be >= 0"
         return None

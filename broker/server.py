@@ -52,7 +52,8 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
                             fuzzy_factor=config.fuzzy_factor, rng=rng)
     settings = BrokerSettings(match_interval_s=config.match_interval_s,
                               match_expiry_s=config.match_expiry_s,
-                              max_dispatch_attempts=config.max_dispatch_attempts)
+                              max_dispatch_attempts=config.max_dispatch_attempts,
+                              blacklist_s=config.blacklist_s)
     return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
                   http=new_session(config.tls_files()))
 

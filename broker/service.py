@@ -28,6 +28,7 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 from vgrid_runtime.authn import Caller
 
 from . import authz, compound
+from .blacklist import blacklist_ce
 from .db import Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
@@ -66,6 +67,7 @@ class BrokerSettings:
     match_expiry_s: float = 30.0
     max_dispatch_attempts: int = 5
     dispatch_timeout_s: float = 10.0
+    blacklist_s: float = 0.0   # a CE that fails a dispatch is not matched for this long; 0: off
     stdout_head_bytes: int = 4096
 
 
@@ -255,6 +257,7 @@ class Broker:
             except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
                 error = (f"CE {ce_id} refused the job: {exc}" if exc.status is not None
                          else f"CE {ce_id} unreachable: {exc.brief()}")
+                blacklist_ce(self.ism, ce_id, exc, now, self.settings.blacklist_s)
         if error is None:
             try:
                 self._transition(job, JobState.SCHEDULED, now, ce_id=ce_id, ce_url=url,

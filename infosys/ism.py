@@ -5,7 +5,8 @@ As in the gLite WMS: ads are collected from information sources every ``refresh_
 assignment, so a match in progress keeps reading the snapshot it started with. A source that
 fails keeps its previous ads and the snapshot is flagged ``stale``; ads whose source has not
 answered for ``refresh_s + timeout_s`` expire and are not offered to matching. CEs can be
-blacklisted. The feedback counters of seed 004 Section 4.2 restart at every refresh and are
+blacklisted for a time (the broker does it when a dispatch fails; see ``blacklist``). The
+feedback counters of seed 004 Section 4.2 restart at every refresh and are
 visible in matching as ``VGridDispatchedSinceRefresh`` (see ``AdView``).
 
 Time comes only from the clock passed in (live: WallClock; simulation: SimulatedClock with
@@ -163,6 +164,9 @@ class ISM:
         self._views: tuple[Snapshot, tuple[AdView, ...]] = (self._snapshot, ())
         self._last_refresh: float | None = None
         self._blacklist: dict[str, float] = {}
+        self._bl_reason: dict[str, str] = {}
+        self._bl_lock = threading.Lock()
+        self._filtered: tuple = (None, None, ())   # (snapshot, excluded keys, candidates)
         self._refresh_lock = threading.Lock()
         self._loop = Periodic(self.refresh, self.refresh_s, self.clock, "ism-refresh")
 
@@ -259,31 +263,45 @@ class ISM:
         bl = self._active_blacklist(now)
         if not bl and now - snap.fresh_at <= ttl:
             return views
-        out = []
-        for v in views:
-            if now - snap.ad_time.get(v.key, now) > ttl:
-                continue
-            if bl and (v.key in bl or v.ad.get("GlueCEUniqueID") in bl):
-                continue
-            out.append(v)
-        return tuple(out)
+        excluded = frozenset(
+            v.key for v in views
+            if now - snap.ad_time.get(v.key, now) > ttl
+            or (bl and (v.key in bl or v.ad.get("GlueCEUniqueID") in bl)))
+        fsnap, fexcl, fviews = self._filtered
+        if fsnap is snap and fexcl == excluded:
+            return fviews  # the same tuple object: the Matchmaker's grouping cache stays valid
+        out = tuple(v for v in views if v.key not in excluded)
+        self._filtered = (snap, excluded, out)
+        return out
 
-    def blacklist(self, ce_id: str, until: float | None = None) -> None:
+    def blacklist(self, ce_id: str, until: float | None = None, reason: str = "") -> None:
         """Exclude a CE (GlueCEUniqueID, or one VO-view key) from matching until ``until``
-        (clock seconds; None = until ``unblacklist``)."""
-        self._blacklist[ce_id] = float("inf") if until is None else until
+        (clock seconds; None = until ``unblacklist``); ``reason`` is shown by ``blacklist_entries``."""
+        with self._bl_lock:
+            self._blacklist[ce_id] = float("inf") if until is None else until
+            self._bl_reason[ce_id] = reason
 
     def unblacklist(self, ce_id: str) -> None:
-        self._blacklist.pop(ce_id, None)
+        with self._bl_lock:
+            self._blacklist.pop(ce_id, None)
+            self._bl_reason.pop(ce_id, None)
 
     def blacklisted(self, now: float | None = None) -> set[str]:
         now = self.clock.now() if now is None else now
         return set(self._active_blacklist(now))
 
+    def blacklist_entries(self, now: float | None = None) -> dict[str, dict]:
+        """The blacklist in force at ``now``: ``{ce_id: {"until": clock s or None (no end),
+        "reason": str}}``, in the order the entries were made."""
+        now = self.clock.now() if now is None else now
+        return {k: {"until": None if t == float("inf") else t, "reason": self._bl_reason.get(k, "")}
+                for k, t in self._active_blacklist(now).items()}
+
     def _active_blacklist(self, now: float) -> dict[str, float]:
         if not self._blacklist:
             return {}
-        return {k: t for k, t in list(self._blacklist.items()) if t > now}
+        with self._bl_lock:  # passed entries are kept (at most one per CE), just not in force
+            return {k: t for k, t in self._blacklist.items() if t > now}
 
     # -- background refresh -----------------------------------------------------------------
     def start(self) -> None:

@@ -353,3 +353,53 @@ def test_periodic_keeps_running_after_a_failed_run():
     assert done.wait(30), "the loop stopped after a failed run"
     loop.stop()
     assert not loop.running
+
+
+def test_blacklist_with_reason_expires_on_a_simulated_clock():
+    src = StaticSource([ad("a"), ad("b")])
+    clock = SimulatedClock(1000)
+    ism = ISM([src], refresh_s=10_000, clock=clock)
+    ism.refresh()
+    ism.blacklist("a", until=1300, reason="dispatch unreachable: ConnectionError")
+    assert [v.key for v in ism.candidates()] == ["b"]
+    assert ism.blacklist_entries() == {"a": {"until": 1300,
+                                             "reason": "dispatch unreachable: ConnectionError"}}
+    clock.advance(299.5)
+    assert [v.key for v in ism.candidates()] == ["b"] and ism.blacklisted() == {"a"}
+    clock.advance(0.5)                              # until is exclusive: back at 1300
+    assert [v.key for v in ism.candidates()] == ["a", "b"]
+    assert ism.blacklist_entries() == {} and ism.blacklisted() == set()
+    ism.blacklist("b", reason="by hand")
+    assert ism.blacklist_entries() == {"b": {"until": None, "reason": "by hand"}}
+
+
+def test_candidates_with_a_blacklist_are_one_object_until_the_blacklist_changes():
+    """The Matchmaker caches its groups on the identity of the ads it is given."""
+    from broker.matchmaker import Matchmaker
+    import jdl
+
+    src = StaticSource([{**ad(c), "GlueCEAccessControlBaseRule": ["VO:dteam"],
+                         "GlueCEStateStatus": "Production", "GlueCEInfoTotalCPUs": 2,
+                         "GlueHostBenchmarkSI00": 1000, "GlueCEStateTotalJobs": 0,
+                         "GlueCEStateEstimatedResponseTime": 0, "GlueCEStateFreeCPUs": 2}
+                        for c in "abc"])
+    clock = SimulatedClock()
+    ism = ISM([src], refresh_s=10_000, clock=clock)
+    ism.refresh()
+    mm = Matchmaker(ism.feedback)
+    job = jdl.parse_jdl('Executable = "/bin/true"; VirtualOrganisation = "dteam";', "t.jdl",
+                        local_files=False)
+
+    def matched():
+        return sorted(c.ce_id for c in mm.match(job, ism.candidates(), now=clock.now()).candidates)
+
+    assert matched() == ["a", "b", "c"]
+    ism.blacklist("a", until=100)
+    first = ism.candidates()
+    assert ism.candidates() is first and matched() == ["b", "c"]
+    ism.blacklist("b", until=50)
+    assert ism.candidates() is not first and matched() == ["c"]
+    clock.advance(50)
+    assert matched() == ["b", "c"]
+    clock.advance(50)
+    assert matched() == ["a", "b", "c"]

@@ -163,12 +163,27 @@ def _table(doc: dict) -> Table:
                       ("free", "right"), ("running", "right"), ("waiting", "right"),
                       ("ERT (s)", "right"), ("SI00", "right"), ("VOs", "left")):
         t.add_column(col, justify=just, overflow="fold")
+    from_broker = "blacklist" in doc   # a broker's GET /ism: it has a blacklist
+    if from_broker:
+        t.add_column("blacklisted", overflow="fold")
     for c in doc["ces"]:
         vos = ",".join(r[3:] if r.startswith("VO:") else r for r in c["acbr"])
-        t.add_row(*[("-" if v is None else str(v)) for v in (
-            c["id"], c["status"], c["total_cpus"], c["free_cpus"], c["running"], c["waiting"],
-            c["ert_s"], c["si00"], vos)])
+        row = [c["id"], c["status"], c["total_cpus"], c["free_cpus"], c["running"], c["waiting"],
+               c["ert_s"], c["si00"], vos]
+        if from_broker:
+            row.append(_blacklisted(c.get("blacklisted"), doc))
+        t.add_row(*[("-" if v is None else str(v)) for v in row])
     return t
+
+
+def _blacklisted(entry: dict | None, doc: dict) -> str | None:
+    """The table's blacklist marker: "until +<s>s: <reason>" (seconds left on the broker's
+    clock), "yes: <reason>" without an end, None (shown "-") when not blacklisted."""
+    if not entry:
+        return None
+    until, now = entry.get("until"), doc.get("now")
+    left = "yes" if until is None or now is None else f"for {max(0.0, until - now):.0f}s"
+    return f"{left}: {entry.get('reason') or '?'}"
 
 
 @click.command("info")
@@ -178,12 +193,16 @@ def _table(doc: dict) -> Table:
 @click.option("--vo", default=None, help="only CEs / VO views open to this VO")
 @click.option("--glue", type=click.Choice(["1.3", "2.0", "both"]), default="both",
               show_default=True, help="GLUE 1.3, GLUE 2.0 (mapped to 1.3 names), or both")
+@click.option("--broker", "broker_url", default=None, metavar="URL",
+              help="show a broker's ISM (GET /ism), with the CEs it has blacklisted")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None, glue: str,
-             as_json: bool) -> None:
+             broker_url: str | None, as_json: bool) -> None:
     """The CEs of the information system, like lcg-infosites ce."""
-    if bool(bdii_url) == bool(ldif_files):
-        _fail("give either --bdii LDAP_URL or one or more --ldif FILE", 2)
+    if sum((bool(bdii_url), bool(ldif_files), bool(broker_url))) != 1:
+        _fail("give either --bdii LDAP_URL, one or more --ldif FILE, or --broker URL", 2)
+    if broker_url:
+        return _broker_info(broker_url, vo, as_json)
     sources = [BdiiSource(bdii_url, timeout_s=10, retries=1, glue=glue)] if bdii_url else \
         [LdifFileSource(f, glue=glue) for f in ldif_files]
     clock = WallClock()
@@ -203,6 +222,18 @@ def info_cmd(bdii_url: str | None, ldif_files: tuple[str, ...], vo: str | None, 
         for e in errors:
             err.print(f"vgrid: {e}", highlight=False, markup=False, soft_wrap=True)
         raise SystemExit(2 if ldif_files else 1)  # a bad file is an input error
+
+
+def _broker_info(broker_url: str, vo: str | None, as_json: bool) -> None:
+    from broker.client import BrokerClient, ClientError
+    try:
+        doc = BrokerClient(broker_url).ism(vo)
+    except ClientError as exc:
+        _fail(str(exc), 1)
+    if as_json:
+        _echo_json({k: v for k, v in doc.items() if k != "ads"})
+        return
+    Console(width=None if sys.stdout.isatty() else 200).print(_table(doc))
 
 
 def _session_for(urls: list[str]):
