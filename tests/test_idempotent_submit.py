@@ -199,3 +199,18 @@ def test_the_loser_of_a_race_past_the_lookup_gets_the_winners_job(site, monkeypa
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["key"] == first.json()["key"] and len(calls) == 3
     assert len(broker.store.list()) == 1
+
+
+def test_vgrid_submit_retries_a_dropped_submission(site, tmp_path):
+    from click.testing import CliRunner
+    from vgrid_cli.main import main
+    url, broker = site
+    proxy = DropOnce(url)
+    jdl = tmp_path / "j.jdl"
+    jdl.write_text(JDL)
+    try:
+        res = CliRunner().invoke(main, ["submit", str(jdl), "--broker", proxy.url, "--attempts", "2"])
+    finally:
+        proxy.close()
+    assert res.exit_code == 0, res.output
+    assert [broker.job_id(j.key) for j in broker.store.list()] == [res.output.strip()]
