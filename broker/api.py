@@ -17,7 +17,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication, refus
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
 from vgrid_runtime.tls import TLSFiles
 
-from . import authz
+from . import authz, idempotency
 from .db import Job, UnknownJob
 from .service import Broker, BrokerError
 from vgrid_runtime.job_states import IllegalTransition
@@ -64,7 +64,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     that see every job). Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL
     error (with file, line, column) or bad request, 401/403 for a caller without a valid
     certificate or not allowed, 404 for an unknown job, 409 for an illegal state change or an
-    output file written twice, 500 (no traceback) for anything unexpected.
+    output file written twice or an ``Idempotency-Key`` reused for another JDL, 500 (no traceback) for anything unexpected.
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
@@ -88,6 +88,10 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
 
     @app.errorhandler(BrokerError)
     def _broker_error(exc: BrokerError):
+        return error(str(exc), exc.status, **exc.details)
+
+    @app.errorhandler(idempotency.IdempotencyError)
+    def _idempotency(exc: idempotency.IdempotencyError):
         return error(str(exc), exc.status, **exc.details)
 
     @app.errorhandler(UnknownJob)
@@ -123,8 +127,10 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         if not isinstance(text, str):
             return error("the request has no 'jdl' field", 400, field="jdl")
         files = {f.filename: f.read() for f in request.files.getlist("isb") if f.filename}
-        job = broker.submit(text, filename, files, who=caller())
-        return jsonify({"id": broker.job_id(job.key), "key": job.key, "state": job.state.value}), 201
+        job, created = broker.submit_once(text, filename, files, who=caller(),
+                                          idempotency_key=request.headers.get(idempotency.HEADER))
+        return (jsonify({"id": broker.job_id(job.key), "key": job.key, "state": job.state.value}),
+                201 if created else 200)
 
     @app.get("/jobs")
     def list_jobs():

@@ -9,6 +9,8 @@ the broker's own error message when it answered, or why it could not be reached.
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +65,21 @@ def user_credentials(proxy: str | None = None, cert_dir: str | None = None,
 
 class BrokerClient:
     """Client of the broker at ``url`` (default ``$VGRID_BROKER_URL``). An ``https://`` broker
-    is called over mutual TLS with ``credentials`` (default: :func:`user_credentials`)."""
+    is called over mutual TLS with ``credentials`` (default: :func:`user_credentials`).
+
+    Submissions are idempotent: each ``submit_file``/``submit_text`` call sends one
+    ``Idempotency-Key`` (a new UUID) and, when the broker cannot be reached or does not answer
+    in ``timeout_s``, retries the POST with the same key up to ``submit_attempts`` times in all,
+    waiting ``retry_backoff_s``, then twice as long each time (at most 8 s); the broker stores
+    the request once and answers every attempt with the same job."""
 
     def __init__(self, url: str | None = None, timeout_s: float = 30.0,
-                 credentials: TLSFiles | None = None) -> None:
+                 credentials: TLSFiles | None = None, submit_attempts: int = 5,
+                 retry_backoff_s: float = 0.5) -> None:
         self.url = (url or default_broker()).rstrip("/")
         self.timeout_s = timeout_s
+        self.submit_attempts = max(1, submit_attempts)
+        self.retry_backoff_s = retry_backoff_s
         if self.url.startswith("https://") and credentials is None:
             credentials = user_credentials()
         try:
@@ -92,8 +103,26 @@ class BrokerClient:
             raise ClientError(msg, r.status_code, body)
         return r
 
-    def submit_file(self, path: str | Path) -> dict[str, Any]:
+    def _submit(self, data: dict[str, str], files: list | None, key: str | None) -> dict[str, Any]:
+        """POST /jobs with ``Idempotency-Key: key`` (a new UUID when None), retried on
+        UNREACHABLE and TIMEOUT errors (see the class doc); the last error when all fail."""
+        headers = {"Idempotency-Key": key or str(uuid.uuid4())}
+        delay = self.retry_backoff_s
+        for attempt in range(1, self.submit_attempts + 1):
+            try:
+                return self._call("POST", "/jobs", data=data, files=files, headers=headers).json()
+            except ClientError as exc:
+                if exc.kind not in (ErrorKind.UNREACHABLE, ErrorKind.TIMEOUT) \
+                        or attempt == self.submit_attempts:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, 8.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def submit_file(self, path: str | Path, idempotency_key: str | None = None) -> dict[str, Any]:
         """Parse ``path`` locally (JDLError on bad JDL), upload it with its InputSandbox files.
+        Answers ``{"id", "key", "state"}``; ClientError when the broker refuses it (409 when
+        ``idempotency_key`` was used before for another JDL) or stays unreachable.
 
         Relative InputSandbox names and DAG/collection ``file =`` nodes are resolved against the
         JDL file's directory; node files are inlined, since the broker reads no local files.
@@ -113,11 +142,12 @@ class BrokerClient:
             if not local.is_file():
                 raise ClientError(f"{path}: InputSandbox file {name!r} not found at {local}")
             files.append(("isb", (Path(name).name, local.read_bytes())))
-        r = self._call("POST", "/jobs", data={"jdl": text, "filename": str(path)}, files=files or None)
-        return r.json()
+        return self._submit({"jdl": text, "filename": str(path)}, files or None, idempotency_key)
 
-    def submit_text(self, text: str, filename: str = "<string>") -> dict[str, Any]:
-        return self._call("POST", "/jobs", data={"jdl": text, "filename": filename}).json()
+    def submit_text(self, text: str, filename: str = "<string>",
+                    idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit JDL ``text`` without sandbox files, as :meth:`submit_file`."""
+        return self._submit({"jdl": text, "filename": filename}, None, idempotency_key)
 
     def job(self, key: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{key}").json()

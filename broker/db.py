@@ -12,8 +12,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import (Boolean, Float, ForeignKey, Integer, String, Text, create_engine, event,
-                        inspect, select, text, update)
+from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine,
+                        event, inspect, select, text, update)
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
@@ -57,6 +58,12 @@ class JobRow(Base):
     owner_vo: Mapped[str | None] = mapped_column(String(256), nullable=True)
     owner_fqans: Mapped[str] = mapped_column(Text, default="[]")  # JSON [FQAN, ...]
     node_url: Mapped[str | None] = mapped_column(String(512), nullable=True)  # the VWN's node agent
+    # the client's Idempotency-Key of the submission (first row of a request only) and its scope:
+    # the owner's DN, "" in plain-HTTP mode (a unique index needs a non-NULL scope)
+    idem_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    idem_scope: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+
+    __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),)
 
 
 class HistoryRow(Base):
@@ -120,6 +127,11 @@ class UnknownJob(KeyError):
     """No job with that key."""
 
 
+class DuplicateSubmission(Exception):
+    """Another request stored a job with the same idempotency key and scope first
+    (``args``: scope, key); nothing of this request was stored."""
+
+
 def new_key() -> str:
     """A 22-character URL-safe job key (as the unique part of a gLite job id)."""
     return secrets.token_urlsafe(16)[:22]
@@ -130,7 +142,10 @@ _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_e
             "owner_dn", "owner_vo", "node_url")
 #: Columns added after the first release, created in older databases when opened.
 _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
-                  "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)"}
+                  "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)",
+                  "idem_key": "VARCHAR(128)", "idem_scope": "VARCHAR(1024)"}
+#: Indexes on added columns (``create_all`` makes them only with a new table).
+_ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",)
 
 
 class JobStore:
@@ -157,14 +172,15 @@ class JobStore:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     def _add_missing_columns(self) -> None:
-        """Add the columns of ``_ADDED_COLUMNS`` to a jobs table made by an earlier version (no
-        data lost)."""
+        """Add the columns of ``_ADDED_COLUMNS`` (and ``_ADDED_INDEXES``) to a jobs table made by
+        an earlier version (no data lost)."""
         present = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
         missing = [(n, sql) for n, sql in _ADDED_COLUMNS.items() if n not in present]
-        if missing:
-            with self.engine.begin() as conn:
-                for name, sql in missing:
-                    conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {sql}"))
+        with self.engine.begin() as conn:
+            for name, sql in missing:
+                conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {sql}"))
+            for sql in _ADDED_INDEXES:
+                conn.execute(text(sql))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -188,6 +204,13 @@ class JobStore:
                 raise UnknownJob(key)
             hist = s.scalars(select(HistoryRow).where(HistoryRow.key == key).order_by(HistoryRow.id))
             return self._to_job(row, hist)
+
+    def find_idempotent(self, scope: str, idem_key: str) -> Job | None:
+        """The job stored with Idempotency-Key ``idem_key`` in ``scope`` (owner DN or ""), or None."""
+        with self._session() as s:
+            key = s.scalar(select(JobRow.key).where(JobRow.idem_scope == scope,
+                                                    JobRow.idem_key == idem_key))
+        return self.get(key) if key is not None else None
 
     def list(self, states: Iterable[JobState] | None = None, keys: Iterable[str] | None = None,
              parent: str | None = None, kinds: Iterable[str] | None = None,
@@ -227,8 +250,20 @@ class JobStore:
     def create_many(self, specs: list[dict[str, Any]], now: float) -> list[Job]:
         """Store several jobs (a compound request and its nodes) in one transaction, all
         Submitted. Each spec has ``jdl``, ``filename`` and optionally ``key``, ``kind``,
-        ``parent_key``, ``node_name``, ``depends_on``, ``owner`` (``{"dn", "vo", "fqans"}``);
-        parents must come before their nodes."""
+        ``parent_key``, ``node_name``, ``depends_on``, ``owner`` (``{"dn", "vo", "fqans"}``),
+        ``idempotency`` (``(scope, key)``, unique per scope); parents must come before their
+        nodes. DuplicateSubmission (nothing stored) when a job with the same ``idempotency``
+        exists already (checked by the unique index, so two concurrent requests cannot both win)."""
+        try:
+            keys = self._insert(specs, now)
+        except IntegrityError:
+            idem = [tuple(sp["idempotency"]) for sp in specs if sp.get("idempotency")]
+            if idem and self.find_idempotent(*idem[0]) is not None:
+                raise DuplicateSubmission(*idem[0]) from None
+            raise
+        return [self.get(k) for k in keys]
+
+    def _insert(self, specs: list[dict[str, Any]], now: float) -> list[str]:
         keys = []
         with self._session.begin() as s:
             for spec in specs:
@@ -241,11 +276,13 @@ class JobStore:
                              depends_on=json.dumps(spec.get("depends_on") or []),
                              owner_dn=(spec.get("owner") or {}).get("dn"),
                              owner_vo=(spec.get("owner") or {}).get("vo"),
-                             owner_fqans=json.dumps((spec.get("owner") or {}).get("fqans") or [])))
+                             owner_fqans=json.dumps((spec.get("owner") or {}).get("fqans") or []),
+                             idem_scope=(spec.get("idempotency") or (None, None))[0],
+                             idem_key=(spec.get("idempotency") or (None, None))[1]))
             s.flush()  # the job rows must exist before their history (foreign key)
             for key in keys:
                 s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
-        return [self.get(k) for k in keys]
+        return keys
 
     def transition(self, key: str, new: JobState, now: float, reason: str | None = None,
                    expect: JobState | None = None, **fields: Any) -> Job:

@@ -27,9 +27,9 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from vgrid_runtime.authn import Caller
 
-from . import authz, compound
+from . import authz, compound, idempotency
 from .blacklist import blacklist_ce
-from .db import Job, JobStore, StaleState
+from .db import DuplicateSubmission, Job, JobStore, StaleState
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
@@ -119,21 +119,35 @@ class Broker:
 
     # -- submission ------------------------------------------------------------------------------
     def submit(self, text: str, filename: str, input_files: dict[str, bytes],
-               who: Caller | None = None) -> Job:
+               who: Caller | None = None, idempotency_key: str | None = None) -> Job:
         """Validate the JDL, store the job and its input sandbox, and queue it (Waiting).
 
         ``who``: the verified submitter; the job (and every node of a compound request) belongs
         to its DN, VO and FQANs (:func:`broker.authz.submitter`). Raises ``jdl.JDLError``
         (syntax or validation, with file:line:column) before anything is stored,
         ``authz.NotAllowed`` when the submitter may not submit it, and BrokerError when a
-        relative InputSandbox file was not uploaded.
+        relative InputSandbox file was not uploaded. ``idempotency_key``: see :meth:`submit_once`.
         """
+        return self.submit_once(text, filename, input_files, who, idempotency_key)[0]
+
+    def submit_once(self, text: str, filename: str, input_files: dict[str, bytes],
+                    who: Caller | None = None, idempotency_key: str | None = None) -> tuple[Job, bool]:
+        """:meth:`submit` answering ``(job, created)``. With ``idempotency_key`` (the client's
+        ``Idempotency-Key``, :mod:`broker.idempotency`) a repeat of an earlier request of the same
+        owner returns its job and False, storing nothing (race-safe); IdempotencyError 400 for a
+        malformed key, 409 when the earlier request's JDL text differs."""
         job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
         owner = authz.submitter(who, job_desc.virtual_organisation) if who is not None else None
+        idem = None
+        if idempotency_key is not None:
+            idem = (idempotency.scope_of(owner.dn if owner else None), idempotency.check_key(idempotency_key))
+            found = idempotency.earlier(self.store, *idem, text)
+            if found is not None:
+                return found, False
         specs = compound.expansion_specs(job_desc, text, filename)
-        if owner is not None:
-            for spec in specs:
-                spec["owner"] = owner.to_json()
+        for spec in specs if owner is not None else []:
+            spec["owner"] = owner.to_json()
+        specs[0]["idempotency"] = idem
         needed = [n for n in job_desc.input_sandbox if "://" not in n]
         uploaded = {safe_name(n): data for n, data in input_files.items()}
         missing = [n for n in needed if safe_name(n) not in uploaded]
@@ -141,7 +155,10 @@ class Broker:
             raise BrokerError(f"{filename}: InputSandbox file(s) not uploaded: {', '.join(missing)}",
                               field="InputSandbox")
         now = self.clock.now()
-        jobs = self.store.create_many(specs, now)
+        try:
+            jobs = self.store.create_many(specs, now)
+        except DuplicateSubmission:  # a concurrent request with the same key stored first
+            return idempotency.earlier(self.store, *idem, text), False
         job = jobs[0]
         if uploaded:  # nodes of a compound request read the parent's input sandbox
             d = self.sandbox_dir / job.key / "input"
@@ -152,7 +169,7 @@ class Broker:
             if not j.depends_on:
                 self._transition(j, JobState.WAITING, now)
         self._wake.set()
-        return self.store.get(job.key)
+        return self.store.get(job.key), True
 
     def _transition(self, job: Job, new: JobState, now: float, reason: str | None = None,
                     **fields) -> Job:

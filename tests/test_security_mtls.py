@@ -89,8 +89,23 @@ def site(pki, tmp_path_factory):
     broker.store.close()
 
 
-def submit(d, site, proxy, jdl=JDL):
-    return user(d, proxy).post(f"{site['broker']}/jobs", data={"jdl": jdl, "filename": "j.jdl"}, timeout=10)
+def submit(d, site, proxy, jdl=JDL, headers=None):
+    return user(d, proxy).post(f"{site['broker']}/jobs", data={"jdl": jdl, "filename": "j.jdl"},
+                               headers=headers, timeout=10)
+
+
+def test_idempotency_keys_are_scoped_to_the_submitters_dn(pki, site):
+    d, dns = pki
+    key = {"Idempotency-Key": "shared-key-1"}
+    a1, b1 = submit(d, site, "alice.proxy", headers=key), submit(d, site, "bob.proxy", headers=key)
+    assert (a1.status_code, b1.status_code) == (201, 201), (a1.text, b1.text)
+    assert a1.json()["key"] != b1.json()["key"]
+    a2 = submit(d, site, "alice.proxy", headers=key)
+    b2 = submit(d, site, "bob.proxy", jdl='[ Executable = "/bin/false"; ]', headers=key)
+    assert a2.status_code == 200 and a2.json()["key"] == a1.json()["key"]
+    assert b2.status_code == 409 and b2.json()["error"]["idempotency_key"] == "shared-key-1"
+    owners = {j.key: j.owner_dn for j in site["store"].list()}
+    assert owners[a1.json()["key"]] == dns["alice"] and owners[b1.json()["key"]] == dns["bob"]
 
 
 def test_anonymous_callers_get_401_everywhere(pki, site):

@@ -93,10 +93,14 @@ broker_opt = click.option("--broker", "broker_url", default=None, metavar="URL",
 @main.command()
 @click.argument("jdl_file", type=click.Path(dir_okay=False, exists=True))
 @broker_opt
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="tries when the broker cannot be reached or does not answer (same Idempotency-Key)")
 @handle_errors
-def submit(jdl_file: str, broker_url: str | None) -> None:
-    """Submit JDL_FILE (with its InputSandbox files); prints the job id."""
-    res = BrokerClient(broker_url).submit_file(jdl_file)
+def submit(jdl_file: str, broker_url: str | None, attempts: int) -> None:
+    """Submit JDL_FILE (with its InputSandbox files); prints the job id.
+
+    Retried on connection errors and timeouts with one Idempotency-Key: stored once."""
+    res = BrokerClient(broker_url, submit_attempts=attempts).submit_file(jdl_file)
     click.echo(res["id"])
 
 
