@@ -19,7 +19,8 @@ from vgrid_runtime.tls import TLSFiles
 
 from . import authz, idempotency
 from .db import Job, UnknownJob
-from .service import Broker, BrokerError
+from .sandboxes import BrokerError
+from .service import Broker
 from vgrid_runtime.job_states import IllegalTransition
 
 log = logging.getLogger("vgrid.broker.api")

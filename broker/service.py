@@ -13,8 +13,6 @@ import hashlib
 import hmac
 import logging
 import os
-import re
-import secrets
 import shutil
 import threading
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from vgrid_runtime.authn import Caller
 from . import authz, compound, idempotency
 from .blacklist import blacklist_ce
 from .db import DuplicateSubmission, Job, JobStore, StaleState
+from .sandboxes import BrokerError, safe_name, transfer_secret
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
@@ -37,25 +36,7 @@ from vgrid_runtime.outcomes import Outcome
 
 log = logging.getLogger("vgrid.broker")
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9._+@=,-][A-Za-z0-9._+@=, -]*$")
 NO_MATCH = "no compatible resources"
-
-
-class BrokerError(Exception):
-    """An error a client caused; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400, **details: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.details = details
-
-
-def safe_name(name: str) -> str:
-    """A sandbox file name without directories; BrokerError for anything else."""
-    base = name.rsplit("/", 1)[-1]
-    if not base or base in {".", ".."} or not _SAFE_NAME.match(base):
-        raise BrokerError(f"invalid sandbox file name {name!r}")
-    return base
 
 
 @dataclass
@@ -69,18 +50,6 @@ class BrokerSettings:
     dispatch_timeout_s: float = 10.0
     blacklist_s: float = 0.0   # a CE that fails a dispatch is not matched for this long; 0: off
     stdout_head_bytes: int = 4096
-
-
-def _transfer_secret(path: Path) -> bytes:
-    """The broker's secret for sandbox capabilities: read, or created once (0600)."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
-        return path.read_bytes()
 
 
 class Broker:
@@ -97,7 +66,7 @@ class Broker:
         self.sandbox_dir = Path(sandbox_dir)
         self.settings = settings
         self.http = http or new_session()   # shared by its CEAgentClients
-        self._secret = _transfer_secret(self.sandbox_dir.parent / "transfer.key")
+        self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
