@@ -19,7 +19,7 @@ from vgrid_runtime.tls import TLSFiles
 
 from . import authz, idempotency
 from .db import Job, UnknownJob
-from .sandboxes import BrokerError
+from .transfers import BrokerError
 from .service import Broker
 from vgrid_runtime.job_states import IllegalTransition
 

@@ -28,7 +28,7 @@ from vgrid_runtime.authn import Caller
 from . import authz, compound, idempotency
 from .blacklist import blacklist_ce
 from .db import DuplicateSubmission, Job, JobStore, StaleState
-from .sandboxes import BrokerError, safe_name, transfer_secret
+from .transfers import BrokerError, safe_name, transfer_secret
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState

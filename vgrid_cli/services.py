@@ -77,7 +77,9 @@ class ServiceGroup:
         ready = self.workdir / f"{name}.ready"
         log = self.workdir / f"{name}.log"
         ready.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "vgrid_cli", "serve", kind, "--config", str(cfg),
+        # -P: the working directory (which holds the services' state directories, e.g. a
+        # "broker" directory) must not shadow vgrid's packages on sys.path.
+        cmd = [sys.executable, "-P", "-m", "vgrid_cli", "serve", kind, "--config", str(cfg),
                "--ready-file", str(ready)]
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
