@@ -171,15 +171,14 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
     with tempfile.TemporaryDirectory(prefix="vgrid-demo-") as tmp, ServiceGroup(Path(tmp)) as group:
         try:
             err.print(f"starting {n_ces} CE agent(s), {2 * n_ces} node agents and the broker ...")
+            pki = site_pki(Path(tmp) / "pki", n_ces) if tls else None
             bdii_url, feed = "", None
             if use_bdii:
                 bdii_url = _start_bdii(Path(tmp))
                 err.print(f"BDII (slapd + glue-schema) at {bdii_url}, fed from the CE agents' GIP")
-                feed = lambda ce_urls: feeders.append(_feed_bdii(bdii_url, ce_urls, ism_refresh_s))  # noqa: E731
-            pki = site_pki(Path(tmp) / "pki", n_ces) if tls else None
-            if feed is not None and pki is not None:
+                reader = pki.host_credentials("broker") if pki else None   # reads the CEs' GLUE
                 feed = lambda ce_urls: feeders.append(  # noqa: E731
-                    _feed_bdii(bdii_url, ce_urls, ism_refresh_s, pki.host_credentials("broker")))
+                    _feed_bdii(bdii_url, ce_urls, ism_refresh_s, reader))
             url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url, on_ces=feed,
                              pki=pki)
             client = BrokerClient(url, credentials=pki.user_credentials() if pki else None)

@@ -47,15 +47,9 @@ def install_safe_json(app: Flask) -> None:
 
 
 def limit_bodies(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-    """Refuse request bodies above ``max_body_bytes`` (413, Flask ``MAX_CONTENT_LENGTH``) and
-    answer JSON nested too deeply for the parser (a RecursionError) with 400, not 500; both
-    as ``{"error": {"message", "status"}}``."""
+    """Refuse request bodies above ``max_body_bytes`` (413, Flask ``MAX_CONTENT_LENGTH``).
+    (JSON nested too deeply is a 400 through :class:`SafeJSONProvider`.)"""
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-
-    @app.errorhandler(RecursionError)
-    def _too_deep(exc: RecursionError):
-        return jsonify({"error": {"message": "the request body is nested too deeply",
-                                  "status": 400}}), 400
 
 
 def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
@@ -81,12 +75,10 @@ def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> 
 
 
 def json_body() -> dict:
-    """The request's JSON object; ApiError 400 when absent, not an object or nested too deeply
-    (413 from Flask when larger than the app's MAX_CONTENT_LENGTH)."""
-    try:
-        body = request.get_json(silent=True)
-    except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply") from None
+    """The request's JSON object; ApiError 400 when absent, malformed (also nested too deeply,
+    :class:`SafeJSONProvider`) or not an object (413 from Flask when larger than the app's
+    MAX_CONTENT_LENGTH)."""
+    body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
