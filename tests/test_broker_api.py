@@ -3,23 +3,16 @@
 The ISM is the real infosys ISM over an in-memory source (CE agents are exercised in the
 end-to-end tests); the job database is SQLite in a temporary directory.
 """
-import random
 import time
 
 import pytest
 import requests
 
-from broker.api import create_app
-from broker.db import JobStore
-from broker.matchmaker import Matchmaker
-from broker.service import Broker, BrokerSettings
+from broker.service import BrokerSettings
 from vgrid_runtime.job_states import JobState
 from vgrid_runtime.clock import WallClock
-from infosys.feedback import FeedbackCounters
-from infosys.ism import ISM
-from infosys.sources import StaticSource
-from vgrid_runtime.wsgi import BackgroundServer
 
+from .broker_site import start_broker
 from .paths import SHARED_JDL
 
 
@@ -34,22 +27,11 @@ def ce_ad(ce_id, cpus, si00, waiting=0, running=0, vos=("dteam",)):
 
 @pytest.fixture
 def site(tmp_path):
-    source = StaticSource([ce_ad("ce-a:8443/vgrid-vwn-long", 2, 1000, waiting=3),
-                           ce_ad("ce-b:8443/vgrid-vwn-long", 4, 2000)])
-    ism = ISM([source], refresh_s=3600, clock=WallClock(), feedback=FeedbackCounters())
-    ism.refresh()
-    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    broker = Broker(store, ism, Matchmaker(ism.feedback, rng=random.Random(1)), WallClock(),
-                    tmp_path / "sandboxes",
-                    BrokerSettings(match_interval_s=0.05, match_expiry_s=0.5, max_dispatch_attempts=2))
-    app = create_app(broker)
-
-    def on_bound(url):
-        broker.settings.base_url = url
-        broker.start()
-
-    app.config["VGRID_ON_BOUND"] = on_bound
-    server = BackgroundServer(app)
+    server, broker = start_broker(
+        tmp_path, [ce_ad("ce-a:8443/vgrid-vwn-long", 2, 1000, waiting=3),
+                   ce_ad("ce-b:8443/vgrid-vwn-long", 4, 2000)], WallClock(),
+        BrokerSettings(match_interval_s=0.05, match_expiry_s=0.5, max_dispatch_attempts=2))
+    store = broker.store
     yield server.url, broker
     broker.stop()
     server.close()

@@ -2,25 +2,19 @@
 loopback: a CE that is unreachable or answers 5xx is left out of matching for ``blacklist_s``
 seconds of the broker's (simulated) clock, visible in GET /ism; a 400 refusal is the job's
 fault and blacklists nothing."""
-import random
 import threading
 
 import pytest
 import requests
 from flask import Flask, jsonify, request
 
-from broker.api import create_app
 from broker.blacklist import blacklist_reason
-from broker.db import JobStore
-from broker.matchmaker import Matchmaker
-from broker.service import Broker, BrokerSettings
-from infosys.feedback import FeedbackCounters
-from infosys.ism import ISM
-from infosys.sources import StaticSource
+from broker.service import BrokerSettings
 from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.httpclient import ErrorKind, ServiceError
 from vgrid_runtime.wsgi import BackgroundServer
 
+from .broker_site import start_broker
 from .test_broker_api import ce_ad, wait_state
 
 GOOD, BAD = "ce-good:8443/vgrid-vwn-long", "ce-bad:8443/vgrid-vwn-long"
@@ -55,21 +49,9 @@ def make_site(tmp_path, bad_url: str, blacklist_s: float = BLACKLIST_S):
     ads = [{**ce_ad(GOOD, 4, 1000), "GlueCEInfoContactString": [good.url]},
            {**ce_ad(BAD, 4, 9000), "GlueCEInfoContactString": [bad_url]}]
     clock = SimulatedClock(1000.0)
-    ism = ISM([StaticSource(ads)], refresh_s=3600, clock=clock, feedback=FeedbackCounters())
-    ism.refresh()
-    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
-    broker = Broker(store, ism, Matchmaker(ism.feedback, rng=random.Random(1)), clock,
-                    tmp_path / "sandboxes",
-                    BrokerSettings(match_interval_s=0.05, max_dispatch_attempts=2,
-                                   dispatch_timeout_s=5, blacklist_s=blacklist_s))
-    app = create_app(broker)
-
-    def on_bound(url):
-        broker.settings.base_url = url
-        broker.start()
-
-    app.config["VGRID_ON_BOUND"] = on_bound
-    server = BackgroundServer(app)
+    server, broker = start_broker(tmp_path, ads, clock,
+                                  BrokerSettings(match_interval_s=0.05, max_dispatch_attempts=2,
+                                                 dispatch_timeout_s=5, blacklist_s=blacklist_s))
     return server, broker, good, clock
 
 

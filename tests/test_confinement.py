@@ -24,6 +24,7 @@ from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.pool_accounts import AccountError, AccountMap, Owner, PoolAccounts, parse_map_file
 from vgrid_runtime.wsgi import BackgroundServer
 
+from .node_site import node_starter
 from .paths import JOB_PYTHON
 
 _names = itertools.count(1)
@@ -36,19 +37,9 @@ SH = "/bin/sh"
 @pytest.fixture
 def start_node(tmp_path):
     """start_node(**config) -> (url, NodeAgent); shut down after the test."""
-    started = []
-
-    def start(**overrides):
-        cfg = {"node": f"cf{next(_names)}", "work_dir": str(tmp_path / f"w{next(_names)}"),
-               "retry_initial_s": 0.05, "pool_size": 5, **overrides}
-        app = create_app(NodeAgentConfig.from_dict(cfg))
-        server = BackgroundServer(app)
-        started.append(server)
-        return server.url, app.config["VGRID_AGENT"]
-
-    yield start
-    for server in started:
-        server.close()
+    with node_starter("cf", lambda n: {"work_dir": str(tmp_path / f"w{n}"), "retry_initial_s": 0.05,
+                                       "pool_size": 5}) as start:
+        yield start
 
 
 def post(url: str, receiver, key: str, script: str, **extra) -> requests.Response:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from vwn_agents.proctree import is_running
 from vwn_agents.testing import Receiver
 from vgrid_runtime.wsgi import BackgroundServer
 
+from .node_site import node_starter
 from .waiting import gate_file, gate_script, release, wait_until
 from .paths import JOB_PYTHON
 
@@ -26,19 +26,9 @@ _names = itertools.count(1)
 @pytest.fixture
 def start_node(tmp_path):
     """start_node(**config) -> (url, NodeAgent); every node is shut down after the test."""
-    started = []
-
-    def start(clock=None, **overrides):
-        cfg = {"node": f"tn{next(_names)}", "work_dir": str(tmp_path / "work"),
-               "keep_workdirs": True, "retry_initial_s": 0.05, **overrides}
-        app = create_app(NodeAgentConfig.from_dict(cfg), clock=clock)
-        server = BackgroundServer(app)
-        started.append(server)
-        return server.url, app.config["VGRID_AGENT"]
-
-    yield start
-    for server in started:
-        server.close()
+    with node_starter("tn", lambda n: {"work_dir": str(tmp_path / "work"), "keep_workdirs": True,
+                                       "retry_initial_s": 0.05}) as start:
+        yield start
 
 
 def submit(node_url: str, receiver: Receiver, key: str, executable: str, arguments: str = "",
