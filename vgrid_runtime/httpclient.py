@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .tls import TLSFiles
 
 
-class ErrorKind(str, enum.Enum):
+class ErrorKind(enum.StrEnum):
     """What went wrong with a call to a service (see module doc)."""
 
     UNREACHABLE = "unreachable"

@@ -20,7 +20,7 @@ __all__ = ["JobState", "JOB_STATES", "TRANSITIONS", "ENDED", "AT_CE", "IllegalTr
            "check_transition"]
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """A gLite job state; the value is the name gLite prints."""
 
     SUBMITTED = "Submitted"
@@ -32,9 +32,6 @@ class JobState(str, enum.Enum):
     ABORTED = "Aborted"
     CANCELLED = "Cancelled"
     CLEARED = "Cleared"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 S = JobState

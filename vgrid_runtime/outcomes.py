@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """The outcome code; the value is what the JSON carries."""
 
     #: The job ran to its end; ``exit_code`` says how (event ``done``, state Done).
@@ -49,9 +49,6 @@ class Outcome(str, enum.Enum):
     DISPATCH_FAILED = "dispatch-failed"
     #: Broker: a DAG node whose dependency did not succeed (Aborted).
     DEPENDENCY_FAILED = "dependency-failed"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":

@@ -17,7 +17,7 @@ from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.states import StateTable
 
 
-class CEJobState(str, enum.Enum):
+class CEJobState(enum.StrEnum):
     """A job's state at a CE; the values are the gLite names (``JobState``) the CE reports."""
 
     SCHEDULED = JobState.SCHEDULED.value
@@ -25,9 +25,6 @@ class CEJobState(str, enum.Enum):
     DONE = JobState.DONE.value
     ABORTED = JobState.ABORTED.value
     CANCELLED = JobState.CANCELLED.value
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 C = CEJobState

@@ -12,7 +12,7 @@ import enum
 from vgrid_runtime.states import StateTable
 
 
-class VWNState(str, enum.Enum):
+class VWNState(enum.StrEnum):
     """A VWN state; the value is the name the node agent's JSON carries."""
 
     STARTING = "starting"
@@ -20,9 +20,6 @@ class VWNState(str, enum.Enum):
     DONE = "done"
     ABORTED = "aborted"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 V = VWNState
