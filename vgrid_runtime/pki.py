@@ -136,20 +136,13 @@ def read_pem_bundle(path: Path) -> tuple[list[x509.Certificate], rsa.RSAPrivateK
         data = path.read_bytes()
     except OSError as exc:
         raise CredentialError(f"{path}: {exc.strerror or exc}", "missing") from None
-    certs, key = [], None
-    for block in data.split(b"-----END ")[:-1]:
-        begin = block.rfind(b"-----BEGIN ")
-        if begin < 0:
-            continue
-        label = block[begin + 11:block.index(b"-----", begin + 11)]
-        pem = block[begin:] + b"-----END " + label + b"-----\n"
-        try:
-            if label == b"CERTIFICATE":
-                certs.append(x509.load_pem_x509_certificate(pem))
-            elif label.endswith(b"PRIVATE KEY") and key is None:
-                key = serialization.load_pem_private_key(pem, password=None)
-        except ValueError as exc:
-            raise CredentialError(f"{path}: unreadable {label.decode()}: {exc}") from None
+    try:
+        certs = (x509.load_pem_x509_certificates(data)
+                 if b"-----BEGIN CERTIFICATE-----" in data else [])
+        key = (serialization.load_pem_private_key(data, password=None)
+               if b"PRIVATE KEY-----" in data else None)
+    except (ValueError, TypeError) as exc:
+        raise CredentialError(f"{path}: unreadable PEM: {exc}") from None
     return certs, key
 
 
