@@ -154,7 +154,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return error("event body must be a JSON object", 400)
-        authorize(authz.may_report(caller(), broker.get(key)),
+        authorize(lambda: authz.may_report(caller(), broker.get(key)),
                   f"post events of job {key} (not the CE agent it was dispatched to)")
         return jsonify(job_json(broker, broker.handle_event(key, body)))
 
@@ -173,7 +173,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
 
     @app.put("/jobs/<key>/output/<name>")
     def output_put(key: str, name: str):
-        authorize(authz.may_transfer(caller(), broker.get(key)),
+        authorize(lambda: authz.may_transfer(caller(), broker.get(key)),
                   f"upload output of job {key} (not its CE or node agent)")
         broker.store_output(key, name, request.get_data())
         return jsonify({"stored": name}), 201

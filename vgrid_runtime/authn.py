@@ -136,9 +136,12 @@ class Forbidden(Exception):
         self.what = what
 
 
-def authorize(allowed: bool, what: str) -> None:
+def authorize(allowed, what: str) -> None:
     """Raise :class:`Forbidden` unless ``allowed`` (a service's rule evaluated for
-    :func:`caller`); ``what`` is a phrase such as ``"cancel job X"``. In plain-HTTP mode there
-    is no identity and nothing is checked."""
-    if caller().identity is not None and not allowed:
+    :func:`caller`; a bool, or a callable returning one, called only when there is an identity
+    to check, e.g. to skip a database read); ``what`` is a phrase such as ``"cancel job X"``.
+    In plain-HTTP mode there is no identity and nothing is checked."""
+    if caller().identity is None:
+        return
+    if not (allowed() if callable(allowed) else allowed):
         raise Forbidden(what)
