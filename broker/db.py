@@ -12,11 +12,11 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine,
-                        event, inspect, select, text, update)
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
+from vgrid_runtime.sqldb import add_missing_columns, open_engine
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
 
@@ -156,31 +156,10 @@ class JobStore:
     """
 
     def __init__(self, url: str) -> None:
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        self.engine = create_engine(url, future=True, **kwargs)
-        if url.startswith("sqlite"):
-            @event.listens_for(self.engine, "connect")
-            def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - driver detail
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.close()
+        self.engine = open_engine(url)
         Base.metadata.create_all(self.engine)
-        self._add_missing_columns()
+        add_missing_columns(self.engine, "jobs", _ADDED_COLUMNS, _ADDED_INDEXES)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
-
-    def _add_missing_columns(self) -> None:
-        """Add the columns of ``_ADDED_COLUMNS`` (and ``_ADDED_INDEXES``) to a jobs table made by
-        an earlier version (no data lost)."""
-        present = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
-        missing = [(n, sql) for n, sql in _ADDED_COLUMNS.items() if n not in present]
-        with self.engine.begin() as conn:
-            for name, sql in missing:
-                conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {sql}"))
-            for sql in _ADDED_INDEXES:
-                conn.execute(text(sql))
 
     def close(self) -> None:
         self.engine.dispose()
