@@ -47,6 +47,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("vgrid_cli.simulate_cmds", "simulate_cmd"),
     "simulate-grid": ("vgrid_cli.gridsim_cmds", "simulate_grid_cmd"),
     "report": ("vgrid_cli.gridsim_cmds", "report_cmd"),
+    "workload": ("vgrid_cli.workload_cmds", "workload_group"),
 }
 
 

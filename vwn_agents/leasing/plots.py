@@ -9,6 +9,7 @@ time, seed 000 Figure 8.4). Returns the list of paths written.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import matplotlib
@@ -117,3 +118,40 @@ def _disk(sched, disk: dict, out: Path) -> list[Path]:
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return [csv_path, png]
+
+
+def workload_histograms(generated: list, reference: list, stats: dict, path: str | Path,
+                        labels: tuple = ("generated", "reference")) -> Path:
+    """PNG of two workloads side by side (columns) for job size (nodes, log2 bins), runtime and
+    inter-arrival time (s, log10 bins), rows sharing bins and y-axes; ``stats`` is
+    ``lublin.compare``'s dict, its KS statistic and bound are printed in each row's titles.
+    Jobs are ``lublin.ModelJob``s."""
+    import numpy as np
+
+    def columns(jobs):
+        t = np.array([j.submit_s for j in jobs], dtype=float)
+        return {"size": np.array([j.size for j in jobs], dtype=float),
+                "runtime_s": np.array([j.runtime_s for j in jobs], dtype=float),
+                "interarrival_s": np.maximum(np.diff(t), 1.0)}
+    data = [columns(generated), columns(reference)]
+    rows = (("size", "job size (nodes)", 2.0), ("runtime_s", "runtime (s)", 10.0),
+            ("interarrival_s", "inter-arrival time (s)", 10.0))
+    fig, axes = plt.subplots(len(rows), 2, figsize=(10, 9), sharey="row")
+    for r, (key, label, base) in enumerate(rows):
+        hi = max(float(d[key].max()) for d in data)
+        bins = base ** np.linspace(0, math.log(max(hi, base), base) + 1e-9, 40)
+        st = stats.get(key, {})
+        for c, (d, name) in enumerate(zip(data, labels)):
+            ax = axes[r][c]
+            ax.hist(d[key], bins=bins, weights=np.full(len(d[key]), 1 / len(d[key])),
+                    color=("tab:blue", "tab:orange")[c])
+            ax.set_xscale("log", base=base)
+            ax.set_xlabel(label)
+            ax.set_title(f"{name} ({len(d[key]):,} values)"
+                         + (f"  KS D={st['ks']:.3f} (bound {st['bound']:.3f})" if st and c == 0 else ""),
+                         fontsize=9)
+        axes[r][0].set_ylabel("fraction of jobs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
