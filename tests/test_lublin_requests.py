@@ -151,6 +151,8 @@ def test_cli_plot_against_the_bundled_trace(tmp_path):
             "--out", str(tmp_path / "w.swf"), "--plot", str(png), "--json")
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = (tmp_path / "h.csv").read_text().splitlines()
+    assert rows[0] == "quantity,ks,bound,n_generated,n_reference" and rows[1].startswith("size,") and rows[3].endswith(",9999,9999")
     comparison = json.loads(r.output[r.output.index("{"):])["comparison"]
     assert set(comparison) == {"size", "runtime_s", "interarrival_s", "interarrival_points"}
     assert all(v["ks"] <= v["bound"] for v in comparison.values())

@@ -5,13 +5,15 @@ A thin click adapter over ``vwn_agents.leasing.lublin`` (the model) and
 text). Defaults are seed 002 Section 7.2's: 3,000 requests over 14 days on 32 single-core
 nodes, 4 VMs and 2 hours on average, 1,000 local requests, the four external request types
 25 % each. ``--plot PNG`` draws the generated sizes, runtimes and inter-arrival times beside a
-reference trace's (default: the bundled ``lublin-256``) with the KS statistics.
+reference trace's (default: the bundled ``lublin-256``) with the KS statistics, which it also
+writes as CSV next to the PNG (same name, ``.csv``).
 
 Exit codes: 0 ok; 2 usage or input error (bad split, mix, target out of the model's reach,
 unreadable reference, unwritable output).
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -126,11 +128,18 @@ def _plot(sample, model, reference: str, png: str) -> dict:
     if len(ref) < 2:
         _fail(f"--reference {reference}: fewer than 2 jobs", 2)
     stats = lublin.compare(sample, ref, model.params()[0])
+    csv_path = Path(png).with_suffix(".csv")
     try:
         workload_histograms(sample, ref, stats, png, ("generated", Path(path).name))
+        with csv_path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["quantity", "ks", "bound", "n_generated", "n_reference"])
+            for name, st in stats.items():
+                gaps = int(name.startswith("interarrival"))   # n jobs, n - 1 inter-arrivals
+                w.writerow([name, f"{st['ks']:.6f}", f"{st['bound']:.6f}", len(sample) - gaps, len(ref) - gaps])
     except OSError as exc:
         _fail(f"{png}: cannot write: {exc.strerror}", 2)
-    err_console.print(f"wrote {png}")
+    err_console.print(f"wrote {png} and {csv_path}")
     return stats
 
 
