@@ -170,3 +170,14 @@ def test_cli_input_errors_exit_2(args, words):
     r = run("--jobs", "100", "--local", "10", *args)  # the last --local given wins
     assert r.exit_code == 2, r.output
     assert words in r.output
+
+
+def test_section_7_2_requests_is_the_cli_default_workload(tmp_path):
+    reqs = requestmix.section_7_2_requests(seed=2, exact_mean_runtime=True)
+    assert len(reqs) == 3000 and sum(r.local for r in reqs) == 1000
+    assert sum(r.duration_s for r in reqs) / 3000 == pytest.approx(7200, rel=1e-3)
+    assert max(r.n_vms for r in reqs) <= 32
+    out = tmp_path / "w.lwf"
+    assert run("--seed", "2", "--exact-mean-runtime", "--out", str(out)).exit_code == 0
+    assert [(l.submit_s, l.n_vms, l.duration_s) for l in read_trace(out).leases] == \
+        [(r.ready_s, r.n_vms, r.duration_s) for r in reqs]

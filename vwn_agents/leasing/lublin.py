@@ -291,7 +291,7 @@ class LublinModel:
         if mean_runtime_s is not None:
             if mean_runtime_s <= 0:
                 raise ValueError("the mean runtime must be > 0 s")
-            model = replace(model, runtime_scale=mean_runtime_s / model.mean_runtime())
+            model = replace(model, runtime_scale=float(mean_runtime_s / model.mean_runtime()))
         if days is not None or n_jobs is not None:
             if not days or not n_jobs or days <= 0 or n_jobs <= 0:
                 raise ValueError("give both the number of jobs and the days (> 0) to set the arrival rate")

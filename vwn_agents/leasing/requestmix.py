@@ -31,7 +31,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
-from .lublin import ModelJob
+from .lublin import BATCH, INTERACTIVE, LublinModel, ModelJob, rescale_runtimes
 
 BEST_EFFORT_CANCELLABLE = "best-effort-cancellable"
 BEST_EFFORT_SUSPENDABLE = "best-effort-suspendable"
@@ -121,6 +121,23 @@ def assign_requests(jobs: list[ModelJob], seed: int, local: int | float | str = 
         out.append(Request(i + 1, job.submit_s, job.size, job.runtime_s, str(rtype), bool(is_local[i]),
                            deadline, job.job_class))
     return out
+
+
+def section_7_2_requests(seed: int, n_jobs: int = 3000, days: float = 14.0, nodes: int = 32,
+                         local: int | float | str = 1000, type_mix: dict | None = None,
+                         mean_size: float = 4.0, mean_runtime_s: float = 7200.0,
+                         exact_mean_runtime: bool = False, classes: tuple = (BATCH, INTERACTIVE),
+                         external_slack: tuple = (0.0, 1.0), local_slack: float = 0.0) -> list[Request]:
+    """Seed 002 Section 7.2's workload in one call (defaults: 3,000 requests in 14 days on 32
+    nodes, 4 VMs and 2 h on average, 1,000 local, the four external types 25 % each):
+    ``LublinModel.adjusted`` sampled with ``seed``, optionally with the sample's runtimes
+    rescaled to a mean of exactly ``mean_runtime_s`` (``rescale_runtimes``), then
+    ``assign_requests``. ValueError as those raise."""
+    model = LublinModel.adjusted(nodes, n_jobs, days, mean_size, mean_runtime_s, classes=classes)
+    jobs = model.sample(n_jobs, seed)
+    if exact_mean_runtime:
+        jobs = rescale_runtimes(jobs, mean_runtime_s)
+    return assign_requests(jobs, seed, local, type_mix, external_slack, local_slack)
 
 
 # ---- text formats -----------------------------------------------------------------------------
