@@ -48,7 +48,7 @@ def _pair(text: str, n: int, what: str) -> list[float]:
 @click.option("--jobs", type=click.IntRange(min=1), default=3000, show_default=True, help="number of requests")
 @click.option("--days", type=click.FloatRange(min=0, min_open=True), default=14.0, show_default=True,
               help="expected span of the arrivals (sets the arrival rate)")
-@click.option("--seed", type=int, default=1, show_default=True, help="random seed (same seed, same workload)")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="random seed (same seed, same workload)")
 @click.option("--nodes", type=click.IntRange(min=1), default=32, show_default=True,
               help="machine size (single-core nodes); largest request")
 @click.option("--local", "local", default="1000", show_default=True,

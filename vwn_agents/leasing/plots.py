@@ -5,6 +5,9 @@
 only for traces small enough to read: <= ``GANTT_MAX_LEASES`` leases and <= ``GANTT_MAX_NODES``
 nodes) and, when images were staged, ``disk.csv``/``disk.png`` (MB of images per node over
 time, seed 000 Figure 8.4). Returns the list of paths written.
+
+``workload_histograms`` draws two workloads' size, runtime and inter-arrival histograms side by
+side (``vgrid workload lublin --plot``).
 """
 from __future__ import annotations
 
