@@ -104,6 +104,13 @@ def decide(retry_count: int | None, shallow_retry_count: int | None, deep_used: 
     return Decision(None, shallow_used, limit, f"{why} ({shallow_used} shallow resubmissions used)")
 
 
+def past_attempt(job, event: dict) -> bool:
+    """Whether ``event`` names a dispatch key other than ``job``'s current one (contract 7);
+    an event without a ``key`` is taken as the current attempt's."""
+    dk = event.get("key")
+    return isinstance(dk, str) and dk != job.dispatch_key
+
+
 def apply(broker, job, outcome, reason: str, now: float, started: bool, fields: dict):
     """End ``job``'s failed attempt through ``broker``: Waiting under attempt n+1 (history:
     attempt, CE, reason, "deep"/"shallow" resubmission i/limit), or Aborted with ``reason`` and,

@@ -25,7 +25,7 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from vgrid_runtime.authn import Caller
 
-from . import authz, compound, heartbeats, idempotency, resubmission
+from . import authz, compound, heartbeats, idempotency, recovery, resubmission
 from .blacklist import blacklist_ce
 from .db import DuplicateSubmission, Job, JobStore, StaleState
 from .transfers import BrokerError, safe_name, transfer_secret
@@ -78,7 +78,7 @@ class Broker:
         self._last_scan: float | None = None
         self._scan_lock = threading.Lock()
 
-    def _ce(self, url: str) -> CEAgentClient:
+    def ce_client(self, url: str) -> CEAgentClient:
         """The client of the CE agent at ``url`` (sharing the broker's session; timeout
         ``dispatch_timeout_s``)."""
         return CEAgentClient(url, session=self.http, timeout_s=self.settings.dispatch_timeout_s)
@@ -250,7 +250,7 @@ class Broker:
             if job.owner_dn:
                 body["owner"] = {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
             try:
-                self._ce(url).submit(body)
+                self.ce_client(url).submit(body)
             except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
                 error = (f"CE {ce_id} refused the job: {exc}" if exc.status is not None
                          else f"CE {ce_id} unreachable: {exc.brief()}")
@@ -298,13 +298,10 @@ class Broker:
     def handle_event(self, key: str, event: dict[str, Any]) -> Job:
         """Apply one CE-agent event: running / caps / done / aborted (see docs/architecture.md).
 
-        Events for a job that already ended, and events of a past attempt (``event["key"]`` is
-        not the current dispatch key, :meth:`past_attempt`), are ignored (returned unchanged);
-        an event of a Stalled job first moves it back to the state it came from; an ``aborted``
-        event of a middleware failure resubmits the job when its counts allow
-        (:mod:`broker.resubmission`). An event that asks for an illegal transition raises
-        IllegalTransition; UnknownJob for an unknown key.
-        """
+        Events of an ended job or of a past attempt (:meth:`past_attempt`) are ignored (the job
+        is returned unchanged); a Stalled job first goes back to the state it came from; an
+        ``aborted`` event may resubmit the job (:meth:`resubmit_or_abort`). IllegalTransition
+        for an event that asks for an illegal transition; UnknownJob for an unknown key."""
         with self._lock:
             job = self.store.get(key)
             kind = event.get("event")
@@ -344,26 +341,18 @@ class Broker:
                 return self.resubmit_or_abort(job, event.get("outcome"), reason, now, started, **fields)
             raise BrokerError(f"unknown event {kind!r}", field="event")
 
-    @staticmethod
-    def past_attempt(job: Job, event: dict[str, Any]) -> bool:
-        """Whether ``event`` names a dispatch key other than ``job``'s current one (contract 7);
-        an event without a ``key`` is taken as the current attempt's."""
-        dk = event.get("key")
-        return isinstance(dk, str) and dk != job.dispatch_key
+    past_attempt = staticmethod(resubmission.past_attempt)
 
     def resubmit_or_abort(self, job: Job, outcome, reason: str, now: float, started: bool,
                           **fields) -> Job:
-        """End the current attempt of ``job`` (at a CE, or Stalled) that failed with ``outcome``
-        (``reason``: prose): back to Waiting as a deep or shallow resubmission when the
-        outcome is resubmittable and the counts allow, else Aborted with a reason naming the
-        exhausted count (:mod:`broker.resubmission`). StaleState if the job moved meanwhile."""
+        """End ``job``'s failed attempt: resubmitted or Aborted (:func:`broker.resubmission.apply`)."""
         return resubmission.apply(self, job, outcome, reason, now, started, fields)
 
     def cancel_at_ce(self, job: Job) -> None:
         """Ask the CE agent of ``job``'s current attempt to cancel it (best effort: logged)."""
         if job.ce_url:
             try:
-                self._ce(job.ce_url).cancel(job.dispatch_key)
+                self.ce_client(job.ce_url).cancel(job.dispatch_key)
             except CEAgentError as exc:
                 log.warning("cancel of %s at %s failed: %s", job.dispatch_key, job.ce_url, exc)
 
@@ -421,8 +410,7 @@ class Broker:
         """Remove what a failed attempt uploaded of job ``key``'s output (before a resubmission)."""
         shutil.rmtree(self.sandbox_dir / key / "output", ignore_errors=True)
 
-    def wake(self) -> None:
-        """Run a matcher pass soon (a job became Waiting)."""
+    def wake(self) -> None:  # run a matcher pass soon (a job became Waiting)
         self._wake.set()
 
     def output_dir(self, key: str) -> Path:
@@ -470,42 +458,12 @@ class Broker:
 
     # -- recovery and the loop -------------------------------------------------------------------
     def recover(self) -> None:
-        """After a restart: requeue jobs whose dispatch was not confirmed; resync jobs at CEs."""
-        now = self.clock.now()
-        for job in self.store.list(states=[JobState.SUBMITTED]):
-            if not job.depends_on:  # blocked DAG nodes stay Submitted until released
-                self._transition(job, JobState.WAITING, now, reason="recovered after a broker restart")
-        for job in self.store.list(states=[JobState.READY]):
-            self._transition(job, JobState.WAITING, now,
-                             reason="dispatch not confirmed before a broker restart")
-        for job in self.store.list(states=AT_CE):
-            self.resync(job)
+        """After a restart (:func:`broker.recovery.recover`)."""
+        recovery.recover(self)
 
     def resync(self, job: Job) -> None:
-        """Ask the job's CE agent for its state and apply what was missed."""
-        if not job.ce_url:
-            return
-        try:
-            info = self._ce(job.ce_url).job(job.dispatch_key)
-        except CEAgentError as exc:
-            if exc.status == 404:
-                try:
-                    self.resubmit_or_abort(job, Outcome.STALLED, f"CE {job.ce_id} no longer knows attempt "
-                                           f"{job.attempt} ({job.dispatch_key})", self.clock.now(),
-                                           started=job.state is JobState.RUNNING
-                                           or job.stalled_from == JobState.RUNNING.value)
-                except StaleState:
-                    pass
-                return
-            log.warning("resync of %s failed: %s", job.key, exc)
-            return
-        state = str(info.get("state", "")).lower()
-        events = {"running": ["running"], "done": ["running", "done"], "aborted": ["aborted"]}
-        for kind in events.get(state, []):
-            try:
-                self.handle_event(job.key, {**info, "event": kind, "key": job.dispatch_key})
-            except IllegalTransition:
-                pass
+        """Ask the job's CE agent for its current attempt (:func:`broker.recovery.resync`)."""
+        recovery.resync(self, job)
 
     def start(self) -> None:
         self.recover()
@@ -522,12 +480,11 @@ class Broker:
         """A Stalled scan (:func:`broker.heartbeats.scan`, one at a time) if ``force`` or
         ``stall_check_s`` of the clock passed since the last one; how many jobs changed state."""
         with self._scan_lock:
-            now = self.clock.now()
-            if not force and self._last_scan is not None \
-                    and 0 <= now - self._last_scan < self.settings.stall_check_s:
-                return 0
-            self._last_scan = now
-            return heartbeats.scan(self, now)
+            now, last = self.clock.now(), self._last_scan
+            if force or last is None or not 0 <= now - last < self.settings.stall_check_s:
+                self._last_scan = now
+                return heartbeats.scan(self, now)
+            return 0
 
     def _loop(self) -> None:
         while not self._stop.is_set():
