@@ -44,7 +44,7 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "attempt": job.attempt, "dispatch_key": job.dispatch_key,
             "deep_resubmissions": job.deep_count, "shallow_resubmissions": job.shallow_count,
             "failed_ces": job.failed_ces, "last_heard": job.last_heard,
-            "stalled_from": job.stalled_from,
+            "stalled_from": job.stalled_from, "last_failure": job.last_failure,
             "history": job.history}
 
 

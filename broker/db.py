@@ -71,6 +71,7 @@ class JobRow(Base):
     shallow_count: Mapped[int] = mapped_column(Integer, default=0)
     failed_ces: Mapped[str] = mapped_column(Text, default="[]")
     waiting_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_failure: Mapped[str | None] = mapped_column(Text, nullable=True)  # of the last attempt
     # heartbeats (broker.heartbeats): when the job was last heard of (broker clock), and for a
     # Stalled job the state it came from and when it became Stalled
     last_heard: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -138,6 +139,7 @@ class Job:
     shallow_count: int = 0
     failed_ces: list[str] = field(default_factory=list)
     waiting_since: float | None = None
+    last_failure: str | None = None
     last_heard: float | None = None
     stalled_from: str | None = None
     stalled_at: float | None = None
@@ -190,14 +192,14 @@ def new_key() -> str:
 _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_ended_at", "exit_code", "reason",
             "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name",
             "owner_dn", "owner_vo", "node_url", "attempt", "deep_count", "shallow_count",
-            "waiting_since", "last_heard", "stalled_from", "stalled_at")
+            "waiting_since", "last_failure", "last_heard", "stalled_from", "stalled_at")
 #: Columns added after the first release, created in older databases when opened.
 _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
                   "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)",
                   "idem_key": "VARCHAR(128)", "idem_scope": "VARCHAR(1024)",
                   "attempt": "INTEGER DEFAULT 0", "dispatch_key": "VARCHAR(48)",
                   "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
-                  "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT",
+                  "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
                   "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",)

@@ -137,6 +137,7 @@ def apply(broker, job, outcome, reason: str, now: float, started: bool, fields: 
                        dispatch_key=f"{job.key}.{attempt}", failed_ces=failed, waiting_since=now,
                        node=None, vwn=None, node_url=None, vwn_ended_at=None, exit_code=None,
                        outcome=None, cpu_caps=[], cpu_capped=None, cap_reason=None,
+                       last_failure=f"attempt {job.attempt} at CE {job.ce_id} ({code_text}): {reason}",
                        stalled_from=None, stalled_at=None, dispatch_attempts=0, **counts, **keep)
     log.info("job %s: %s", job.key, history)
     broker.discard_output(job.key)

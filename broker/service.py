@@ -216,7 +216,8 @@ class Broker:
         chosen = self.matchmaker.select(result)
         if chosen is None:
             if now - (job.waiting_since or job.submitted_at) >= self.settings.match_expiry_s:
-                tried = f" (not on the CEs it failed on: {', '.join(job.failed_ces)})" if job.failed_ces else ""
+                tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
+                         f"{job.last_failure}" if job.failed_ces else "")
                 self._transition(job, JobState.ABORTED, now, reason=NO_MATCH + tried,
                                  outcome=Outcome.NO_RESOURCES)
                 return True

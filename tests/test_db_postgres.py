@@ -75,7 +75,7 @@ def test_resubmission_and_heartbeat_columns_on_postgres(pg_url):
     store.record_ce_heartbeat("http://ce1", "ce1", 5.0, 122.0)
     assert store.ce_heartbeats() == {"http://ce1": {"ce": "ce1", "interval_s": 5.0, "last_heard": 122.0}}
     with store.engine.begin() as conn:
-        for col in ("attempt", "dispatch_key", "deep_count", "shallow_count", "failed_ces",
+        for col in ("attempt", "dispatch_key", "deep_count", "shallow_count", "failed_ces", "last_failure",
                     "waiting_since", "last_heard", "stalled_from", "stalled_at"):
             conn.execute(text(f"ALTER TABLE jobs DROP COLUMN {col}"))
     store.close()

@@ -19,7 +19,7 @@ from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .broker_site import start_broker
-from .test_broker_api import ce_ad
+from .test_broker_api import ce_ad, run_cli
 from .waiting import wait_until
 
 A, B = "ce-a:8443/vgrid-vwn-long", "ce-b:8443/vgrid-vwn-long"
@@ -134,6 +134,8 @@ def test_deep_resubmission_after_node_lost_goes_to_another_ce_and_past_events_ar
     assert late.status_code == 200 and late.json()["ignored"] == "past attempt"
     assert g.job(key)["state"] == "Scheduled"
     assert g.event(key, f"{key}.1", "running").json()["state"] == "Running"
+    shown = run_cli("status", key, env_url=g.url)
+    assert shown.returncode == 0 and "Running (attempt 1: deep 1, shallow 0)" in shown.stdout, shown
     done = g.event(key, f"{key}.1", "done", exit_code=0).json()
     assert done["state"] == "Done" and done["attempt"] == 1
     # the sandbox capability of attempt 0 no longer opens the sandbox
