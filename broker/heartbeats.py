@@ -111,6 +111,8 @@ def scan(broker, now: float) -> int:
         if not interval or interval <= 0:
             continue
         heard = job.last_heard if job.last_heard is not None else job.updated_at
+        if broker.started_at is not None:    # not Stalled for the broker's own downtime
+            heard = max(heard, broker.started_at)
         silence = now - heard
         if silence <= MISSED_INTERVALS * interval:
             continue

@@ -76,6 +76,7 @@ class Broker:
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
         self._last_scan: float | None = None
+        self.started_at: float | None = None
         self._scan_lock = threading.Lock()
 
     def ce_client(self, url: str) -> CEAgentClient:
@@ -467,6 +468,7 @@ class Broker:
         recovery.resync(self, job)
 
     def start(self) -> None:
+        self.started_at = self.clock.now()   # silence while the broker was down is not the CE's
         self.recover()
         self._thread = threading.Thread(target=self._loop, name="vgrid-matcher", daemon=True)
         self._thread.start()

@@ -50,6 +50,8 @@ class ScriptedCE:
 
         @app.get("/jobs/<key>")
         def get(key):
+            if key in self.keys() and key not in self.cancels:
+                return jsonify({"key": key, "state": "Scheduled"})
             return jsonify({"error": {"message": "unknown"}}), 404
 
         self.server = BackgroundServer(app)
@@ -64,11 +66,11 @@ class ScriptedCE:
 def grid(tmp_path):
     made = []
 
-    def make(ces=(A, B), limits=RetryLimits(), **settings):
-        fakes = {ce: ScriptedCE() for ce in ces}
+    def make(ces=(A, B), limits=RetryLimits(), fakes=None, clock=None, **settings):
+        fakes = fakes or {ce: ScriptedCE() for ce in ces}
         ads = [{**ce_ad(ce, 4, 9000 if ce == A else 1000), "GlueCEInfoContactString": [f.url]}
                for ce, f in fakes.items()]
-        clock = SimulatedClock(1000.0)
+        clock = clock or SimulatedClock(1000.0)
         defaults = dict(match_interval_s=0.05, dispatch_timeout_s=5, limits=limits,
                         stalled_resubmit_s=60.0, match_expiry_s=30.0)
         server, broker = start_broker(tmp_path, ads, clock, BrokerSettings(**{**defaults, **settings}))
@@ -79,9 +81,9 @@ def grid(tmp_path):
     for server, broker, fakes in made:
         broker.stop()
         server.close()
-        for f in fakes.values():
-            f.server.close()
         broker.store.close()
+    for f in {id(f): f for _, _, fakes in made for f in fakes.values()}.values():
+        f.server.close()
 
 
 class Grid:
@@ -277,6 +279,23 @@ def test_an_event_brings_a_stalled_job_back(grid):
     job = g.event(key, key, "running").json()
     assert job["state"] == "Running"
     assert [h["state"] for h in job["history"]][-3:] == ["Stalled", "Scheduled", "Running"]
+
+
+def test_a_restarted_broker_does_not_stall_jobs_for_its_own_downtime(grid):
+    g = grid()
+    key = g.submit("RetryCount = 1;")
+    g.at(A, key)
+    g.event(key, key, "running")
+    g.heartbeat(A, [{"key": key, "state": "Running", "silent_s": 0.0}])
+    g.broker.stop()
+    g.clock.advance(300.0)                 # the broker was down for 5 minutes
+    g2 = grid(fakes=g.ce, clock=g.clock)   # same database and CE agents
+    assert g2.job(key)["state"] == "Running"
+    g2.broker.check_stalled(force=True)
+    assert g2.job(key)["state"] == "Running"
+    g2.clock.advance(31.0)                 # but 3 intervals after the restart without news: Stalled
+    g2.broker.check_stalled(force=True)
+    assert g2.job(key)["state"] == "Stalled"
 
 
 def test_heartbeat_entries_of_jobs_at_another_ce_are_not_applied(grid):
