@@ -82,9 +82,11 @@ def receive(broker, body: Any) -> list[str]:
         times[job.key] = now if silent is None else now - max(0.0, float(silent))
     broker.store.heard(times)
     for key, t in times.items():
-        job = jobs[key]
-        if job.state is JobState.STALLED and now - t < MISSED_INTERVALS * interval:
-            recover(broker, job, now, f"heard again in a heartbeat of CE {ce}")
+        if jobs[key].state is JobState.STALLED and now - t < MISSED_INTERVALS * interval:
+            with broker.lock:
+                job = broker.store.get(key)
+                if job.state is JobState.STALLED and job.dispatch_key == jobs[key].dispatch_key:
+                    recover(broker, job, now, f"heard again in a heartbeat of CE {ce}")
     return unknown
 
 
@@ -105,36 +107,47 @@ def scan(broker, now: float) -> int:
     settings = broker.settings
     ces = broker.store.ce_heartbeats()
     changed = 0
-    for job in broker.store.list(states=[JobState.SCHEDULED, JobState.RUNNING], history=False):
+    def silence(job) -> tuple[float, float]:
+        """(seconds not heard of, the CE's interval or 0 when unknown)."""
         beat = ces.get((job.ce_url or "").rstrip("/"))
         interval = beat["interval_s"] if beat else settings.default_ce_interval_s
-        if not interval or interval <= 0:
-            continue
         heard = job.last_heard if job.last_heard is not None else job.updated_at
         if broker.started_at is not None:    # not Stalled for the broker's own downtime
             heard = max(heard, broker.started_at)
-        silence = now - heard
-        if silence <= MISSED_INTERVALS * interval:
+        return now - heard, interval
+
+    for job in broker.store.list(states=[JobState.SCHEDULED, JobState.RUNNING], history=False):
+        silent, interval = silence(job)
+        if not interval or interval <= 0 or silent <= MISSED_INTERVALS * interval:
             continue
-        try:
-            broker.move(job, JobState.STALLED, now, stalled_from=job.state.value, stalled_at=now,
-                        reason=f"not heard of for {silence:.0f} s at CE {job.ce_id} "
-                               f"({MISSED_INTERVALS} x its heartbeat interval {interval:g} s)")
-            changed += 1
-        except StaleState:
-            pass
+        with broker.lock:        # re-read under the lock: an event applied meanwhile wins
+            job = broker.store.get(job.key)
+            silent, interval = silence(job)
+            if job.state not in (JobState.SCHEDULED, JobState.RUNNING) \
+                    or silent <= MISSED_INTERVALS * interval:
+                continue
+            try:
+                broker.move(job, JobState.STALLED, now, stalled_from=job.state.value, stalled_at=now,
+                            reason=f"not heard of for {silent:.0f} s at CE {job.ce_id} "
+                                   f"({MISSED_INTERVALS} x its heartbeat interval {interval:g} s)")
+                changed += 1
+            except StaleState:
+                pass
     for job in broker.store.list(states=[JobState.STALLED], history=False):
         since = job.stalled_at if job.stalled_at is not None else job.updated_at
         if now - since < settings.stalled_resubmit_s:
             continue
-        broker.cancel_at_ce(job)
+        broker.cancel_at_ce(job)                 # network: outside the lock
         heard = job.last_heard if job.last_heard is not None else since
         why = (f"Stalled: not heard of for {now - heard:.0f} s at CE {job.ce_id} "
                f"(attempt {job.attempt}, {job.stalled_from or 'Scheduled'} when it went silent)")
-        try:
-            broker.resubmit_or_abort(job, Outcome.STALLED, why, now,
-                                     started=job.stalled_from == JobState.RUNNING.value)
-            changed += 1
-        except StaleState:
-            pass
+        with broker.lock:
+            if broker.store.get(job.key).state is not JobState.STALLED:
+                continue                         # heard again or cancelled meanwhile
+            try:
+                broker.resubmit_or_abort(job, Outcome.STALLED, why, now,
+                                         started=job.stalled_from == JobState.RUNNING.value)
+                changed += 1
+            except StaleState:
+                pass                             # heard again or cancelled meanwhile
     return changed

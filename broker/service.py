@@ -74,7 +74,7 @@ class Broker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.RLock()
+        self._lock = self.lock = threading.RLock()   # one job change at a time (events, scans)
         self._last_scan: float | None = None
         self.started_at: float | None = None
         self._scan_lock = threading.Lock()
@@ -327,6 +327,8 @@ class Broker:
             started = job.state is JobState.RUNNING or job.stalled_from == JobState.RUNNING.value
             if job.state is JobState.STALLED:
                 job = heartbeats.recover(self, job, now, f"heard again: {kind} event")
+                if job.state not in AT_CE or job.state is JobState.STALLED:
+                    return job          # resubmitted meanwhile: this attempt is over
             if kind == "caps" or (kind == "running" and job.state is JobState.RUNNING):
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":
