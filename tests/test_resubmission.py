@@ -373,3 +373,21 @@ def test_jdl_accepts_minus_one_and_refuses_lower_naming_the_field(n, attr):
     else:
         with pytest.raises(jdlmod.JDLError, match=f"{attr} must be >= -1, not {n}"):
             jdlmod.parse_jdl(text, "r.jdl", local_files=False)
+
+
+def test_exclusion_keeps_the_per_snapshot_grouping():
+    """``match(..., exclude=...)`` filters one job's candidates after the grouping: the next job
+    with the same JDL text (and no exclusion) still sees every CE from the same evaluation."""
+    import random
+
+    from broker.matchmaker import Matchmaker
+    from infosys.feedback import FeedbackCounters
+
+    ads = [ce_ad(c, 4, 1000) for c in (A, B, "ce-c:8443/vgrid-vwn-long")]
+    mm = Matchmaker(FeedbackCounters(), rng=random.Random(1))
+    desc = jdlmod.parse_jdl(RANKED, "r.jdl", local_files=False)
+    ids = lambda r: sorted(c.ce_id for c in r.candidates)   # noqa: E731
+    everything = ids(mm.match(desc, ads, now=0.0))
+    assert ids(mm.match(desc, ads, now=0.0, exclude={A, B})) == ["ce-c:8443/vgrid-vwn-long"]
+    assert ids(mm.match(desc, ads, now=0.0)) == everything and len(everything) == 3
+    assert len(mm._groups) == 1                         # one evaluation served all three
