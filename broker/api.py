@@ -17,7 +17,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication, refus
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
 from vgrid_runtime.tls import TLSFiles
 
-from . import authz, heartbeats, idempotency
+from . import authz, heartbeats, idempotency, resubmission
 from .db import Job, UnknownJob
 from .transfers import BrokerError
 from .service import Broker
@@ -158,14 +158,15 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return error("event body must be a JSON object", 400)
-        job = broker.get(key)
-        if broker.past_attempt(job, body):     # contract 7: nothing applied
-            authorize(authz.is_service(caller()), f"post events of job {key} (not a service)")
-            return jsonify({"ignored": "past attempt", "key": body.get("key"),
-                            "current": job.dispatch_key})
-        authorize(lambda: authz.may_report(caller(), job),
-                  f"post events of job {key} (not the CE agent it was dispatched to)")
-        return jsonify(job_json(broker, broker.handle_event(key, body)))
+        def rule() -> bool:   # read the job only when there is a caller to check
+            job, who = broker.get(key), caller()
+            return authz.may_report(who, job) or (broker.past_attempt(job, body) and authz.is_service(who))
+
+        authorize(rule, f"post events of job {key} (not the CE agent it was dispatched to)")
+        try:
+            return jsonify(job_json(broker, broker.handle_event(key, body)))
+        except resubmission.PastAttempt as past:   # contract 7: nothing applied
+            return jsonify({"ignored": "past attempt", "key": past.key, "current": past.current})
 
     @app.post("/heartbeats")
     def heartbeats_in():

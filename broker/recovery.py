@@ -16,6 +16,7 @@ from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
 from vgrid_runtime.outcomes import Outcome
 
 from .db import Job, StaleState
+from .resubmission import PastAttempt
 
 log = logging.getLogger("vgrid.broker")
 
@@ -56,5 +57,5 @@ def resync(broker, job: Job) -> None:
     for kind in _EVENTS.get(str(info.get("state", "")).lower(), []):
         try:
             broker.handle_event(job.key, {**info, "event": kind, "key": job.dispatch_key})
-        except IllegalTransition:
+        except (IllegalTransition, PastAttempt):   # moved on meanwhile
             pass

@@ -104,6 +104,15 @@ def decide(retry_count: int | None, shallow_retry_count: int | None, deep_used: 
     return Decision(None, shallow_used, limit, f"{why} ({shallow_used} shallow resubmissions used)")
 
 
+class PastAttempt(Exception):
+    """An event of a past attempt of a job (nothing applied); ``key``: the event's dispatch key,
+    ``current``: the job's current one."""
+
+    def __init__(self, key: str, current: str) -> None:
+        super().__init__(f"event of past attempt {key} (current: {current})")
+        self.key, self.current = key, current
+
+
 def past_attempt(job, event: dict) -> bool:
     """Whether ``event`` names a dispatch key other than ``job``'s current one (contract 7);
     an event without a ``key`` is taken as the current attempt's."""

@@ -300,17 +300,18 @@ class Broker:
     def handle_event(self, key: str, event: dict[str, Any]) -> Job:
         """Apply one CE-agent event: running / caps / done / aborted (see docs/architecture.md).
 
-        Events of an ended job or of a past attempt (:meth:`past_attempt`) are ignored (the job
-        is returned unchanged); a Stalled job first goes back to the state it came from; an
-        ``aborted`` event may resubmit the job (:meth:`resubmit_or_abort`). IllegalTransition
-        for an event that asks for an illegal transition; UnknownJob for an unknown key."""
+        Events of an ended job are ignored (the job is returned unchanged), those of a past
+        attempt raise ``resubmission.PastAttempt`` (nothing applied); a Stalled job first goes
+        back to the state it came from; an ``aborted`` event may resubmit the job
+        (:meth:`resubmit_or_abort`). IllegalTransition for an event that asks for an illegal
+        transition; UnknownJob for an unknown key."""
         with self._lock:
             job = self.store.get(key)
             kind = event.get("event")
             now = self.clock.now()
             if self.past_attempt(job, event):
                 log.info("ignoring %s event of past attempt %s of job %s", kind, event.get("key"), key)
-                return job
+                raise resubmission.PastAttempt(event["key"], job.dispatch_key)
             fields: dict[str, Any] = {"last_heard": now}
             for name in ("node", "vwn", "cap_reason", "node_url"):
                 if event.get(name) is not None:
