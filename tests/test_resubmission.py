@@ -391,3 +391,27 @@ def test_exclusion_keeps_the_per_snapshot_grouping():
     assert ids(mm.match(desc, ads, now=0.0, exclude={A, B})) == ["ce-c:8443/vgrid-vwn-long"]
     assert ids(mm.match(desc, ads, now=0.0)) == everything and len(everything) == 3
     assert len(mm._groups) == 1                         # one evaluation served all three
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                           max_leaves=12)
+
+
+@given(body=st.one_of(json_values, st.fixed_dictionaries(
+    {"ce": st.one_of(st.text(max_size=5), json_values), "url": st.sampled_from(["http://c:1", "ftp://x", 3, None]),
+     "interval_s": st.one_of(st.floats(), st.integers(-2, 20), json_values),
+     "jobs": st.one_of(st.lists(st.fixed_dictionaries({"key": json_values, "silent_s": json_values}), max_size=3),
+                       json_values)})))
+def test_heartbeat_parser_accepts_or_names_the_field(body):
+    """Any JSON body: parsed into (ce, url, interval > 0, jobs with string keys), or a
+    BrokerError 400 naming the field; never another exception."""
+    from broker.heartbeats import parse
+    from broker.transfers import BrokerError
+    try:
+        ce, url, interval, jobs = parse(body)
+    except BrokerError as exc:
+        assert exc.status == 400 and exc.details.get("field")
+        return
+    assert isinstance(ce, str) and ce and url.startswith("http") and interval > 0
+    assert all(isinstance(e["key"], str) and e["key"] for e in jobs)
