@@ -130,6 +130,7 @@ def scan(broker, now: float) -> int:
                 broker.move(job, JobState.STALLED, now, stalled_from=job.state.value, stalled_at=now,
                             reason=f"not heard of for {silent:.0f} s at CE {job.ce_id} "
                                    f"({MISSED_INTERVALS} x its heartbeat interval {interval:g} s)")
+                log.warning("job %s Stalled: not heard of for %.0f s at CE %s", job.key, silent, job.ce_id)
                 changed += 1
             except StaleState:
                 pass
