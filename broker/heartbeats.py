@@ -13,7 +13,10 @@ and answers the dispatch keys that are not the current attempt of a live job at 
 applied. :func:`scan` (the matcher loop, broker clock) moves a Scheduled/Running job not heard
 of for 3 x its CE's interval to Stalled, a Stalled job heard again back to the state it came
 from, and a job Stalled for ``stalled_resubmit_s`` to resubmission or Aborted (outcome
-``stalled``) after asking its CE to cancel the old attempt (best effort).
+``stalled``) after asking its CE to cancel the old attempt (best effort). That resubmission is
+*deep* even when the job was Scheduled: its VWN may have started after the CE went silent, and
+only a failure known to precede the start may be shallow (a shallow resubmission must never run
+a job twice, gLite's guarantee).
 """
 from __future__ import annotations
 
@@ -141,13 +144,14 @@ def scan(broker, now: float) -> int:
         broker.cancel_at_ce(job)                 # network: outside the lock
         heard = job.last_heard if job.last_heard is not None else since
         why = (f"Stalled: not heard of for {now - heard:.0f} s at CE {job.ce_id} "
-               f"(attempt {job.attempt}, {job.stalled_from or 'Scheduled'} when it went silent)")
+               f"(attempt {job.attempt}, {job.stalled_from or 'Scheduled'} when it went silent; "
+               f"it may have started meanwhile)")
         with broker.lock:
             if broker.store.get(job.key).state is not JobState.STALLED:
                 continue                         # heard again or cancelled meanwhile
             try:
                 broker.resubmit_or_abort(job, Outcome.STALLED, why, now,
-                                         started=job.stalled_from == JobState.RUNNING.value)
+                                         started=True)
                 changed += 1
             except StaleState:
                 pass                             # heard again or cancelled meanwhile

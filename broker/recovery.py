@@ -5,7 +5,7 @@ go to Waiting, Ready jobs (a dispatch that was not confirmed) back to Waiting, a
 a CE (Scheduled, Running, Stalled) is resynchronised with :func:`resync`, which asks the CE
 agent for the job's *current attempt* (its dispatch key, contract 7) and applies the events
 the broker missed; a CE that no longer knows that attempt (404) ends it like a lost job
-(resubmitted when its counts allow, else Aborted; outcome ``stalled``).
+(a deep resubmission when its counts allow, else Aborted; outcome ``stalled``).
 """
 from __future__ import annotations
 
@@ -47,10 +47,9 @@ def resync(broker, job: Job) -> None:
         if exc.status != 404:
             log.warning("resync of %s failed: %s", job.dispatch_key, exc)
             return
-        started = job.state is JobState.RUNNING or job.stalled_from == JobState.RUNNING.value
-        try:
+        try:        # deep: it may have started before its CE forgot it (as a Stalled job)
             broker.resubmit_or_abort(job, Outcome.STALLED, f"CE {job.ce_id} no longer knows attempt "
-                                     f"{job.attempt} ({job.dispatch_key})", broker.clock.now(), started)
+                                     f"{job.attempt} ({job.dispatch_key})", broker.clock.now(), True)
         except StaleState:
             pass
         return

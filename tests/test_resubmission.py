@@ -265,7 +265,9 @@ def test_stalled_without_retries_ends_aborted_stalled(grid):
     g.broker.check_stalled(force=True)
     end = g.job(key)
     assert end["state"] == "Aborted" and end["outcome"] == "stalled"
-    assert "ShallowRetryCount = 0 exhausted" in end["reason"] and "Stalled" in end["reason"]
+    # deep although it was Scheduled: it may have started after its CE went silent
+    assert "RetryCount = 0 exhausted" in end["reason"] and "Stalled" in end["reason"]
+    assert "ShallowRetryCount" not in end["reason"]
 
 
 def test_an_event_brings_a_stalled_job_back(grid):
@@ -296,6 +298,21 @@ def test_a_restarted_broker_does_not_stall_jobs_for_its_own_downtime(grid):
     g2.clock.advance(31.0)                 # but 3 intervals after the restart without news: Stalled
     g2.broker.check_stalled(force=True)
     assert g2.job(key)["state"] == "Stalled"
+
+
+def test_a_restarted_broker_resubmits_what_the_ce_forgot_under_a_new_key(grid):
+    """Resync by dispatch key: a CE that answers 404 for the attempt (it lost it) makes it a
+    deep resubmission elsewhere, never the same key again (issue 11's "stays Scheduled")."""
+    g = grid()
+    key = g.submit("RetryCount = 1; ShallowRetryCount = 0;")
+    g.at(A, key)
+    g.broker.stop()
+    g.ce[A].cancels.append(key)           # the CE agent lost the job (GET answers 404)
+    g2 = grid(fakes=g.ce, clock=g.clock)
+    g2.at(B, f"{key}.1")
+    job = g2.job(key)
+    assert job["deep_resubmissions"] == 1 and job["failed_ces"] == [A]
+    assert any(f"no longer knows attempt 0 ({key})" in (h["reason"] or "") for h in job["history"])
 
 
 def test_heartbeat_entries_of_jobs_at_another_ce_are_not_applied(grid):
