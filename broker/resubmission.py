@@ -31,6 +31,8 @@ import jdl as jdlmod
 from vgrid_runtime.job_states import JobState
 from vgrid_runtime.outcomes import Outcome
 
+from .db import dispatch_key_of
+
 log = logging.getLogger("vgrid.broker.resubmission")
 
 #: Outcome codes of failures that are the middleware's, not the job's: resubmitted when the
@@ -143,7 +145,7 @@ def apply(broker, job, outcome, reason: str, now: float, started: bool, fields: 
                f"{decision.kind} resubmission {decision.used + 1}/{decision.limit} as attempt {attempt}")
     keep = {k: v for k, v in fields.items() if k in ("last_heard",)}
     done = broker.move(job, JobState.WAITING, now, reason=history, attempt=attempt,
-                       dispatch_key=f"{job.key}.{attempt}", failed_ces=failed, waiting_since=now,
+                       dispatch_key=dispatch_key_of(job.key, attempt), failed_ces=failed, waiting_since=now,
                        node=None, vwn=None, node_url=None, vwn_ended_at=None, exit_code=None,
                        outcome=None, cpu_caps=[], cpu_capped=None, cap_reason=None,
                        last_failure=f"attempt {job.attempt} at CE {job.ce_id} ({code_text}): {reason}",
