@@ -17,7 +17,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication, refus
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
 from vgrid_runtime.tls import TLSFiles
 
-from . import authz, idempotency
+from . import authz, heartbeats, idempotency, resubmission
 from .db import Job, UnknownJob
 from .transfers import BrokerError
 from .service import Broker
@@ -41,6 +41,10 @@ def job_json(broker: Broker, job: Job) -> dict[str, Any]:
             "depends_on": [broker.job_id(k) for k in job.depends_on],
             "owner": {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
             if job.owner_dn else None,
+            "attempt": job.attempt, "dispatch_key": job.dispatch_key,
+            "deep_resubmissions": job.deep_count, "shallow_resubmissions": job.shallow_count,
+            "failed_ces": job.failed_ces, "last_heard": job.last_heard,
+            "stalled_from": job.stalled_from, "last_failure": job.last_failure,
             "history": job.history}
 
 
@@ -154,9 +158,24 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return error("event body must be a JSON object", 400)
-        authorize(lambda: authz.may_report(caller(), broker.get(key)),
-                  f"post events of job {key} (not the CE agent it was dispatched to)")
-        return jsonify(job_json(broker, broker.handle_event(key, body)))
+        def rule() -> bool:   # read the job only when there is a caller to check
+            job, who = broker.get(key), caller()
+            return authz.may_report(who, job) or (broker.past_attempt(job, body) and authz.is_service(who))
+
+        authorize(rule, f"post events of job {key} (not the CE agent it was dispatched to)")
+        try:
+            return jsonify(job_json(broker, broker.handle_event(key, body)))
+        except resubmission.PastAttempt as past:   # contract 7: nothing applied
+            return jsonify({"ignored": "past attempt", "key": past.key, "current": past.current})
+
+    @app.post("/heartbeats")
+    def heartbeats_in():
+        """A CE agent's heartbeat (broker.heartbeats); 200 ``{"unknown": [dispatch keys]}``."""
+        body = request.get_json(silent=True)
+        url = body.get("url") if isinstance(body, dict) else None
+        authorize(authz.may_heartbeat(caller(), url if isinstance(url, str) else None),
+                  f"post heartbeats for CE agent {url!r} (its certificate does not serve that URL)")
+        return jsonify({"unknown": heartbeats.receive(broker, body)})
 
     @app.get("/jobs/<key>/output")
     def output_list(key: str):

@@ -8,6 +8,8 @@ HTTP layer (:mod:`broker.api`) calls them and answers 403 when a rule says no. T
   DN, VO and FQANs, and the JDL's ``VirtualOrganisation``, when given, must agree;
 * a user reads, cancels, retrieves and clears only their own jobs, unless the DN is one of the
   broker's ``admins``;
+* a CE agent posts heartbeats (``POST /heartbeats``) only for the URL its host certificate
+  serves, and a heartbeat's job entries apply only to jobs dispatched to that URL;
 * only the CE agent the job was dispatched to posts its events (the caller's host certificate
   is valid for the job's CE URL), and only the job's CE agent or node agent fetches its input
   sandbox and uploads its output sandbox (the job's CE/node URL, or a service presenting the
@@ -76,3 +78,15 @@ def may_report(who: Caller, job: Job) -> bool:
 def may_transfer(who: Caller, job: Job) -> bool:
     """Input/output sandbox transfers of ``job``: its CE agent or the node agent running it."""
     return who.identity is None or who.serves(job.ce_url) or who.serves(job.node_url)
+
+
+def may_heartbeat(who: Caller, url: str | None) -> bool:
+    """``POST /heartbeats`` naming CE agent ``url``: only that CE agent (its host certificate
+    serves ``url``); any caller in plain-HTTP mode."""
+    return who.identity is None or (bool(url) and who.serves(url))
+
+
+def is_service(who: Caller) -> bool:
+    """A service (host certificate), or anyone in plain-HTTP mode: may be told that an event
+    of a past attempt was ignored (nothing is applied)."""
+    return who.identity is None or bool(who.identity.hosts)

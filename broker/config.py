@@ -42,6 +42,16 @@ class BrokerConfig(ConfigSchema, TLSOptions):
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "
                              "5xx on dispatch is left out of matching; 0 disables the blacklist")
+    max_retry_count: int = opt(10, "gLite MaxRetryCount: the most deep resubmissions of any job "
+                               "(caps the JDL's RetryCount)")
+    max_shallow_retry_count: int = opt(10, "gLite MaxShallowRetryCount: the most shallow "
+                                       "resubmissions of any job (caps ShallowRetryCount)")
+    default_retry_count: int = opt(0, "RetryCount of a JDL that sets none")
+    default_shallow_retry_count: int = opt(3, "ShallowRetryCount of a JDL that sets none")
+    stalled_resubmit_s: float = opt(60.0, "seconds a job stays Stalled (its CE did not report it "
+                                    "for 3 heartbeat intervals) before it is resubmitted or Aborted")
+    default_ce_interval_s: float = opt(0.0, "heartbeat interval (s) assumed for a CE agent that "
+                                       "never sent one; 0 = its jobs are never marked Stalled")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
@@ -56,4 +66,11 @@ class BrokerConfig(ConfigSchema, TLSOptions):
                 return f"field {name!r} must be > 0"
         if self.blacklist_s < 0:
             return "field 'blacklist_s' must be >= 0"
+        for name in ("max_retry_count", "max_shallow_retry_count", "stalled_resubmit_s",
+                     "default_ce_interval_s"):
+            if getattr(self, name) < 0:
+                return f"field {name!r} must be >= 0"
+        for name in ("default_retry_count", "default_shallow_retry_count"):
+            if getattr(self, name) < -1:
+                return f"field {name!r} must be >= -1"
         return None

@@ -62,8 +62,34 @@ class JobRow(Base):
     # the owner's DN, "" in plain-HTTP mode (a unique index needs a non-NULL scope)
     idem_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
     idem_scope: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    # resubmission (broker.resubmission, gLite deep/shallow): the attempt number (0 = first),
+    # its dispatch key (``<key>`` for attempt 0, ``<key>.<n>`` after), the resubmissions used,
+    # the CE ids the job failed on (JSON list, excluded from matching), when it last waited
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    dispatch_key: Mapped[str | None] = mapped_column(String(48), nullable=True)
+    deep_count: Mapped[int] = mapped_column(Integer, default=0)
+    shallow_count: Mapped[int] = mapped_column(Integer, default=0)
+    failed_ces: Mapped[str] = mapped_column(Text, default="[]")
+    waiting_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_failure: Mapped[str | None] = mapped_column(Text, nullable=True)  # of the last attempt
+    # heartbeats (broker.heartbeats): when the job was last heard of (broker clock), and for a
+    # Stalled job the state it came from and when it became Stalled
+    last_heard: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stalled_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),)
+
+
+class CEHeartbeatRow(Base):
+    """The last heartbeat of one CE agent (``POST /heartbeats``), keyed by its URL."""
+
+    __tablename__ = "ce_heartbeats"
+
+    url: Mapped[str] = mapped_column(String(512), primary_key=True)
+    ce_id: Mapped[str] = mapped_column(String(512))
+    interval_s: Mapped[float] = mapped_column(Float)
+    last_heard: Mapped[float] = mapped_column(Float)   # broker clock, seconds
 
 
 class HistoryRow(Base):
@@ -108,6 +134,22 @@ class Job:
     owner_vo: str | None = None
     owner_fqans: list[str] = field(default_factory=list)
     node_url: str | None = None
+    attempt: int = 0
+    deep_count: int = 0
+    shallow_count: int = 0
+    failed_ces: list[str] = field(default_factory=list)
+    waiting_since: float | None = None
+    last_failure: str | None = None
+    last_heard: float | None = None
+    stalled_from: str | None = None
+    stalled_at: float | None = None
+    dispatch_key_col: str | None = None
+
+    @property
+    def dispatch_key(self) -> str:
+        """The key the current attempt is dispatched under: the job key for attempt 0,
+        ``<key>.<attempt>`` after (contract 7, docs/architecture.md)."""
+        return self.dispatch_key_col or dispatch_key_of(self.key, self.attempt)
 
     @property
     def ended(self) -> bool:
@@ -132,6 +174,16 @@ class DuplicateSubmission(Exception):
     (``args``: scope, key); nothing of this request was stored."""
 
 
+def dispatch_key_of(key: str, attempt: int) -> str:
+    """``key`` for attempt 0, ``"<key>.<attempt>"`` after ('.' is not in the key alphabet)."""
+    return key if attempt <= 0 else f"{key}.{attempt}"
+
+
+def job_key_of(dispatch_key: str) -> str:
+    """The job key of a dispatch key (the part before the first '.')."""
+    return dispatch_key.split(".", 1)[0]
+
+
 def new_key() -> str:
     """A 22-character URL-safe job key (as the unique part of a gLite job id)."""
     return secrets.token_urlsafe(16)[:22]
@@ -139,11 +191,16 @@ def new_key() -> str:
 
 _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_ended_at", "exit_code", "reason",
             "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name",
-            "owner_dn", "owner_vo", "node_url")
+            "owner_dn", "owner_vo", "node_url", "attempt", "deep_count", "shallow_count",
+            "waiting_since", "last_failure", "last_heard", "stalled_from", "stalled_at")
 #: Columns added after the first release, created in older databases when opened.
 _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
                   "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)",
-                  "idem_key": "VARCHAR(128)", "idem_scope": "VARCHAR(1024)"}
+                  "idem_key": "VARCHAR(128)", "idem_scope": "VARCHAR(1024)",
+                  "attempt": "INTEGER DEFAULT 0", "dispatch_key": "VARCHAR(48)",
+                  "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
+                  "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
+                  "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",)
 
@@ -171,8 +228,12 @@ class JobStore:
                    cpu_caps=json.loads(row.cpu_caps or "[]"),
                    depends_on=json.loads(row.depends_on or "[]"),
                    owner_fqans=json.loads(row.owner_fqans or "[]"),
+                   failed_ces=json.loads(row.failed_ces or "[]"), dispatch_key_col=row.dispatch_key,
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
-                   **{c: getattr(row, c) for c in _COLUMNS if c != "outcome"},
+                   **{c: getattr(row, c) for c in _COLUMNS
+                      if c not in ("outcome", "attempt", "deep_count", "shallow_count")},
+                   attempt=row.attempt or 0, deep_count=row.deep_count or 0,
+                   shallow_count=row.shallow_count or 0,
                    outcome=Outcome.parse(row.outcome))
 
     def get(self, key: str) -> Job:
@@ -251,6 +312,7 @@ class JobStore:
                 s.add(JobRow(key=key, jdl=spec["jdl"], filename=spec["filename"],
                              state=JobState.SUBMITTED.value, submitted_at=now, updated_at=now,
                              cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
+                             attempt=0, deep_count=0, shallow_count=0, failed_ces="[]",
                              parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
                              depends_on=json.dumps(spec.get("depends_on") or []),
                              owner_dn=(spec.get("owner") or {}).get("dn"),
@@ -295,12 +357,42 @@ class JobStore:
                 raise UnknownJob(key)
         return self.get(key)
 
+    def heard(self, times: dict[str, float]) -> None:
+        """Set ``last_heard`` of each job key in ``times`` to its time (broker clock, s): what
+        its CE reported last (an earlier time too: the CE knows when its node last spoke); one
+        transaction, ``updated_at`` untouched; unknown keys ignored."""
+        if not times:
+            return
+        with self._session.begin() as s:
+            for key, t in times.items():
+                s.execute(update(JobRow).where(JobRow.key == key).values(last_heard=t))
+
+    # -- CE heartbeats -------------------------------------------------------------------------
+    def record_ce_heartbeat(self, url: str, ce_id: str, interval_s: float, now: float) -> None:
+        """Store (insert or replace) the last heartbeat of the CE agent at ``url``."""
+        with self._session.begin() as s:
+            row = s.get(CEHeartbeatRow, url)
+            if row is None:
+                s.add(CEHeartbeatRow(url=url, ce_id=ce_id, interval_s=interval_s, last_heard=now))
+            else:
+                row.ce_id, row.interval_s, row.last_heard = ce_id, interval_s, now
+
+    def ce_heartbeats(self) -> dict[str, dict[str, Any]]:
+        """``{url: {"ce", "interval_s", "last_heard"}}`` of every CE agent that sent a heartbeat."""
+        with self._session() as s:
+            return {r.url: {"ce": r.ce_id, "interval_s": r.interval_s, "last_heard": r.last_heard}
+                    for r in s.scalars(select(CEHeartbeatRow))}
+
     @staticmethod
     def _values(fields: dict[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for name, value in fields.items():
             if name == "cpu_caps":
                 values["cpu_caps"] = json.dumps(value)
+            elif name == "failed_ces":
+                values["failed_ces"] = json.dumps(list(value))
+            elif name == "dispatch_key":
+                values["dispatch_key"] = value
             elif name == "outcome":
                 code = Outcome.parse(value)
                 values["outcome"] = code.value if code else None

@@ -226,7 +226,7 @@ class Matchmaker:
 
     def match(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
               blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
-              fqans: tuple[str, ...] = ()) -> MatchResult:
+              fqans: tuple[str, ...] = (), exclude: frozenset[str] | set[str] = frozenset()) -> MatchResult:
         """Filter ``ads`` (an ISM snapshot's ads, e.g. ``ISM.candidates()``, in ISM order) for
         ``job`` and build the candidates in that order; nothing is chosen yet.
 
@@ -238,6 +238,10 @@ class Matchmaker:
         ``ads`` and the dicts in it must not be mutated while in use (the ISM's never are): a
         later call with the same ``ads`` object and blacklist reuses the evaluation of the
         same JDL text. Raises nothing for bad ads (they are skipped).
+
+        ``exclude``: CE ids (``GlueCEUniqueID``) left out of this job's candidates, e.g. the CEs
+        a resubmitted job failed on (gLite's previous matches); applied after the per-snapshot
+        grouping, so jobs with different exclusions still share one evaluation of their JDL.
         """
         text = job.text if vo is None else f"{job.text}\0{vo}\0{chr(0).join(fqans)}"
         reusable = _reusable(job.text)
@@ -251,7 +255,10 @@ class Matchmaker:
                     if len(self._groups) >= MAX_GROUPS:
                         self._groups.clear()
                     self._groups[text] = group
-            return MatchResult(group.current(self.feedback, now), group.policy)
+            candidates = group.current(self.feedback, now)
+        if exclude:
+            candidates = [c for c in candidates if ad_value(c.ad, CE_ID) not in exclude]
+        return MatchResult(candidates, group.policy)
 
     def _filter(self, job, ads, blacklist, reusable: bool, now: float, key: str,
                 vo: str | None, fqans: tuple[str, ...]) -> _Group:

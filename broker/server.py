@@ -17,6 +17,7 @@ from vgrid_runtime.httpclient import new_session
 from .config import BrokerConfig
 from .db import JobStore
 from .matchmaker import Matchmaker
+from .resubmission import RetryLimits
 from .service import Broker, BrokerSettings
 
 log = logging.getLogger("vgrid.broker")
@@ -53,7 +54,12 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
     settings = BrokerSettings(match_interval_s=config.match_interval_s,
                               match_expiry_s=config.match_expiry_s,
                               max_dispatch_attempts=config.max_dispatch_attempts,
-                              blacklist_s=config.blacklist_s)
+                              blacklist_s=config.blacklist_s,
+                              limits=RetryLimits(config.max_retry_count, config.max_shallow_retry_count,
+                                                 config.default_retry_count,
+                                                 config.default_shallow_retry_count),
+                              stalled_resubmit_s=config.stalled_resubmit_s,
+                              default_ce_interval_s=config.default_ce_interval_s)
     return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
                   http=new_session(config.tls_files()))
 

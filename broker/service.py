@@ -25,7 +25,7 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from vgrid_runtime.authn import Caller
 
-from . import authz, compound, idempotency
+from . import authz, compound, heartbeats, idempotency, recovery, resubmission
 from .blacklist import blacklist_ce
 from .db import DuplicateSubmission, Job, JobStore, StaleState
 from .transfers import BrokerError, safe_name, transfer_secret
@@ -50,6 +50,10 @@ class BrokerSettings:
     dispatch_timeout_s: float = 10.0
     blacklist_s: float = 0.0   # a CE that fails a dispatch is not matched for this long; 0: off
     stdout_head_bytes: int = 4096
+    limits: resubmission.RetryLimits = resubmission.RetryLimits()   # Max(Shallow)RetryCount
+    stalled_resubmit_s: float = 60.0      # Stalled this long -> resubmitted or Aborted
+    default_ce_interval_s: float = 0.0    # heartbeat interval assumed for a CE never heard; 0: none
+    stall_check_s: float = 1.0            # seconds of the clock between Stalled scans
 
 
 class Broker:
@@ -70,9 +74,12 @@ class Broker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.RLock()
+        self._lock = self.lock = threading.RLock()   # one job change at a time (events, scans)
+        self._last_scan: float | None = None
+        self.started_at: float | None = None
+        self._scan_lock = threading.Lock()
 
-    def _ce(self, url: str) -> CEAgentClient:
+    def ce_client(self, url: str) -> CEAgentClient:
         """The client of the CE agent at ``url`` (sharing the broker's session; timeout
         ``dispatch_timeout_s``)."""
         return CEAgentClient(url, session=self.http, timeout_s=self.settings.dispatch_timeout_s)
@@ -150,6 +157,8 @@ class Broker:
                 self._wake.set()  # DAG nodes may be released
         return done
 
+    move = _transition   # the public name (broker.heartbeats, broker.resubmission)
+
     def _refresh_parent(self, parent_key: str, now: float) -> None:
         with self._lock:
             parent = self.store.get(parent_key)
@@ -203,12 +212,15 @@ class Broker:
         except StaleState:
             return False  # cancelled or claimed meanwhile
         desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
-        result = self.matchmaker.match(desc, self.ism.candidates(), now=now,
-                                       vo=job.owner_vo, fqans=tuple(job.owner_fqans))
+        result = self.matchmaker.match(desc, self.ism.candidates(), now=now, vo=job.owner_vo,
+                                       fqans=tuple(job.owner_fqans), exclude=set(job.failed_ces))
         chosen = self.matchmaker.select(result)
         if chosen is None:
-            if now - job.submitted_at >= self.settings.match_expiry_s:
-                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH, outcome=Outcome.NO_RESOURCES)
+            if now - (job.waiting_since or job.submitted_at) >= self.settings.match_expiry_s:
+                tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
+                         f"{job.last_failure}" if job.failed_ces else "")
+                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH + tried,
+                                 outcome=Outcome.NO_RESOURCES)
                 return True
             self._transition(job, JobState.WAITING, now, reason=f"{NO_MATCH} yet; retrying")
             return False
@@ -231,15 +243,16 @@ class Broker:
         if url is None:
             error = f"CE {ce_id} publishes no HTTP GlueCEInfoContactString"
         else:
-            body = {"job_id": self.job_id(job.key), "key": job.key, "jdl": job.jdl,
+            body = {"job_id": self.job_id(job.key), "key": job.dispatch_key, "jdl": job.jdl,
                     "filename": job.filename,
                     "callback_url": f"{self.settings.base_url}/jobs/{job.key}/events",
-                    "input_sandbox": self._input_urls(job.key, desc),
-                    "output_upload_url": f"{self._sandbox_url(job.key)}/output"}
+                    "heartbeat_url": f"{self.settings.base_url}/heartbeats",
+                    "input_sandbox": self._input_urls(job, desc),
+                    "output_upload_url": f"{self._sandbox_url(job)}/output"}
             if job.owner_dn:
                 body["owner"] = {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
             try:
-                self._ce(url).submit(body)
+                self.ce_client(url).submit(body)
             except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
                 error = (f"CE {ce_id} refused the job: {exc}" if exc.status is not None
                          else f"CE {ce_id} unreachable: {exc.brief()}")
@@ -247,7 +260,7 @@ class Broker:
         if error is None:
             try:
                 self._transition(job, JobState.SCHEDULED, now, ce_id=ce_id, ce_url=url,
-                                 dispatch_attempts=attempts)
+                                 dispatch_attempts=attempts, last_heard=now)
             except StaleState:
                 return False
             return True
@@ -259,40 +272,47 @@ class Broker:
         self._transition(job, JobState.WAITING, now, reason=error, dispatch_attempts=attempts)
         return False
 
-    def _input_urls(self, key: str, desc) -> list[dict[str, str]]:
+    def _input_urls(self, job: Job, desc) -> list[dict[str, str]]:
         out = []
         for name in desc.input_sandbox:
             if "://" in name:
                 out.append({"name": name.rsplit("/", 1)[-1], "url": name})
             else:
                 out.append({"name": safe_name(name),
-                            "url": f"{self._sandbox_url(key)}/input/{safe_name(name)}"})
+                            "url": f"{self._sandbox_url(job)}/input/{safe_name(name)}"})
         return out
 
-    def sandbox_token(self, key: str) -> str:
-        """The capability in job ``key``'s sandbox URLs: HMAC-SHA256 of the key with the
-        broker's secret (``<state_dir>/transfer.key``, made at first start, 0600). Only the CE
-        agent the job is dispatched to (and its node agent) learn it."""
-        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()[:32]
+    def sandbox_token(self, dispatch_key: str) -> str:
+        """The capability in the sandbox URLs of one attempt: HMAC-SHA256 of its dispatch key
+        (the job key for attempt 0) with the broker's secret (``<state_dir>/transfer.key``, made
+        at first start, 0600). Only the CE agent the attempt is dispatched to (and its node
+        agent) learn it; a past attempt's token no longer opens the sandbox."""
+        return hmac.new(self._secret, dispatch_key.encode(), hashlib.sha256).hexdigest()[:32]
 
     def valid_token(self, key: str, token: str) -> bool:
-        return hmac.compare_digest(self.sandbox_token(key), token)
+        """Whether ``token`` is the sandbox capability of job ``key``'s current attempt."""
+        return hmac.compare_digest(self.sandbox_token(self.store.get(key).dispatch_key), token)
 
-    def _sandbox_url(self, key: str) -> str:
-        return f"{self.settings.base_url}/jobs/{key}/sandbox/{self.sandbox_token(key)}"
+    def _sandbox_url(self, job: Job) -> str:
+        return f"{self.settings.base_url}/jobs/{job.key}/sandbox/{self.sandbox_token(job.dispatch_key)}"
 
     # -- events from CE agents -------------------------------------------------------------------
     def handle_event(self, key: str, event: dict[str, Any]) -> Job:
         """Apply one CE-agent event: running / caps / done / aborted (see docs/architecture.md).
 
-        Events for a job that already ended are ignored (returned unchanged); an event that asks
-        for an illegal transition raises IllegalTransition; UnknownJob for an unknown key.
-        """
+        Events of an ended job are ignored (the job is returned unchanged), those of a past
+        attempt raise ``resubmission.PastAttempt`` (nothing applied); a Stalled job first goes
+        back to the state it came from; an ``aborted`` event may resubmit the job
+        (:meth:`resubmit_or_abort`). IllegalTransition for an event that asks for an illegal
+        transition; UnknownJob for an unknown key."""
         with self._lock:
             job = self.store.get(key)
             kind = event.get("event")
             now = self.clock.now()
-            fields: dict[str, Any] = {}
+            if self.past_attempt(job, event):
+                log.info("ignoring %s event of past attempt %s of job %s", kind, event.get("key"), key)
+                raise resubmission.PastAttempt(event["key"], job.dispatch_key)
+            fields: dict[str, Any] = {"last_heard": now}
             for name in ("node", "vwn", "cap_reason", "node_url"):
                 if event.get(name) is not None:
                     fields[name] = event[name]
@@ -305,6 +325,11 @@ class Broker:
             if job.state not in AT_CE:  # stale: the job was requeued since; ignore the CE's word
                 log.warning("ignoring %s event for job %s in state %s", kind, key, job.state.value)
                 return job
+            started = job.state is JobState.RUNNING or job.stalled_from == JobState.RUNNING.value
+            if job.state is JobState.STALLED:
+                job = heartbeats.recover(self, job, now, f"heard again: {kind} event")
+                if job.state not in AT_CE or job.state is JobState.STALLED:
+                    return job          # resubmitted meanwhile: this attempt is over
             if kind == "caps" or (kind == "running" and job.state is JobState.RUNNING):
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":
@@ -318,9 +343,23 @@ class Broker:
                 return self._transition(job, JobState.DONE, now, **fields)
             if kind == "aborted":
                 reason = str(event.get("reason") or "aborted by the CE")
-                fields["outcome"] = Outcome.parse(event.get("outcome"))
-                return self._transition(job, JobState.ABORTED, now, reason=reason, **fields)
+                return self.resubmit_or_abort(job, event.get("outcome"), reason, now, started, **fields)
             raise BrokerError(f"unknown event {kind!r}", field="event")
+
+    past_attempt = staticmethod(resubmission.past_attempt)
+
+    def resubmit_or_abort(self, job: Job, outcome, reason: str, now: float, started: bool,
+                          **fields) -> Job:
+        """End ``job``'s failed attempt: resubmitted or Aborted (:func:`broker.resubmission.apply`)."""
+        return resubmission.apply(self, job, outcome, reason, now, started, fields)
+
+    def cancel_at_ce(self, job: Job) -> None:
+        """Ask the CE agent of ``job``'s current attempt to cancel it (best effort: logged)."""
+        if job.ce_url:
+            try:
+                self.ce_client(job.ce_url).cancel(job.dispatch_key)
+            except CEAgentError as exc:
+                log.warning("cancel of %s at %s failed: %s", job.dispatch_key, job.ce_url, exc)
 
     def _stdout_head(self, job: Job) -> str | None:
         try:
@@ -361,11 +400,8 @@ class Broker:
             return self._cancel_one(job)
 
     def _cancel_one(self, job: Job) -> Job:
-        if job.state in AT_CE and job.ce_url:
-            try:
-                self._ce(job.ce_url).cancel(job.key)
-            except CEAgentError as exc:
-                log.warning("cancel of %s at %s failed: %s", job.key, job.ce_url, exc)
+        if job.state in AT_CE:
+            self.cancel_at_ce(job)
         try:
             return self._transition(job, JobState.CANCELLED, self.clock.now(),
                                     reason="cancelled by the user", outcome=Outcome.CANCELLED)
@@ -374,6 +410,13 @@ class Broker:
             if job.ended:
                 raise BrokerError(f"job {job.key} is already {job.state.value}", status=409) from None
             raise
+
+    def discard_output(self, key: str) -> None:
+        """Remove what a failed attempt uploaded of job ``key``'s output (before a resubmission)."""
+        shutil.rmtree(self.sandbox_dir / key / "output", ignore_errors=True)
+
+    def wake(self) -> None:  # run a matcher pass soon (a job became Waiting)
+        self._wake.set()
 
     def output_dir(self, key: str) -> Path:
         self.store.get(key)
@@ -420,39 +463,15 @@ class Broker:
 
     # -- recovery and the loop -------------------------------------------------------------------
     def recover(self) -> None:
-        """After a restart: requeue jobs whose dispatch was not confirmed; resync jobs at CEs."""
-        now = self.clock.now()
-        for job in self.store.list(states=[JobState.SUBMITTED]):
-            if not job.depends_on:  # blocked DAG nodes stay Submitted until released
-                self._transition(job, JobState.WAITING, now, reason="recovered after a broker restart")
-        for job in self.store.list(states=[JobState.READY]):
-            self._transition(job, JobState.WAITING, now,
-                             reason="dispatch not confirmed before a broker restart")
-        for job in self.store.list(states=AT_CE):
-            self.resync(job)
+        """After a restart (:func:`broker.recovery.recover`)."""
+        recovery.recover(self)
 
     def resync(self, job: Job) -> None:
-        """Ask the job's CE agent for its state and apply what was missed."""
-        if not job.ce_url:
-            return
-        try:
-            info = self._ce(job.ce_url).job(job.key)
-        except CEAgentError as exc:
-            if exc.status == 404:
-                self._transition(job, JobState.WAITING, self.clock.now(),
-                                 reason="the CE no longer knows the job; resubmitting")
-                return
-            log.warning("resync of %s failed: %s", job.key, exc)
-            return
-        state = str(info.get("state", "")).lower()
-        events = {"running": ["running"], "done": ["running", "done"], "aborted": ["aborted"]}
-        for kind in events.get(state, []):
-            try:
-                self.handle_event(job.key, {**info, "event": kind})
-            except IllegalTransition:
-                pass
+        """Ask the job's CE agent for its current attempt (:func:`broker.recovery.resync`)."""
+        recovery.resync(self, job)
 
     def start(self) -> None:
+        self.started_at = self.clock.now()   # silence while the broker was down is not the CE's
         self.recover()
         self._thread = threading.Thread(target=self._loop, name="vgrid-matcher", daemon=True)
         self._thread.start()
@@ -463,12 +482,26 @@ class Broker:
         if self._thread:
             self._thread.join(timeout=10)
 
+    def check_stalled(self, force: bool = False) -> int:
+        """A Stalled scan (:func:`broker.heartbeats.scan`, one at a time) if ``force`` or
+        ``stall_check_s`` of the clock passed since the last one; how many jobs changed state."""
+        with self._scan_lock:
+            now, last = self.clock.now(), self._last_scan
+            if force or last is None or not 0 <= now - last < self.settings.stall_check_s:
+                self._last_scan = now
+                return heartbeats.scan(self, now)
+            return 0
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
                 self.match_pending()
             except Exception:  # keep matching whatever one job did
                 log.exception("matcher pass failed")
+            try:
+                self.check_stalled()
+            except Exception:
+                log.exception("Stalled scan failed")
             self._wake.wait(self.settings.match_interval_s)
             self._wake.clear()
 

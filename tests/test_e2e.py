@@ -76,6 +76,27 @@ def test_bad_jobs_end_aborted_with_reasons(site, tmp_path):
     assert "/nonexistent/vgrid-job" in jobs[k2]["reason"]
 
 
+def test_shallow_resubmission_over_real_agents(site, tmp_path):
+    """A job whose executable is missing never starts (no ``running``): with ShallowRetryCount
+    = 1 it is resubmitted once, shallow, to the other CE, then Aborted naming the count; with
+    ShallowRetryCount = -1 (disabled) and RetryCount = 0 it is Aborted at once."""
+    _, client, _ = site
+    once = tmp_path / "once.jdl"
+    once.write_text('Executable = "/nonexistent/vgrid-job";\nRetryCount = 0;\nShallowRetryCount = 1;\n')
+    never = tmp_path / "never.jdl"
+    never.write_text('Executable = "/nonexistent/vgrid-job";\nRetryCount = 0;\nShallowRetryCount = -1;\n')
+    k1, k2 = client.submit_file(once)["key"], client.submit_file(never)["key"]
+    jobs = wait_ended(client, [k1, k2], timeout=90)
+    j1, j2 = jobs[k1], jobs[k2]
+    assert j1["state"] == "Aborted" and j1["outcome"] == "wrapper-error" and j1["attempt"] == 1
+    assert j1["shallow_resubmissions"] == 1 and j1["deep_resubmissions"] == 0
+    assert j1["failed_ces"] and j1["ce"] not in j1["failed_ces"]          # the other CE
+    assert "ShallowRetryCount = 1 exhausted" in j1["reason"] and "/nonexistent/vgrid-job" in j1["reason"]
+    assert any("shallow resubmission 1/1 as attempt 1" in (h["reason"] or "") for h in j1["history"])
+    assert j2["state"] == "Aborted" and j2["attempt"] == 0
+    assert "RetryCount = 0 exhausted" in j2["reason"] and "ShallowRetryCount = -1" in j2["reason"]
+
+
 DAG = """[
   Type = "dag";
   nodes = [

@@ -237,3 +237,33 @@ def test_sandbox_capability_urls(pki, site):
     r = user(d, "alice.proxy").get(f"{site['broker']}/jobs/{key}/output/o.txt", timeout=10)
     assert r.status_code == 200 and r.content == b"ok"
     assert user(d, "bob.proxy").get(f"{site['broker']}/jobs/{key}/output/o.txt", timeout=10).status_code == 403
+
+
+def test_heartbeats_only_from_the_ce_agent_of_the_url(pki, site):
+    """POST /heartbeats: the caller's host certificate must serve the ``url`` it reports for;
+    entries of jobs dispatched elsewhere are not applied (answered unknown)."""
+    d, _ = pki
+    key = submit(d, site, "alice.proxy").json()["key"]
+    now = WallClock().now()
+    site["store"].update_fields(key, now, ce_url=f"https://{ADDR['rogue']}:9")
+    beat = {"ce": "ce.vgrid.local:8443/vgrid-vwn-long", "url": site["ce"], "interval_s": 10.0,
+            "time": now, "jobs": [{"key": key, "state": "Running", "silent_s": 0.0}]}
+    for who in (new_session(tls(d, "rogue")), new_session(tls(d, "node")), user(d, "alice.proxy")):
+        r = who.post(f"{site['broker']}/heartbeats", json=beat, timeout=10)
+        assert r.status_code == 403 and "heartbeats" in r.json()["error"]["message"]
+    r = new_session(tls(d, "ce")).post(f"{site['broker']}/heartbeats", json=beat, timeout=10)
+    assert r.status_code == 200 and r.json() == {"unknown": [key]}
+    assert site["store"].get(key).last_heard is None
+    assert site["store"].ce_heartbeats()[site["ce"].rstrip("/")]["interval_s"] == 10.0
+
+
+def test_events_of_a_past_attempt_are_ignored_for_services_only(pki, site):
+    d, _ = pki
+    key = submit(d, site, "alice.proxy").json()["key"]
+    site["store"].update_fields(key, WallClock().now(), attempt=1, ce_url=site["ce"])
+    event = {"key": key, "event": "done", "exit_code": 0}
+    assert user(d, "alice.proxy").post(f"{site['broker']}/jobs/{key}/events", json=event,
+                                       timeout=10).status_code == 403
+    r = new_session(tls(d, "ce")).post(f"{site['broker']}/jobs/{key}/events", json=event, timeout=10)
+    assert r.status_code == 200 and r.json()["ignored"] == "past attempt"
+    assert r.json()["current"] == f"{key}.1" and site["store"].get(key).state.value == "Waiting"

@@ -176,3 +176,15 @@ def test_lease_outcomes_are_codes():
     assert LeaseScheduling.outcome(req, view)[0] is Outcome.PREEMPTED
     view = {"state": "Active", "reason": "", "start_s": 0.0, "end_s": None}
     assert LeaseScheduling.outcome(req, view) is None
+
+
+def test_stalled_is_dirac_s_detour_from_scheduled_and_running():
+    """Stalled (issue 11): only a job at a CE can go silent; it comes back, or is resubmitted,
+    aborted, cancelled, or its end is heard."""
+    from vgrid_runtime.job_states import AT_CE
+    S = JobState
+    into = {old for old in S if S.STALLED in JOB_STATES.allowed(old)}
+    assert into == {S.SCHEDULED, S.RUNNING}
+    assert JOB_STATES.allowed(S.STALLED) == {S.SCHEDULED, S.RUNNING, S.WAITING, S.ABORTED,
+                                             S.CANCELLED, S.DONE}
+    assert S.STALLED in AT_CE and S.STALLED not in JOB_STATES.terminal

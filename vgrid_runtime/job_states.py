@@ -4,7 +4,9 @@ States and their meaning follow the gLite Logging and Bookkeeping user guide: Su
 by the WMProxy), Waiting (in the WM queue, waiting for a match), Ready (matched to a CE, being
 transferred), Scheduled (accepted by the CE, waiting in its queue), Running, Done (ended, exit
 code known), Aborted (the middleware gave up: reason), Cancelled (by the user), Cleared (output
-retrieved, job purged). Any change not listed in :data:`TRANSITIONS` raises
+retrieved, job purged). Stalled is DIRAC's term (not gLite's): a Scheduled or Running job whose CE
+has not heard of it for 3 heartbeat intervals (``broker.heartbeats``); it returns to the state it
+came from when heard again, or is resubmitted (Waiting) or Aborted (outcome ``stalled``). Any change not listed in :data:`TRANSITIONS` raises
 :class:`IllegalTransition` -- loudly, never a silent no-op.
 
 It lives in ``vgrid_runtime`` because the broker (``broker.db``, ``broker.service``) and the CE
@@ -28,6 +30,7 @@ class JobState(enum.StrEnum):
     READY = "Ready"
     SCHEDULED = "Scheduled"
     RUNNING = "Running"
+    STALLED = "Stalled"
     DONE = "Done"
     ABORTED = "Aborted"
     CANCELLED = "Cancelled"
@@ -37,7 +40,8 @@ class JobState(enum.StrEnum):
 S = JobState
 
 #: The broker's job state machine. Waiting is reachable again from Ready/Scheduled/Running: that
-#: is a (shallow) resubmission after a failed dispatch or a lost CE. Waiting -> Running is the
+#: is a resubmission (gLite deep or shallow, ``broker.resubmission``) or a failed dispatch.
+#: Scheduled/Running -> Stalled -> back, or on to Waiting/Aborted (``broker.heartbeats``). Waiting -> Running is the
 #: path of a compound request's parent (collection, DAG, parametric), which is never matched
 #: itself and runs when its first node does (broker/compound.py); CE events never move a Waiting
 #: job. Done, Aborted and Cancelled are terminal except for Cleared (output retrieved).
@@ -45,8 +49,9 @@ JOB_STATES: StateTable[JobState] = StateTable("job", JobState, {
     S.SUBMITTED: {S.WAITING, S.ABORTED, S.CANCELLED},
     S.WAITING: {S.READY, S.RUNNING, S.ABORTED, S.CANCELLED},
     S.READY: {S.SCHEDULED, S.WAITING, S.ABORTED, S.CANCELLED},
-    S.SCHEDULED: {S.RUNNING, S.DONE, S.ABORTED, S.CANCELLED, S.WAITING},
-    S.RUNNING: {S.DONE, S.ABORTED, S.CANCELLED, S.WAITING},
+    S.SCHEDULED: {S.RUNNING, S.DONE, S.ABORTED, S.CANCELLED, S.WAITING, S.STALLED},
+    S.RUNNING: {S.DONE, S.ABORTED, S.CANCELLED, S.WAITING, S.STALLED},
+    S.STALLED: {S.SCHEDULED, S.RUNNING, S.DONE, S.ABORTED, S.CANCELLED, S.WAITING},
     S.DONE: {S.CLEARED},
     S.ABORTED: {S.CLEARED},
     S.CANCELLED: {S.CLEARED},
@@ -59,8 +64,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = JOB_STATES.transitions
 #: States after which the job will not run any more.
 ENDED: frozenset[JobState] = JOB_STATES.terminal
 
-#: States in which a CE agent holds the job.
-AT_CE: frozenset[JobState] = frozenset({S.SCHEDULED, S.RUNNING})
+#: States in which a CE agent holds the job (Stalled: it may still hold it).
+AT_CE: frozenset[JobState] = frozenset({S.SCHEDULED, S.RUNNING, S.STALLED})
 
 
 def check_transition(key: str, old: JobState, new: JobState) -> None:

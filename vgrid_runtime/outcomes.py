@@ -49,6 +49,12 @@ class Outcome(enum.StrEnum):
     DISPATCH_FAILED = "dispatch-failed"
     #: Broker: a DAG node whose dependency did not succeed (Aborted).
     DEPENDENCY_FAILED = "dependency-failed"
+    #: CE agent: the job's node agent was not heard of for node_lost_s (Aborted; the broker
+    #: resubmits it when its RetryCount/ShallowRetryCount allow).
+    NODE_LOST = "node-lost"
+    #: Broker: the job was Stalled (its CE did not report it for 3 heartbeat intervals) for
+    #: stalled_resubmit_s and could not be resubmitted (Aborted), or was resubmitted (history).
+    STALLED = "stalled"
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":

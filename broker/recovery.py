@@ -1,0 +1,60 @@
+"""The broker after a restart: requeue what was not confirmed, resynchronise jobs at CEs.
+
+:func:`recover` runs once before the matcher loop starts: Submitted jobs (not blocked DAG nodes)
+go to Waiting, Ready jobs (a dispatch that was not confirmed) back to Waiting, and every job at
+a CE (Scheduled, Running, Stalled) is resynchronised with :func:`resync`, which asks the CE
+agent for the job's *current attempt* (its dispatch key, contract 7) and applies the events
+the broker missed; a CE that no longer knows that attempt (404) ends it like a lost job
+(a deep resubmission when its counts allow, else Aborted; outcome ``stalled``).
+"""
+from __future__ import annotations
+
+import logging
+
+from vwn_agents.ce_client import CEAgentError
+from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
+from vgrid_runtime.outcomes import Outcome
+
+from .db import Job, StaleState
+from .resubmission import PastAttempt
+
+log = logging.getLogger("vgrid.broker")
+
+#: The events that bring a broker job to the CE's state of it.
+_EVENTS = {"running": ["running"], "done": ["running", "done"], "aborted": ["aborted"]}
+
+
+def recover(broker) -> None:
+    """Requeue jobs whose dispatch was not confirmed; resync jobs at CEs."""
+    now = broker.clock.now()
+    for job in broker.store.list(states=[JobState.SUBMITTED]):
+        if not job.depends_on:  # blocked DAG nodes stay Submitted until released
+            broker.move(job, JobState.WAITING, now, reason="recovered after a broker restart")
+    for job in broker.store.list(states=[JobState.READY]):
+        broker.move(job, JobState.WAITING, now, reason="dispatch not confirmed before a broker restart")
+    for job in broker.store.list(states=AT_CE):
+        resync(broker, job)
+
+
+def resync(broker, job: Job) -> None:
+    """Ask ``job``'s CE agent for its current attempt and apply what was missed (logged, not
+    raised, when the CE cannot be asked)."""
+    if not job.ce_url:
+        return
+    try:
+        info = broker.ce_client(job.ce_url).job(job.dispatch_key)
+    except CEAgentError as exc:
+        if exc.status != 404:
+            log.warning("resync of %s failed: %s", job.dispatch_key, exc)
+            return
+        try:        # deep: it may have started before its CE forgot it (as a Stalled job)
+            broker.resubmit_or_abort(job, Outcome.STALLED, f"CE {job.ce_id} no longer knows attempt "
+                                     f"{job.attempt} ({job.dispatch_key})", broker.clock.now(), True)
+        except StaleState:
+            pass
+        return
+    for kind in _EVENTS.get(str(info.get("state", "")).lower(), []):
+        try:
+            broker.handle_event(job.key, {**info, "event": kind, "key": job.dispatch_key})
+        except (IllegalTransition, PastAttempt):   # moved on meanwhile
+            pass
