@@ -9,9 +9,12 @@ policy order: a lease that has not started is unscheduled and requeued; a runnin
 suspended so that its suspension ends by t_s (or, with ``suspension = none``, cancelled at t_s
 and requeued). Finally every needed image must be transferable by t_s (``Staging.stage_ar``,
 EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
+With a seed 002 policy (``nop``, ``mov``, ``mlip``, ``moml``) only local requests preempt, a
+whole candidate set at a time (``localpreemption``).
 """
 from __future__ import annotations
 
+from .localpreemption import preempt_for_local
 from .mapper import vm_use
 from .model import LeaseState
 from .preemption import can_suspend, suspend_reservations, suspend_time
@@ -29,7 +32,9 @@ def schedule_ar(sched, lease, now: float) -> bool:
     score = sched.host_score(lease, t_s)
     mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
     requeue: list = []
-    if mapping is None:  # the preemption policy says which leases may make room (maybe none)
+    if mapping is None and sched.set_policy is not None:  # seed 002: local requests only
+        mapping = preempt_for_local(sched, lease, t_s, t_e, now, score, requeue)
+    elif mapping is None:  # the preemption policy says which leases may make room (maybe none)
         mapping = _with_preemption(sched, lease, t_s, t_e, now, score, requeue)
     if mapping is None:
         st.rollback(tx)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
-                         suspend_reservations, suspend_time, resume_time)
+                         seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
 
@@ -23,8 +23,12 @@ def _estimates(sched, lease, resuming: bool):
     cfg = sched.cfg
     n = lease.n_vms
     mem = lease.per_vm[MEM]
-    r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
-    s_est = op_time(mem, sched.suspend_rate) * n
+    if seed002_timing(cfg):  # eq. (5)-(6) do not depend on the mapping
+        r_est = resume_time(lease, (), cfg) if resuming else 0.0
+        s_est = suspend_time(lease, (), cfg)
+    else:
+        r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
+        s_est = op_time(mem, sched.suspend_rate) * n
     m_est = 0.0
     if resuming and cfg.migration == "yes":
         m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be")
@@ -150,7 +154,8 @@ def min_slot_length(sched, lease) -> float:
         return cached[1]
     length = lease.remaining_s
     if can_suspend(lease, sched.cfg):
-        s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
+        s_est = (suspend_time(lease, (), sched.cfg) if seed002_timing(sched.cfg)
+                 else op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms)
         length = min(length, scheduling_threshold(s_est, sched.threshold_factor))
     sched.slot_length_cache[lease.id] = (lease.time_run, length)
     return length

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import math
 
+from .candidatepolicy import POLICIES as SET_POLICIES
 from .config import ConfigError, LeaseConfig
 from .mapper import vm_use
 from .model import MEM, Lease, LeaseType
+from .overhead import OverheadModel
+from .requesttypes import RequestType
 from .slottable import Reservation, ResKind
 
 
@@ -42,11 +45,25 @@ def per_node_times(lease: Lease, mapping: tuple, rate: float, exclusion: str) ->
     return times, max(times.values(), default=0.0)
 
 
+def seed002_timing(cfg: LeaseConfig) -> bool:
+    """Whether suspensions and resumptions are timed by seed 002 eq. (5)-(6) (the seed 002
+    policies ``nop``, ``mov``, ``mlip``, ``moml``) rather than by Haizea's per-VM ceil."""
+    return cfg.policy_preemption in SET_POLICIES
+
+
 def suspend_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    """Seconds a suspension of ``lease`` on ``mapping`` takes: s(L) of seed 002 eq. (5) with
+    a seed 002 policy, else Haizea's (``per_node_times``)."""
+    if seed002_timing(cfg):
+        return OverheadModel.from_config(cfg).suspension(lease)
     return per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
 
 
 def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    """Seconds a resumption takes: r(L) of seed 002 eq. (6) with a seed 002 policy, else
+    Haizea's (``per_node_times``)."""
+    if seed002_timing(cfg):
+        return OverheadModel.from_config(cfg).resumption(lease)
     return per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)[1]
 
 
@@ -54,6 +71,8 @@ def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
     """Whether a best-effort lease may be suspended under ``suspension``."""
     if not lease.preemptible or lease.type is not LeaseType.BEST_EFFORT:
         return False
+    if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE:
+        return False  # seed 002: preempting it terminates it
     mode = cfg._values["suspension"]
     return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
 
@@ -82,8 +101,9 @@ def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> fl
 
 def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig) -> list[Reservation]:
     """The SUSPEND reservation of a suspension starting at ``start``: it holds all the lease's
-    nodes for S seconds (the longest node under local exclusion, the total under global)."""
-    s_total = per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
+    nodes for S seconds (the longest node under local exclusion, the total under global;
+    ``suspend_time``)."""
+    s_total = suspend_time(lease, mapping, cfg)
     return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=vm_use(mapping, lease.per_vm),
                         mapping=mapping)]
 

@@ -25,6 +25,7 @@ from .imagepool import ImagePools
 from .mapper import Mapper
 from .model import Lease, LeaseState, LeaseType, Node, Segment, vms_in
 from .hostselection import host_selection_policy
+from .candidatepolicy import POLICIES as SET_POLICIES, candidate_set_policy
 from .preemption import preemption_policy
 from .slottable import INF, Reservation, ResKind, ResState, SlotTable
 from .staging import Staging
@@ -46,7 +47,12 @@ class LeaseScheduler:
                                 capacity_mb=config.diskimage_cache_size,
                                 remove_on_expire=config.diskimage_cache_expire)
         self.staging = Staging(self.st, self.pools, config)
-        self.policy = preemption_policy(config.policy_preemption)
+        if config.policy_preemption in SET_POLICIES:  # seed 002: local requests preempt candidate sets
+            self.policy, self.set_policy = None, candidate_set_policy(config.policy_preemption)
+        else:
+            self.policy, self.set_policy = preemption_policy(config.policy_preemption), None
+        self.suspend_batches: dict[int, frozenset] = {}  # lease id -> ids suspended for one local request
+        self.preemption_log: list[tuple] = []  # (s, local request id, preempted ids, h(C) s, policy)
         self.host_selection = host_selection_policy(config.policy_host_selection, self.pools,
                                                     self.staging)
         self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
@@ -307,6 +313,12 @@ class LeaseScheduler:
         self._dirty = True
         if lease.remaining_s <= EPS:
             self._finish(lease, t)
+        elif lease.terminate_at_end:  # seed 002: a preempted Best-Effort-Cancellable lease
+            self.enactment.stop_vms(lease, t)
+            self.unschedule(lease, t)
+            lease.to(LeaseState.CANCELLED)
+            lease.end_s = t
+            lease.reject_reason = "preempted by a local request (Best-Effort-Cancellable)"
         elif lease.cancel_at_end:
             self.enactment.stop_vms(lease, t)
             lease.cancel_at_end = False
@@ -336,7 +348,18 @@ class LeaseScheduler:
         lease.suspensions += 1
         lease.to(LeaseState.SUSPENDED)
         self.enactment.suspended(lease, t)
-        self.requeue(lease)
+        batch = self.suspend_batches.get(lease.id)
+        if batch is None:
+            self.requeue(lease)
+            return
+        # seed 002: the leases one local request preempted are rescheduled together, in
+        # submission order, once all of them are suspended (FCFS, not suspension-end order)
+        if all(self.leases[i].state not in (LeaseState.ACTIVE, LeaseState.SUSPENDING) for i in batch):
+            for i in sorted(batch):
+                self.suspend_batches.pop(i, None)
+                other = self.leases[i]
+                if other.state is LeaseState.SUSPENDED and other not in self.queue:
+                    self.requeue(other)
 
     def _finish(self, lease: Lease, t: float) -> None:
         for r in self.st.of_lease(lease):
