@@ -270,3 +270,42 @@ def test_only_local_requests_preempt_and_never_non_preemptable_leases(tmp_path):
     w = read_trace(p)
     result = simulate(w.leases, w.nodes, load_config(CONFIG))
     assert result.scheduler.leases[7].state is LeaseState.REJECTED and not result.scheduler.preemption_log
+
+
+@pytest.mark.parametrize("policy", ["ar-preempts-everything", "moml"])
+def test_issue_13_local_request_starting_at_its_arrival_is_served(policy):
+    # issue 13: replaying Table II, request 7 (start = arrival) was Rejected: no suspension can
+    # end before a start that is now. The preempted VMs are now paused at 720 s and suspended
+    # while request 7 runs; their SUSPEND reservation holds memory but no CPU.
+    w = read_trace(SCENARIO)
+    cfg = LeaseConfig({"policy-preemption": policy, "backfilling": "conservative"})
+    result = simulate(w.leases, w.nodes, cfg)
+    sched = result.scheduler
+    local = sched.leases[7]
+    assert local.state is LeaseState.DONE and local.start_s == 720.0 and local.end_s == 720.0 + 3600
+    preempted = [l for l in sched.leases.values() if l.suspensions]
+    assert preempted and all(l.segments[0].end == 720.0 for l in preempted)
+    assert sum(l.n_vms for l in preempted) >= 5
+    assert all(l.state is LeaseState.DONE for l in sched.leases.values())
+
+
+def test_paused_suspension_holds_memory_only():
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.leasing import LeaseScheduler, ResKind, SimulatedNodes, uniform_site
+    nodes = uniform_site(1, 2, 1024)
+    clock = SimulatedClock(0.0)
+    sched = LeaseScheduler(nodes, LeaseConfig({"policy-preemption": "mov"}), clock, SimulatedNodes(nodes))
+    ext = lease(1, vms=2, mem=256, duration_s=7200.0)
+    sched.submit(ext)
+    sched.process(0.0)
+    clock.advance_to(100.0)
+    loc = Lease(2, LeaseType.ADVANCE_RESERVATION, 100.0, 600.0, 1, resource_vector(cpu=100, memory=256),
+                requested_start_s=100.0, local=True)
+    sched.submit(loc)
+    assert loc.state is LeaseState.SCHEDULED
+    (susp,) = [r for r in sched.st.of_lease(ext) if r.kind is ResKind.SUSPEND]
+    s = 2 * 0.005 + 2 * 256 / 32.0 + 2.3          # eq. (5) with the default rates
+    assert (susp.start, susp.end) == (100.0, pytest.approx(100.0 + s))
+    assert susp.use == {0: (0, 512, 0, 0)}
+    sched.process(100.0)
+    assert loc.state is LeaseState.ACTIVE and ext.state is LeaseState.SUSPENDING

@@ -26,11 +26,11 @@ Only local requests preempt (seed 002 Section 4.2); each preemption adds 1 to th
 from __future__ import annotations
 
 from .candidates import Candidate, enumerate_candidate_sets
-from .mapper import vm_use
 from .model import MEM
 from .overhead import OverheadModel
+from .preemption import suspend_reservations
 from .requesttypes import RequestType
-from .slottable import Reservation, ResKind, ResState
+from .slottable import ResKind, ResState
 
 #: At most this many candidate sets are tried (in score order) before the request is rejected.
 MAX_TRIES = 64
@@ -128,11 +128,9 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
         st.set(lease, "terminate_at_end", True)
         return True
     s = model.suspension(lease)
-    if t - s >= now and t - s > vm.start:
-        end, use = t - s, vm_use(vm.mapping, lease.per_vm)
-    else:  # the request starts now: pause now, write the memory images while it runs
-        end = max(now, vm.start)
-        use = {node: (0, v[MEM], 0, 0) for node, v in vm_use(vm.mapping, lease.per_vm).items()}
+    paused = not (t - s >= now and t - s > vm.start)
+    end = max(now, vm.start) if paused else t - s  # paused: write the memory images while R runs
     st.move(vm, vm.start, end)
-    st.add(Reservation(ResKind.SUSPEND, lease, end, end + s, use=use, mapping=vm.mapping))
+    for r in suspend_reservations(lease, vm.mapping, end, sched.cfg, memory_only=paused):
+        st.add(r)
     return True

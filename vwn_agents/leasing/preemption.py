@@ -10,6 +10,10 @@ lease's suspension takes S = the longest per-node (local) or the total (global) 
 ``SUSPEND``/``RESUME`` reservation holds all the lease's nodes for S (a node with fewer VMs may
 finish earlier; its resources are released with the others).
 
+A running lease that cannot finish its suspension before the reservation that preempts it
+(the reservation starts now) is paused at once and suspended while the reservation runs, its
+SUSPEND reservation holding only the VMs' memory (``memory_only``).
+
 The preemption policy (``policy-preemption``) scores candidate leases (higher = preempt first,
 None = never); the AR scheduler sorts. ``scheduling_threshold`` is Haizea's minimum run before
 a suspension.
@@ -99,13 +103,18 @@ def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> fl
     return mb / cfg.link_bandwidth_mbs("be")
 
 
-def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig) -> list[Reservation]:
+def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig,
+                         memory_only: bool = False) -> list[Reservation]:
     """The SUSPEND reservation of a suspension starting at ``start``: it holds all the lease's
     nodes for S seconds (the longest node under local exclusion, the total under global;
-    ``suspend_time``)."""
+    ``suspend_time``). ``memory_only``: the VMs are paused (seed 002 Section 5) and hold only
+    their memory while the images are written, so a reservation starting at ``start`` can use
+    their CPUs -- the suspension of a preemption for a request that starts now."""
     s_total = suspend_time(lease, mapping, cfg)
-    return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=vm_use(mapping, lease.per_vm),
-                        mapping=mapping)]
+    use = vm_use(mapping, lease.per_vm)
+    if memory_only:
+        use = {node: (0, vec[MEM], 0, 0) for node, vec in use.items()}
+    return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=use, mapping=mapping)]
 
 
 def resume_reservations(lease: Lease, mapping: tuple, start: float, total: float,
