@@ -309,3 +309,34 @@ def test_paused_suspension_holds_memory_only():
     assert susp.use == {0: (0, 512, 0, 0)}
     sched.process(100.0)
     assert loc.state is LeaseState.ACTIVE and ext.state is LeaseState.SUSPENDING
+
+
+def test_leases_preempted_together_are_requeued_even_if_one_is_cancelled_while_suspending():
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.leasing import LeaseScheduler, SimulatedNodes
+    w = read_trace(SCENARIO)
+    clock = SimulatedClock(0.0)
+    sched = LeaseScheduler(w.nodes, load_config(CONFIG).with_options(policy_preemption="mov"), clock,
+                           SimulatedNodes(w.nodes))
+
+    def run_until(t_end, pending):
+        while True:
+            t = min([l.submit_s for l in pending] + [sched.next_event_time()])
+            if t > t_end:
+                break
+            clock.advance_to(max(t, clock.now()))
+            sched.process(clock.now(), ends_only=True)
+            for l in [l for l in pending if l.submit_s <= clock.now()]:
+                sched.submit(l)
+                pending.remove(l)
+            sched.process(clock.now())
+        clock.advance_to(t_end)
+    pending = list(w.leases)
+    run_until(721.0, pending)
+    assert set(sched.preemption_log[0][2]) == {5, 2, 3}
+    assert sched.leases[3].state is LeaseState.SUSPENDING       # 256 MB: the longest suspension
+    sched.cancel(3)
+    run_until(10**6, pending)
+    assert sched.leases[3].state is LeaseState.CANCELLED
+    assert sched.leases[2].state is LeaseState.DONE and sched.leases[5].state is LeaseState.DONE
+    assert not sched.suspend_batches

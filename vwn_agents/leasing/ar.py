@@ -113,10 +113,12 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         st.move(vm, vm.start, new_end)
         for r in suspend_reservations(lease, vm.mapping, new_end, cfg, memory_only=paused):
             st.add(r)
+        st.set(lease, "preemptions", lease.preemptions + 1)
         return True
     # cancel-and-requeue: the lease runs until t, then is killed and queued again from scratch
     for r in later:
         st.remove(r)
     st.move(vm, vm.start, max(t, now))
     st.set(lease, "cancel_at_end", True)
+    st.set(lease, "preemptions", lease.preemptions + 1)
     return True

@@ -149,12 +149,16 @@ class LeaseScheduler:
         if lease.state in (LeaseState.ACTIVE, LeaseState.SUSPENDING):
             self._close_running(lease, now)
             self.enactment.stop_vms(lease, now)
+            for r in self.st.of_lease(lease):  # a suspension under way stops too
+                if r.kind is ResKind.SUSPEND and r.state is ResState.ACTIVE:
+                    self.st.remove(r)
         self.unschedule(lease, now)
         if lease in self.queue:
             self.queue.remove(lease)
         lease.to(LeaseState.CANCELLED)
         lease.end_s = now
         self._dirty = True
+        self._requeue_batch(lease_id)
         return lease
 
     def requeue(self, lease: Lease) -> None:
@@ -348,18 +352,23 @@ class LeaseScheduler:
         lease.suspensions += 1
         lease.to(LeaseState.SUSPENDED)
         self.enactment.suspended(lease, t)
-        batch = self.suspend_batches.get(lease.id)
-        if batch is None:
+        if lease.id not in self.suspend_batches:
             self.requeue(lease)
             return
-        # seed 002: the leases one local request preempted are rescheduled together, in
-        # submission order, once all of them are suspended (FCFS, not suspension-end order)
-        if all(self.leases[i].state not in (LeaseState.ACTIVE, LeaseState.SUSPENDING) for i in batch):
-            for i in sorted(batch):
-                self.suspend_batches.pop(i, None)
-                other = self.leases[i]
-                if other.state is LeaseState.SUSPENDED and other not in self.queue:
-                    self.requeue(other)
+        self._requeue_batch(lease.id)
+
+    def _requeue_batch(self, lease_id: int) -> None:
+        """Seed 002: the leases one local request preempted are rescheduled together, in
+        submission order, once none of them is still running or suspending (FCFS, not the order
+        their suspensions end)."""
+        batch = self.suspend_batches.get(lease_id)
+        if batch is None or any(self.leases[i].state in (LeaseState.ACTIVE, LeaseState.SUSPENDING) for i in batch):
+            return
+        for i in sorted(batch):
+            self.suspend_batches.pop(i, None)
+            other = self.leases[i]
+            if other.state is LeaseState.SUSPENDED and other not in self.queue:
+                self.requeue(other)
 
     def _finish(self, lease: Lease, t: float) -> None:
         for r in self.st.of_lease(lease):
