@@ -340,3 +340,22 @@ def test_leases_preempted_together_are_requeued_even_if_one_is_cancelled_while_s
     assert sched.leases[3].state is LeaseState.CANCELLED
     assert sched.leases[2].state is LeaseState.DONE and sched.leases[5].state is LeaseState.DONE
     assert not sched.suspend_batches
+
+
+def test_a_waiting_reservation_is_a_candidate_that_costs_delta():
+    # seed 002 Figure 2: reservations waiting in the queue are affected too; unscheduling one
+    # costs only its rescheduling (delta), and it is placed again after the local request.
+    from vwn_agents.leasing import uniform_site
+    site = uniform_site(1, 2, 4096)
+    a = lease(1, vms=2, mem=256, duration_s=3600.0)
+    b = lease(2, vms=2, mem=256, duration_s=3600.0, submit_s=10.0)
+    loc = Lease(3, LeaseType.ADVANCE_RESERVATION, 100.0, 1000.0, 2, resource_vector(cpu=100, memory=256),
+                requested_start_s=4000.0, local=True)
+    cfg = LeaseConfig({"policy-preemption": "moml", "backfilling": "conservative", "rescheduling-time": 2.3})
+    sched = simulate([a, b, loc], site, cfg).scheduler
+    (t, lid, ids, h, _), = sched.preemption_log
+    assert (t, lid, ids, h) == (100.0, 3, (2,), 2.3)
+    assert b.preemptions == 1 and b.state is LeaseState.DONE
+    assert sum(g.end - g.start for g in b.segments) == pytest.approx(3600.0)
+    assert all(g.end <= 4000.0 or g.start >= 5000.0 for g in b.segments)   # not while the local request runs
+    assert loc.start_s == 4000.0 and loc.end_s == 5000.0 and a.end_s == 3600.0
