@@ -362,3 +362,13 @@ def test_a_waiting_reservation_is_a_candidate_that_costs_delta():
     assert sum(g.end - g.start for g in b.segments) == pytest.approx(3600.0)
     assert all(g.end <= 4000.0 or g.start >= 5000.0 for g in b.segments)   # not while the local request runs
     assert loc.start_s == 4000.0 and loc.end_s == 5000.0 and a.end_s == 3600.0
+
+
+def test_seed002_migration_copies_the_memory_images_over_b():
+    from vwn_agents.leasing.preemption import migration_time
+    cfg = LeaseConfig({"policy-preemption": "mov", "migration": "yes", "migration-bandwidth": 12.5})
+    two = lease(1, vms=2, mem=1024, image_mb=600.0)
+    assert migration_time(two, (0, 1), (0, 2), cfg) == pytest.approx(1024 / 12.5)     # one VM, memory only
+    assert migration_time(two, (0, 1), (1, 0), cfg) == 0.0
+    haizea = cfg.with_options(policy_preemption="ar-preempts-everything")           # memory + disk image
+    assert migration_time(two, (0, 1), (0, 2), haizea) == pytest.approx((1024 + 600) / (100 / 8))

@@ -19,19 +19,18 @@ from .slottable import INF, Reservation, ResKind
 
 def _estimates(sched, lease, resuming: bool):
     """Upper bounds (s) of resume, suspend and migration overheads before a mapping is known
-    (Haizea's estimate: number of VMs x one VM's time)."""
+    (Haizea's estimate: number of VMs x one VM's time; seed 002 policies: r(L), s(L) of eq.
+    (5)-(6) and every memory image copied over ``migration-bandwidth``, eq. (8))."""
     cfg = sched.cfg
     n = lease.n_vms
     mem = lease.per_vm[MEM]
+    migrating = resuming and cfg.migration == "yes"
     if seed002_timing(cfg):  # eq. (5)-(6) do not depend on the mapping
         r_est = resume_time(lease, (), cfg) if resuming else 0.0
-        s_est = suspend_time(lease, (), cfg)
-    else:
-        r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
-        s_est = op_time(mem, sched.suspend_rate) * n
-    m_est = 0.0
-    if resuming and cfg.migration == "yes":
-        m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be")
+        return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
+    r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
+    s_est = op_time(mem, sched.suspend_rate) * n
+    m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be") if migrating else 0.0
     return r_est, s_est, m_est
 
 

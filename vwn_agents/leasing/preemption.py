@@ -26,7 +26,7 @@ from .candidatepolicy import POLICIES as SET_POLICIES
 from .config import ConfigError, LeaseConfig
 from .mapper import vm_use
 from .model import MEM, Lease, LeaseType
-from .overhead import OverheadModel
+from .overhead import OverheadModel, vm_copy_time
 from .requesttypes import RequestType
 from .slottable import Reservation, ResKind
 
@@ -95,10 +95,13 @@ def scheduling_threshold(overhead_s: float, factor: float) -> float:
 
 def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> float:
     """Seconds to move a suspended lease's state from ``old`` to ``new`` nodes: memory plus disk
-    image of every VM that changes node, over the best-effort link (``migration = yes``)."""
+    image of every VM that changes node, over the best-effort link (``migration = yes``); with
+    a seed 002 policy the memory image only, over ``migration-bandwidth`` (t_copy, eq. (8))."""
     if cfg.migration != "yes" or sorted(old) == sorted(new):
         return 0.0
     moved = sum(1 for a, b in zip(sorted(old), sorted(new)) if a != b)
+    if seed002_timing(cfg):  # seed 002 eq. (8): the memory images over b; the disk image is there
+        return sum(vm_copy_time(lease.per_vm[MEM], cfg.migration_bandwidth) for _ in range(moved))
     mb = moved * (lease.per_vm[MEM] + lease.image_mb)
     return mb / cfg.link_bandwidth_mbs("be")
 
