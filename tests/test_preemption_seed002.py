@@ -372,3 +372,24 @@ def test_seed002_migration_copies_the_memory_images_over_b():
     assert migration_time(two, (0, 1), (1, 0), cfg) == 0.0
     haizea = cfg.with_options(policy_preemption="ar-preempts-everything")           # memory + disk image
     assert migration_time(two, (0, 1), (0, 2), haizea) == pytest.approx((1024 + 600) / (100 / 8))
+
+
+def test_a_lease_with_a_planned_suspension_is_suspended_earlier():
+    # B runs from 0 s with Haizea's planned suspension before local request 1 (3,600 s); local
+    # request 2 (arriving at 100 s for 2,000 s) preempts it: the planned suspension is replaced by
+    # one that ends by 2,000 s, and B runs its whole duration around both requests.
+    from vwn_agents.leasing import uniform_site
+    site = uniform_site(1, 2, 4096)
+    l1 = Lease(1, LeaseType.ADVANCE_RESERVATION, 0.0, 600.0, 2, resource_vector(cpu=100, memory=256),
+               requested_start_s=3600.0, local=True)
+    b = lease(2, vms=2, mem=256, duration_s=7200.0)
+    l2 = Lease(3, LeaseType.ADVANCE_RESERVATION, 100.0, 600.0, 2, resource_vector(cpu=100, memory=256),
+               requested_start_s=2000.0, local=True)
+    sched = simulate([l1, b, l2], site, LeaseConfig({"policy-preemption": "mov"})).scheduler
+    assert [x[2] for x in sched.preemption_log] == [(2,)]
+    assert l1.start_s == 3600.0 and l2.start_s == 2000.0 and b.state is LeaseState.DONE
+    assert sum(g.end - g.start for g in b.segments) == pytest.approx(7200.0)
+    s_b = OverheadModel.from_config(LeaseConfig()).suspension(b)
+    assert b.segments[0].end == pytest.approx(2000.0 - s_b)              # its suspension ends by 2,000 s
+    assert all(g.end <= 2000.0 or g.start >= 2600.0 for g in b.segments)
+    assert all(g.end <= 3600.0 or g.start >= 4200.0 for g in b.segments)

@@ -120,16 +120,23 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
         sched.unschedule(lease, now)
         requeue.append(lease)
         return True
-    for r in st.of_lease(lease):
-        if r is not vm and r.kind is not ResKind.TRANSFER and r.state is ResState.SCHEDULED:
-            st.remove(r)
+    later = [r for r in st.of_lease(lease)
+             if r is not vm and r.kind is not ResKind.TRANSFER and r.state is ResState.SCHEDULED]
+    planned = [r for r in later if r.kind is ResKind.SUSPEND and abs(r.start - vm.end) < 1e-9]
+    if planned and vm.end <= t:  # already suspended before t (Haizea's planned suspension): drop
+        for r in later:          # only what follows it; the lease is requeued after it
+            if r not in planned:
+                st.remove(r)
+        return True
+    for r in later:
+        st.remove(r)
     if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE:
-        st.move(vm, vm.start, max(t, now, vm.start))
+        st.move(vm, vm.start, min(vm.end, max(t, now, vm.start)))
         st.set(lease, "terminate_at_end", True)
         return True
     s = model.suspension(lease)
     paused = not (t - s >= now and t - s > vm.start)
-    end = max(now, vm.start) if paused else t - s  # paused: write the memory images while R runs
+    end = max(now, vm.start) if paused else min(t - s, vm.end)  # paused: images written while R runs
     st.move(vm, vm.start, end)
     for r in suspend_reservations(lease, vm.mapping, end, sched.cfg, memory_only=paused):
         st.add(r)
