@@ -8,8 +8,9 @@
 * in simulation (random local/external workloads, every request type, every policy): no
   candidate set ever contains a local or non-preemptable lease, the chosen set frees enough
   (an accepted local request starts at its ready time and runs its whole duration), nothing
-  is over-committed (SimulatedNodes raises), suspended leases complete their duration, and
-  every lease ends in a terminal state.
+  is over-committed (SimulatedNodes raises), suspended leases complete their duration, a
+  deadline-constrained lease that completes ends by its deadline (else it was rejected at
+  submission or cancelled saying so), and every lease ends in a terminal state.
 """
 import itertools
 import os
@@ -96,8 +97,12 @@ def seed002_workloads(draw):
                                 requested_start_s=start, local=True))
         else:
             rtype = draw(st.sampled_from(PREEMPTABLE + [RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE]))
+            deadline = None
+            if not rtype.best_effort and draw(st.booleans()):
+                deadline = submit + dur * draw(st.sampled_from([1.0, 1.5, 3.0]))
             leases.append(Lease(i + 1, LeaseType.BEST_EFFORT, submit, dur, vms, per_vm, request_type=rtype,
-                                real_duration_s=draw(st.one_of(st.none(), st.floats(30.0, dur)))))
+                                real_duration_s=draw(st.one_of(st.none(), st.floats(30.0, dur))),
+                                deadline_s=deadline))
     return n_nodes, cpus, leases
 
 
@@ -125,6 +130,9 @@ def test_local_preemption_invariants(workload, policy, backfilling, delta):
         if not lease.local and lease.state is LeaseState.DONE:
             assert abs(lease.time_run - lease.effective_duration_s) < 1e-6
         if lease.state is LeaseState.CANCELLED:
-            assert lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE and lease.preemptions == 1
+            assert (lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE and lease.preemptions == 1
+                    or lease.deadline_s is not None and "deadline" in lease.reject_reason)
+        if lease.deadline_s is not None and lease.state is LeaseState.DONE:
+            assert lease.end_s <= lease.deadline_s + 1e-6
     if policy == "nop":
         assert not sched.preemption_log

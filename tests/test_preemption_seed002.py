@@ -393,3 +393,33 @@ def test_a_lease_with_a_planned_suspension_is_suspended_earlier():
     assert b.segments[0].end == pytest.approx(2000.0 - s_b)              # its suspension ends by 2,000 s
     assert all(g.end <= 2000.0 or g.start >= 2600.0 for g in b.segments)
     assert all(g.end <= 3600.0 or g.start >= 4200.0 for g in b.segments)
+
+
+def test_deadline_constrained_requests_are_admitted_only_if_they_can_end_by_their_deadline():
+    from vwn_agents.leasing import uniform_site
+    site = uniform_site(1, 2, 4096)
+    a = lease(1, vms=2, mem=256, duration_s=3600.0)
+    tight = lease(2, vms=1, mem=256, duration_s=1000.0, rtype=RequestType.DEADLINE_CONSTRAINT_MIGRATABLE,
+                  deadline_s=3000.0, submit_s=10.0)
+    loose = lease(3, vms=1, mem=256, duration_s=1000.0, rtype=RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE,
+                  deadline_s=5000.0, submit_s=10.0)
+    result = simulate([a, tight, loose], site, LeaseConfig({"policy-preemption": "moml"}))
+    assert tight.state is LeaseState.REJECTED and "deadline" in tight.reject_reason
+    assert loose.state is LeaseState.DONE and (loose.start_s, loose.end_s) == (3600.0, 4600.0)
+    assert result.report()["metrics"]["external_rejection_rate"] == pytest.approx(1 / 3)
+
+
+def test_a_preempted_migratable_lease_that_cannot_meet_its_deadline_here_is_cancelled():
+    from vwn_agents.leasing import uniform_site
+    site = uniform_site(1, 2, 4096)
+    mig = lease(1, vms=2, mem=256, duration_s=3600.0, rtype=RequestType.DEADLINE_CONSTRAINT_MIGRATABLE,
+                deadline_s=4000.0)
+    loc = Lease(2, LeaseType.ADVANCE_RESERVATION, 100.0, 1000.0, 2, resource_vector(cpu=100, memory=256),
+                requested_start_s=100.0, local=True)
+    cfg = LeaseConfig({"policy-preemption": "mov"})
+    sched = simulate([mig, loc], site, cfg).scheduler
+    assert loc.state is LeaseState.DONE and loc.start_s == 100.0
+    assert mig.overhead_s == pytest.approx(OverheadModel.from_config(cfg).migratable(mig))   # eq. (8)
+    # 3,500 s left after 100 s; the earliest resumption is at 1,100 s: it cannot end by 4,000 s
+    assert mig.state is LeaseState.CANCELLED and "deadline" in mig.reject_reason
+    assert sched.leases[1].segments[0].end == 100.0

@@ -114,8 +114,9 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
     vm = sched.vm_reservation(lease)
     if vm is None:
         return False
-    st.set(lease, "preemptions", lease.preemptions + 1)
-    st.set(lease, "overhead_s", lease.overhead_s + cand.overhead_s)
+    if not lease.terminate_at_end:  # a cancellable lease already due to stop: stopped earlier, once
+        st.set(lease, "preemptions", lease.preemptions + 1)
+        st.set(lease, "overhead_s", lease.overhead_s + cand.overhead_s)
     if not cand.started:
         sched.unschedule(lease, now)
         requeue.append(lease)

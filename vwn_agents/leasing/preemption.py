@@ -72,11 +72,14 @@ def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
 
 
 def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
-    """Whether a best-effort lease may be suspended under ``suspension``."""
+    """Whether a best-effort lease may be suspended under ``suspension`` (Haizea's planned
+    suspensions). Seed 002: never a Best-Effort-Cancellable lease (preempting it terminates it)
+    nor a deadline-constrained one (it runs in one piece by its deadline; a local request may
+    still preempt a migratable one, ``localpreemption``)."""
     if not lease.preemptible or lease.type is not LeaseType.BEST_EFFORT:
         return False
-    if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE:
-        return False  # seed 002: preempting it terminates it
+    if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE or not lease.request_type.best_effort:
+        return False
     mode = cfg._values["suspension"]
     return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
 

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 
 from .ar import schedule_ar
-from .besteffort import min_slot_length, place_besteffort, schedule_queue
+from .besteffort import admit_with_deadline, min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
 from .mapper import Mapper
@@ -95,6 +95,10 @@ class LeaseScheduler:
             if not place_besteffort(self, lease, now, allow_future=False, immediate=True):
                 lease.to(LeaseState.REJECTED)
                 lease.reject_reason = "cannot start now"
+        elif lease.deadline_s is not None:  # seed 002: deadline-constrained, admitted or rejected now
+            if not admit_with_deadline(self, lease, now):
+                lease.to(LeaseState.REJECTED)
+                lease.reject_reason = f"cannot end by its deadline ({lease.deadline_s:g} s)"
         elif self.cfg.besteffort_mode == "serial" and lease.n_vms > 1:
             self._submit_serial(lease)
         else:
