@@ -108,11 +108,13 @@ def seed002_workloads(draw):
 
 @SETTINGS
 @given(seed002_workloads(), st.sampled_from(["nop", "mov", "mlip", "moml"]),
-       st.sampled_from(["aggressive", "conservative"]), st.sampled_from([0.0, 2.3]))
-def test_local_preemption_invariants(workload, policy, backfilling, delta):
+       st.sampled_from(["aggressive", "conservative"]), st.sampled_from([0.0, 2.3]),
+       st.sampled_from(["all", "all", "none"]), st.sampled_from(["yes-notransfer", "yes", "no"]))
+def test_local_preemption_invariants(workload, policy, backfilling, delta, suspension, migration):
     n_nodes, cpus, leases = workload
     cfg = LeaseConfig({"policy-preemption": policy, "backfilling": backfilling, "rescheduling-time": delta,
-                       "suspend-rate": 6.36, "resume-rate": 8.12, "migration": "yes-notransfer"})
+                       "suspend-rate": 6.36, "resume-rate": 8.12, "migration": migration,
+                       "suspension": suspension})
     result = simulate(leases, uniform_site(n_nodes, cpus, 4096), cfg)   # OverCommitError fails the test
     sched = result.scheduler
     byid = sched.leases

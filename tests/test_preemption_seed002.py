@@ -423,3 +423,15 @@ def test_a_preempted_migratable_lease_that_cannot_meet_its_deadline_here_is_canc
     # 3,500 s left after 100 s; the earliest resumption is at 1,100 s: it cannot end by 4,000 s
     assert mig.state is LeaseState.CANCELLED and "deadline" in mig.reject_reason
     assert sched.leases[1].segments[0].end == 100.0
+
+
+def test_without_suspension_a_preempted_lease_restarts_from_scratch():
+    # the live CE agent runs with suspension = none (node agents cannot suspend a VWN yet)
+    w = read_trace(SCENARIO)
+    cfg = load_config(CONFIG).with_options(policy_preemption="moml", suspension="none")
+    sched = simulate(w.leases, w.nodes, cfg).scheduler
+    assert set(sched.preemption_log[0][2]) == {5, 6} and sched.leases[7].start_s == 720.0
+    for i in (5, 6):
+        l = sched.leases[i]
+        assert l.state is LeaseState.DONE and l.suspensions == 0
+        assert l.segments[0].end == 720.0 and l.segments[-1].end - l.segments[-1].start == l.duration_s

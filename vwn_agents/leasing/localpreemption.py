@@ -15,7 +15,9 @@ scheduler's slot-table transaction when a local request does not fit over [t_s, 
    and ends Cancelled; a running suspendable or migratable lease is suspended (s(L), eq. (5)):
    if its suspension can end by t_s it runs until t_s - s(L) and the suspension holds its
    resources (Haizea); otherwise (a request that starts now) its VMs are paused now and the
-   suspension [now, now + s(L)) holds only their memory, so the request starts on time.
+   suspension [now, now + s(L)) holds only their memory, so the request starts on time. Where
+   leases cannot be suspended (``suspension = none``, or an enactment without suspend such as
+   the live node agents) it is stopped at t_s and requeued to restart from scratch.
    Suspended leases go back to the queue and their remainder is rescheduled by the queue's
    backfilling (conservative in seed 002 Section 7.2), resumed in r(L) (eq. (6)).
 
@@ -134,6 +136,10 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
     if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE:
         st.move(vm, vm.start, min(vm.end, max(t, now, vm.start)))
         st.set(lease, "terminate_at_end", True)
+        return True
+    if not sched.enactment_supports_suspend or sched.cfg.suspension == "none":
+        st.move(vm, vm.start, min(vm.end, max(t, now, vm.start)))  # no suspension here: it is
+        st.set(lease, "cancel_at_end", True)                       # stopped and restarts from scratch
         return True
     s = model.suspension(lease)
     paused = not (t - s >= now and t - s > vm.start)
