@@ -435,3 +435,22 @@ def test_without_suspension_a_preempted_lease_restarts_from_scratch():
         l = sched.leases[i]
         assert l.state is LeaseState.DONE and l.suspensions == 0
         assert l.segments[0].end == 720.0 and l.segments[-1].end - l.segments[-1].start == l.duration_s
+
+
+def test_vgrid_simulate_preemption_policy_and_seed002_metrics(tmp_path):
+    import csv
+    import json
+
+    from click.testing import CliRunner
+
+    from vgrid_cli.simulate_cmds import simulate_cmd
+    args = [str(SCENARIO), "--config", str(CONFIG), "--preemption-policy", "mov", "--json", "--out", str(tmp_path)]
+    r = CliRunner().invoke(simulate_cmd, args)
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["metrics"]
+    assert m["preemptions"] == 3 and m["local_rejection_rate"] == 0.0
+    assert m["last_end_s"] == pytest.approx(OURS["mov"])
+    rows = {row["id"]: row for row in csv.DictReader((tmp_path / "leases.csv").open())}
+    assert rows["7"]["origin"] == "local" and rows["2"]["preemptions"] == "1"
+    bad = CliRunner().invoke(simulate_cmd, [str(SCENARIO), "--preemption-policy", "fifo"])
+    assert bad.exit_code == 2 and "policy-preemption" in bad.output
