@@ -16,9 +16,10 @@ in rank order). The first set found is the greedy "cheapest VMs first" choice.
 Pruning and the bound: only the ``max_leases`` best-ranked leases are used; a branch stops
 as soon as its VMs reach ``need`` (a minimal set is recorded or the branch is not minimal) or
 when all the leases after it cannot reach ``need``. The search stops after ``max_sets`` sets
-(or 20 x ``max_sets`` search nodes); then ``complete`` is False and the greedy set of each
-policy (cheapest VMs first; largest leases first) is added, made minimal, so that every
-policy still finds its natural answer. Cost: O(max_sets x max_leases) at most.
+(or 20 x ``max_sets`` search nodes); then ``complete`` is False and, over *all* the leases,
+the least-overhead cover (MOV's optimum, by dynamic programming), the largest-leases-first set
+(MLIP's optimum) and the cheapest-VMs-first set are added, made minimal, so MOV and MLIP still
+find their optimum. Cost: O(max_sets x max_leases + leases x need).
 """
 from __future__ import annotations
 
@@ -92,10 +93,42 @@ def _minimal(members: list, need: int) -> list:
     return kept
 
 
+def min_overhead_cover(candidates: list, need: int, max_cells: int = 2_000_000) -> list | None:
+    """The set of least total overhead covering ``need`` VMs (MOV's optimum, eq. (9)), by
+    dynamic programming over the VMs covered so far (capped at ``need``): O(len x need). None
+    when nothing covers ``need`` or len x need > ``max_cells`` (then it is not computed)."""
+    n = len(candidates)
+    if need <= 0 or n * need > max_cells:
+        return None
+    inf = float("inf")
+    best = [0.0] + [inf] * need
+    took = []  # took[i][k]: candidate i is in the best cover of k VMs after i was considered
+    for c in candidates:
+        row = bytearray(need + 1)
+        for k in range(need, 0, -1):
+            cost = best[max(0, k - c.vms)] + c.overhead_s
+            if cost < best[k]:
+                best[k], row[k] = cost, 1
+        took.append(row)
+    if best[need] == inf:
+        return None
+    chosen, k = [], need
+    for i in range(n - 1, -1, -1):
+        if k > 0 and took[i][k]:
+            chosen.append(candidates[i])
+            k = max(0, k - candidates[i].vms)
+    return chosen
+
+
 def greedy_sets(ranked: list, need: int) -> list[list]:
-    """The greedy choices: cheapest VMs first (rank order) and largest leases first (most VMs,
-    then rank), each made minimal; [] when all leases together do not cover ``need``."""
+    """The greedy choices: cheapest VMs first (rank order), largest leases first (most VMs,
+    then rank; the fewest leases, MLIP's optimum) and the least-overhead cover
+    (``min_overhead_cover``, MOV's optimum), each made minimal; [] when all leases together do
+    not cover ``need``."""
     out = []
+    cover = min_overhead_cover(ranked, need)
+    if cover is not None:
+        out.append(_minimal(cover, need))
     for order in (ranked, sorted(ranked, key=lambda c: -c.vms)):
         picked, total = [], 0
         for c in order:
