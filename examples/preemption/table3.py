@@ -4,7 +4,8 @@ MLIP, MOV and MOML.
     .venv/bin/python examples/preemption/table3.py [--out docs/experiments]
 
 Writes ``preemption_table3.csv`` (per policy: preempted leases, MB, suspension s(C) -- Table
-III's overhead column -- and h(C) in s, makespan s, ours and the paper's) and ``preemption_fig10.png`` (fraction of the 12 cores in use over time, NOP vs
+III's overhead column -- and h(C) in s, makespan s, ours and the paper's) and
+``preemption_fig10.png`` (fraction of the 12 cores in use over time, NOP vs
 MOML, as seed 002 Figure 10) into ``--out`` and prints the table. Exits 1 if a preempted set
 or a rounded s(C) differs from Table III. docs/experiments/preemption.md explains the
 constants (examples/preemption/seed002-table3.toml) and the makespans.
@@ -79,8 +80,8 @@ def main(argv=None) -> int:
     plt.close(fig)
     print(f"{'policy':6} {'preempted':>10} {'MB':>5} {'s(C) s':>8} {'h(C) s':>8} {'makespan s':>10} | paper: set, s, s")
     for r in rows:
-        print(f"{r['policy']:6} {r['preempted']:>10} {r['memory_mb']:>5} {r['suspension_s']:>8.1f} {r['overhead_h_s']:>8.1f}"
-              f" {r['makespan_s']:>10.1f}"
+        print(f"{r['policy']:6} {r['preempted']:>10} {r['memory_mb']:>5} {r['suspension_s']:>8.1f}"
+              f" {r['overhead_h_s']:>8.1f} {r['makespan_s']:>10.1f}"
               f" | {r['paper_preempted']}, {r['paper_overhead_s']}, {r['paper_makespan_s']}")
     return 0 if ok else 1
 

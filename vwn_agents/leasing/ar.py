@@ -8,8 +8,8 @@ allows it, best-effort leases holding resources in [t_s, t_e) are preempted one 
 policy order: a lease that has not started is unscheduled and requeued; a running one is
 suspended so that its suspension ends by t_s -- or, when there is no time for that, paused at
 once and suspended while the AR runs (``preemption.suspend_reservations(memory_only=True)``) --
-or, with ``suspension = none``, cancelled at t_s and requeued. Finally every needed image must be transferable by t_s (``Staging.stage_ar``,
-EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
+or, with ``suspension = none``, cancelled at t_s and requeued. Finally every needed image
+must be transferable by t_s (``Staging.stage_ar``, EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
 With a seed 002 policy (``nop``, ``mov``, ``mlip``, ``moml``) only local requests preempt, a
 whole candidate set at a time (``localpreemption``).
 """
