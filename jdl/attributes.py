@@ -46,6 +46,7 @@ JOB_TYPES = ("normal", "parametric", "interactive", "mpich", "partitionable", "c
              "multiple")
 LEASE_TYPES = ("best-effort", "advance-reservation", "immediate")
 PREEMPTION_CLASSES = ("cancellable", "suspendable", "migratable", "non-preemptable")
+REQUEST_ORIGINS = ("external", "local")
 
 _TABLE = [
     _a("Type", "string", ALL, "job", ("job", "dag", "collection"), doc="kind of request"),
@@ -128,6 +129,10 @@ _TABLE = [
        doc="memory of the VM"),
     _a("PreemptionClass", "string", {JOB}, "non-preemptable", PREEMPTION_CLASSES,
        extension=True, doc="what the lease scheduler may do to the lease (seed 002 Sec. 4.2)"),
+    _a("RequestOrigin", "string", {JOB}, "external", REQUEST_ORIGINS, extension=True,
+       doc="p(L) of seed 002 Sec. 2.1: a local request may preempt external leases"),
+    _a("LeaseDeadline", "time", {JOB}, extension=True, unit="s since epoch or ISO 8601",
+       doc="when the lease must have ended (seed 002 Sec. 4.2, deadline-constrained)"),
     _a("FeteRank", "boolean", ALL, extension=True,
        doc="rank CEs by SFETE (seed 004 Section 4.2) instead of Rank"),
 ]

@@ -256,6 +256,12 @@ def _check_lease(c: _Checker):
                                        'LeaseType = "advance-reservation"')
     if lt == "immediate" and "leaseduration" not in c.rec.attrs:
         c.add(c.expr_of("leasetype"), "an immediate lease needs LeaseDuration")
+    origin, pclass = c.value("requestorigin"), c.value("preemptionclass")
+    if (type(origin) is str and origin.lower() == "local" and type(pclass) is str
+            and pclass.lower() != "non-preemptable"):
+        c.add(c.expr_of("preemptionclass"), 'a local request is deadline-constrained and '
+              f'non-preemptable (seed 002 Section 4.2): PreemptionClass {pclass!r} is not allowed '
+              'with RequestOrigin = "local"')
     img = c.value("vmimage")
     if type(img) is str and not (_URI_RE.match(img) or img.startswith("/")):
         c.add(c.expr_of("vmimage"), f"VMImage must be a URI or an absolute path, not {img!r}")

@@ -11,9 +11,12 @@ from .paths import TRACES
 
 TESTS = TRACES / "lwf/haizea-tests"
 LEASE_KEYS = {"id", "type", "state", "submit_s", "requested_start_s", "start_s", "end_s", "nodes", "wait_s",
-              "suspensions", "transfers", "mb_transferred"}
+              "suspensions", "transfers", "mb_transferred", "origin", "request_type", "deadline_s", "preemptions",
+              "overhead_s"}
 METRIC_KEYS = {"all_best_effort_s", "mean_wait_s", "mean_bounded_slowdown", "utilization", "ar_accepted",
-               "ar_rejected", "ar_client_satisfaction", "mb_transferred", "peak_disk_mb_per_node"}
+               "ar_rejected", "ar_client_satisfaction", "mb_transferred", "peak_disk_mb_per_node",
+               "local_rejection_rate", "external_rejection_rate", "utilization_eq11", "preemptions",
+               "preemption_overhead_s", "makespan_external_s", "last_end_s"}
 
 TRACE = """<lease-workload name="x"><lease-requests>
 <lease-request arrival="00:00:00"><lease id="1" preemptible="true">

@@ -92,12 +92,22 @@ def test_lease_arguments_from_jdl():
                         'VMImageSize = 1024; ]', "ar.jdl")
     args = lease_args_from_jdl(job)
     assert args == {"vms": 2, "memory_mb": 512, "duration_s": 3600, "image_mb": 1024,
-                    "image_id": "http://i/sl5.img", "start_s": 1795255200.0, "preemptible": True}
+                    "image_id": "http://i/sl5.img", "start_s": 1795255200.0, "preemptible": True,
+                    "request_type": "suspendable"}
     plain = jdl.parse_jdl('[ Executable = "/bin/true"; ]', "plain.jdl")
     assert lease_args_from_jdl(plain) == {}
     im = jdl.parse_jdl('[ Executable = "/bin/true"; LeaseType = "immediate"; LeaseDuration = 60; '
                        'PreemptionClass = "non-preemptable"; ]', "im.jdl")
-    assert lease_args_from_jdl(im) == {"duration_s": 60, "immediate": True, "preemptible": False}
+    assert lease_args_from_jdl(im) == {"duration_s": 60, "immediate": True, "preemptible": False,
+                                       "request_type": "non-preemptable"}
+    local = jdl.parse_jdl('[ Executable = "/bin/true"; LeaseType = "advance-reservation"; LeaseDuration = 60; '
+                          'LeaseStart = 1795255200; RequestOrigin = "local"; LeaseDeadline = 1795255800; ]',
+                          "local.jdl")
+    assert lease_args_from_jdl(local) == {"duration_s": 60, "start_s": 1795255200.0, "local": True,
+                                          "deadline_s": 1795255800.0}
+    with pytest.raises(jdl.JDLValidationError, match="local request"):
+        jdl.parse_jdl('[ Executable = "/bin/true"; RequestOrigin = "local"; PreemptionClass = "cancellable"; ]',
+                      "bad.jdl")
 
 
 def test_advance_reservation_job_starts_at_its_time(node):

@@ -3,7 +3,7 @@ import pytest
 
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig, LeaseScheduler, LeaseState, SimulatedNodes, uniform_site
-from vwn_agents.leasing import hostselection, preemption
+from vwn_agents.leasing import candidatepolicy, hostselection, preemption
 from vwn_agents.leasing.config import OPTIONS, ConfigError
 from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
 
@@ -45,7 +45,8 @@ def test_unknown_policy_name_is_a_config_error_naming_the_option(option):
 
 def test_policy_choices_are_the_registered_policies():
     choices = {o.name: set(o.choices) for o in OPTIONS}
-    assert choices["policy-preemption"] == set(preemption.POLICIES)
+    assert choices["policy-preemption"] == set(preemption.POLICIES) | set(candidatepolicy.POLICIES)
+    assert not set(preemption.POLICIES) & set(candidatepolicy.POLICIES)
     assert choices["policy-host-selection"] == set(hostselection.POLICIES)
     with pytest.raises(ConfigError, match="policy-preemption"):
         preemption.preemption_policy("no-such-policy")

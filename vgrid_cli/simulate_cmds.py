@@ -61,11 +61,13 @@ def _list_traces(ctx: click.Context, _param, value: bool) -> None:
               help="TOML configuration (Haizea option names; see docs/leasing.md)")
 @click.option("--inject-ar", "inject", type=click.Path(dir_okay=False), default=None,
               help="LWF (file or bundled name) with advance reservations to add to the trace")
+@click.option("--preemption-policy", "preemption_policy", default=None,
+              help="override [scheduling] policy-preemption (e.g. nop, mov, mlip, moml: seed 002)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write leases.csv and PNG plots (utilization, Gantt, disk) into DIR")
 def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_per_node, config_file, inject,
-                 as_json, out_dir) -> None:
+                 preemption_policy, as_json, out_dir) -> None:
     """Simulate the lease engine on TRACE (Haizea LWF or SWF file, or a bundled trace's name, see
     --list-traces) and report leases and metrics."""
     if site_file and nodes:
@@ -74,6 +76,8 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
         trace = traces.resolve(trace)
         inject = traces.resolve(inject) if inject else None
         config = load_config(config_file) if config_file else LeaseConfig()
+        if preemption_policy:
+            config = config.with_options(policy_preemption=preemption_policy)
         workload = read_trace(trace, cpus_per_node=swf_cpus_per_node, memory_mb=mem_per_node)
         leases = list(workload.leases)
         if inject:

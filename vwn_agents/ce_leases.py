@@ -46,7 +46,9 @@ class JobLeaseRequest:
     whether it is the JDL's LeaseDuration or the CE's max_wallclock_s), ``start_s`` clock seconds
     (ARs), ``preemptible``, ``image`` (VMImage, recorded only: live VWNs use the node's software),
     ``image_mb`` and ``restarts`` (PreemptionClass "suspendable" or "migratable": a preempted job
-    goes back to the queue and restarts in a new VWN; "cancellable": it is aborted)."""
+    goes back to the queue and restarts in a new VWN; "cancellable": it is aborted);
+    ``request_type`` (PreemptionClass, seed 002 Section 4.2), ``local`` (RequestOrigin "local")
+    and ``deadline_s`` (LeaseDeadline, clock seconds) for the engine's seed 002 policies."""
 
     kind: str
     cpu: int
@@ -58,19 +60,25 @@ class JobLeaseRequest:
     image: str | None = None
     image_mb: float = 0.0
     restarts: bool = False
+    request_type: str | None = None
+    local: bool = False
+    deadline_s: float | None = None
 
     def engine_args(self) -> dict:
         """``LeaseEngine.submit_job`` keyword arguments (one VM)."""
         return {"vms": 1, "cpu": self.cpu, "memory_mb": self.memory_mb, "duration_s": self.duration_s,
                 "start_s": self.start_s, "immediate": self.kind == "immediate",
                 "preemptible": self.preemptible, "image_id": self.image or "node-software",
-                "image_mb": self.image_mb}
+                "image_mb": self.image_mb, "request_type": self.request_type, "local": self.local,
+                "deadline_s": self.deadline_s}
 
     def to_json(self) -> dict:
         return {"type": self.kind, "cpu": self.cpu, "memory_mb": self.memory_mb,
                 "duration_s": self.duration_s, "duration_from": self.duration_from,
                 "requested_start_s": self.start_s, "preemptible": self.preemptible,
-                "image": self.image, "image_mb": self.image_mb, "restarts": self.restarts}
+                "image": self.image, "image_mb": self.image_mb, "restarts": self.restarts,
+                "request_type": self.request_type, "origin": "local" if self.local else "external",
+                "deadline_s": self.deadline_s}
 
 
 def vwn_slot_units(cpus_per_node: int, vwns_per_node: int) -> int:
@@ -122,7 +130,7 @@ class LeaseScheduling:
         try:
             args = lease_args_from_jdl(desc)
         except ValueError as exc:
-            raise _bad(desc, "LeaseStart", str(exc)) from None
+            raise _bad(desc, str(exc).split(" ", 1)[0], str(exc)) from None
         kind = str(desc.get("LeaseType") or "best-effort").lower()
         duration = args.get("duration_s")
         if duration is not None and duration > self.max_wallclock_s:
@@ -137,11 +145,15 @@ class LeaseScheduling:
             raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")
         preemptible = args.get("preemptible", False) and kind == "best-effort"
         restarts = preemptible and str(desc.get("PreemptionClass") or "").lower() in ("suspendable", "migratable")
-        return JobLeaseRequest(kind, self.slot, int(memory or self.default_memory_mb),
-                               float(duration or self.max_wallclock_s),
+        length = float(duration or self.max_wallclock_s)
+        deadline = args.get("deadline_s")
+        if deadline is not None and deadline < (start if start is not None else self.clock.now()) + length:
+            raise _bad(desc, "LeaseDeadline", f"LeaseDeadline {desc.get('LeaseDeadline')!r} is before the "
+                       f"lease's start + duration ({length:g} s)")
+        return JobLeaseRequest(kind, self.slot, int(memory or self.default_memory_mb), length,
                                "LeaseDuration" if duration is not None else "max_wallclock_s",
                                start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0),
-                               restarts)
+                               restarts, args.get("request_type"), bool(args.get("local")), deadline)
 
     def submit(self, key: str, body: dict, req: JobLeaseRequest) -> dict:
         """Submit the job's lease (idempotent on key). A node agent's HTTP error propagates

@@ -35,6 +35,7 @@ from vgrid_runtime.clock import WallClock
 
 from .leasing.config import LeaseConfig
 from .leasing.model import Lease, LeaseState, LeaseType, Node, resource_vector
+from .leasing.requesttypes import request_type as parse_request_type
 from .leasing.scheduler import LeaseScheduler
 from .node_enactment import NodeAgentEnactment
 
@@ -44,9 +45,10 @@ def lease_args_from_jdl(job) -> dict:
     extensions for leases"): ``CpuNumber``/``NodeNumber`` -> vms, ``VMMemory`` -> memory_mb,
     ``LeaseDuration`` -> duration_s, ``LeaseType`` "advance-reservation" with ``LeaseStart``
     (epoch seconds or ISO 8601) -> start_s, "immediate" -> immediate, ``PreemptionClass``
-    "non-preemptable" -> preemptible=False (any other class: True), ``VMImage``/``VMImageSize``
-    -> image. Absent attributes are left to the engine's defaults (a one-VM best-effort lease).
-    Raises ValueError for an unreadable LeaseStart."""
+    "non-preemptable" -> preemptible=False (any other class: True) and request_type (seed 002
+    Section 4.2), ``RequestOrigin`` "local" -> local=True, ``LeaseDeadline`` -> deadline_s,
+    ``VMImage``/``VMImageSize`` -> image. Absent attributes are left to the engine's defaults (a
+    one-VM best-effort lease). Raises ValueError for an unreadable LeaseStart or LeaseDeadline."""
     args: dict = {}
     vms = job.get("CpuNumber") or job.get("NodeNumber")
     if vms:
@@ -65,17 +67,22 @@ def lease_args_from_jdl(job) -> dict:
     pclass = job.get("PreemptionClass")
     if pclass is not None:
         args["preemptible"] = str(pclass).lower() != "non-preemptable"
+        args["request_type"] = str(pclass).lower()
+    if str(job.get("RequestOrigin") or "external").lower() == "local":
+        args["local"] = True
+    if job.get("LeaseDeadline") is not None:
+        args["deadline_s"] = _epoch(job.get("LeaseDeadline"), "LeaseDeadline")
     return args
 
 
-def _epoch(value) -> float:
+def _epoch(value, name: str = "LeaseStart") -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     try:
         text = str(value).strip().replace("Z", "+00:00")
         dt = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"LeaseStart {value!r}: expected epoch seconds or ISO 8601") from None
+        raise ValueError(f"{name} {value!r}: expected epoch seconds or ISO 8601") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=datetime.timezone.utc)
     return dt.timestamp()
@@ -146,10 +153,15 @@ class LeaseEngine:
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
                    duration_s: float | None = None, start_s: float | None = None,
                    immediate: bool = False, preemptible: bool | None = None,
-                   image_id: str = "node-software", image_mb: float = 0.0) -> dict:
+                   image_id: str = "node-software", image_mb: float = 0.0,
+                   request_type: str | None = None, local: bool = False,
+                   deadline_s: float | None = None) -> dict:
         """Make a lease for job ``key`` (idempotent on ``key``) and schedule what is due now.
         Returns ``status(key)``. ``lease_args_from_jdl(job)`` gives the keyword arguments of a
-        job with the vgrid JDL lease attributes."""
+        job with the vgrid JDL lease attributes; ``request_type`` is a seed 002 short name
+        (``leasing.requesttypes``), ``local`` p(L) = 0, ``deadline_s`` clock seconds. ValueError
+        for an unknown request type, a local request that is not non-preemptable, or a deadline
+        before start + duration."""
         with self._lock:
             if key not in self._by_key:
                 now = self.clock.now()
@@ -159,7 +171,9 @@ class LeaseEngine:
                     preemptible = ltype is LeaseType.BEST_EFFORT
                 lease = Lease(next(self._ids), ltype, now, duration_s or self.default_duration_s, vms,
                               resource_vector(cpu=cpu, memory=memory_mb), image_id, image_mb,
-                              preemptible=preemptible, requested_start_s=start_s)
+                              preemptible=preemptible, requested_start_s=start_s,
+                              request_type=parse_request_type(request_type) if request_type else None,
+                              local=local, deadline_s=deadline_s)
                 self._bodies[lease.id] = dict(body, key=key)
                 self._by_key[key] = lease
                 self.scheduler.submit(lease)

@@ -5,7 +5,9 @@ Layers (Haizea's): ``scheduler`` (orchestration) -> ``besteffort``/``ar`` (tempo
 placement) -> ``mapper`` (spatial placement) -> ``staging``/``imagepool`` (preparation) ->
 ``slottable`` (bookkeeping) -> ``enactment`` (the interface, and simulated nodes; node agents
 are enacted by ``vwn_agents.node_enactment``) -> ``traces`` (input) -> ``preemption`` (policy)
--> ``accounting`` (measurement); ``lublin`` and ``requestmix`` generate synthetic input (the
+-> ``accounting`` (measurement). Seed 002's preemption for local requests: ``requesttypes``,
+``overhead`` (eq. (3)-(8)), ``candidates`` (eq. (1)-(2)), ``candidatepolicy`` (NOP, MOV,
+MLIP, MOML) and ``localpreemption``; ``lublin`` and ``requestmix`` generate synthetic input (the
 Lublin-Feitelson model, seed 002's requests). See docs/leasing.md. The live engine of a CE agent is
 ``vwn_agents.lease_engine``; nothing here imports ``vwn_agents`` outside this package.
 """

@@ -10,7 +10,16 @@ Metrics (times in seconds from the start of the simulation):
   fraction of the requested interval the client really got (seed 000 Section 8.1); with the
   naive staging strategies images may arrive late (processor-shared link);
 * ``mb_transferred`` and ``peak_disk_mb_per_node`` (image pools plus full local copies,
-  seed 000 Figure 8.4).
+  seed 000 Figure 8.4);
+* seed 002 Section 7.1 (``preemption_metrics``): ``local_rejection_rate`` and
+  ``external_rejection_rate`` (fractions of the local / external requests rejected, None
+  without such requests); ``utilization_eq11``: eq. (11)-(12) as a fraction, the computation
+  time sum v(L) d(L) x CPU of the leases that completed, over site CPU x time until the last
+  lease ended, so suspension, resumption and the lost work of cancelled leases count as waste;
+  ``preemptions`` (number of lease preemptions, 7.1.3) and ``preemption_overhead_s`` (sum of
+  h(L) over them); ``makespan_external_s``: eq. (13), the mean over completed best-effort
+  external leases of completion - ready time; ``last_end_s``: when the last lease ended (the
+  "overall makespan" of seed 002 Figure 10 and Table III).
 """
 from __future__ import annotations
 
@@ -41,6 +50,11 @@ def lease_record(lease, nodes) -> dict:
         "suspensions": lease.suspensions,
         "transfers": lease.transfers,
         "mb_transferred": lease.mb_transferred,
+        "origin": "local" if lease.local else "external",
+        "request_type": lease.request_type.value,
+        "deadline_s": lease.deadline_s,
+        "preemptions": lease.preemptions,
+        "overhead_s": lease.overhead_s,
     }
 
 
@@ -99,6 +113,30 @@ def ar_satisfaction(sched) -> dict[int, float]:
     return out
 
 
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def preemption_metrics(leases, total_cpu: float) -> dict:
+    """Seed 002 Section 7.1's metrics of the reported ``leases`` (see module doc)."""
+    local = [l for l in leases if l.local]
+    external = [l for l in leases if not l.local]
+    ends = [l.end_s for l in leases if l.end_s is not None]
+    horizon = max(ends, default=0.0)
+    useful = sum(l.per_vm[CPU] * l.n_vms * l.effective_duration_s for l in leases if l.state is LeaseState.DONE)
+    be_done = [l for l in external if l.request_type.best_effort and l.state is LeaseState.DONE
+               and l.end_s is not None]
+    return {
+        "local_rejection_rate": _rate(sum(l.state is LeaseState.REJECTED for l in local), len(local)),
+        "external_rejection_rate": _rate(sum(l.state is LeaseState.REJECTED for l in external), len(external)),
+        "utilization_eq11": (useful / (total_cpu * horizon)) if horizon > 0 and total_cpu else 0.0,
+        "preemptions": sum(l.preemptions for l in leases),
+        "preemption_overhead_s": sum(l.overhead_s for l in leases),
+        "makespan_external_s": (sum(l.end_s - l.ready_s for l in be_done) / len(be_done)) if be_done else None,
+        "last_end_s": horizon if ends else None,
+    }
+
+
 def report(sched) -> dict:
     """``{"leases": [...], "metrics": {...}}`` as ``vgrid simulate --json`` prints it."""
     nodes = sched.nodes
@@ -126,5 +164,6 @@ def report(sched) -> dict:
         "ar_client_satisfaction": (sum(sat.values()) / len(sat)) if sat else None,
         "mb_transferred": sum(l.mb_transferred for l in leases),
         "peak_disk_mb_per_node": peak,
+        **preemption_metrics(leases, total_cpu),
     }
     return {"leases": [lease_record(l, nodes) for l in leases], "metrics": metrics}

@@ -6,12 +6,16 @@ Candidate nodes have room for at least one VM over [t_s, t_e); they are ordered 
 they can host, and the VMs are packed onto them. If they do not fit and the preemption policy
 allows it, best-effort leases holding resources in [t_s, t_e) are preempted one at a time in
 policy order: a lease that has not started is unscheduled and requeued; a running one is
-suspended so that its suspension ends by t_s (or, with ``suspension = none``, cancelled at t_s
-and requeued). Finally every needed image must be transferable by t_s (``Staging.stage_ar``,
-EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
+suspended so that its suspension ends by t_s -- or, when there is no time for that, paused at
+once and suspended while the AR runs (``preemption.suspend_reservations(memory_only=True)``) --
+or, with ``suspension = none``, cancelled at t_s and requeued. Finally every needed image
+must be transferable by t_s (``Staging.stage_ar``, EDF or EDF/JIT). The whole attempt is one slot-table transaction: commit or roll back.
+With a seed 002 policy (``nop``, ``mov``, ``mlip``, ``moml``) only local requests preempt, a
+whole candidate set at a time (``localpreemption``).
 """
 from __future__ import annotations
 
+from .localpreemption import preempt_for_local
 from .mapper import vm_use
 from .model import LeaseState
 from .preemption import can_suspend, suspend_reservations, suspend_time
@@ -29,7 +33,9 @@ def schedule_ar(sched, lease, now: float) -> bool:
     score = sched.host_score(lease, t_s)
     mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
     requeue: list = []
-    if mapping is None:  # the preemption policy says which leases may make room (maybe none)
+    if mapping is None and sched.set_policy is not None:  # seed 002: local requests only
+        mapping = preempt_for_local(sched, lease, t_s, t_e, now, score, requeue)
+    elif mapping is None:  # the preemption policy says which leases may make room (maybe none)
         mapping = _with_preemption(sched, lease, t_s, t_e, now, score, requeue)
     if mapping is None:
         st.rollback(tx)
@@ -97,17 +103,22 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     later = [r for r in resv if r is not vm and r.state is ResState.SCHEDULED]
     if can_suspend(lease, cfg) and sched.enactment_supports_suspend:
         new_end = t - suspend_time(lease, vm.mapping, cfg)
-        if new_end < now or new_end <= vm.start:
-            return False
+        paused = new_end < now or new_end <= vm.start
+        if paused:  # no time to suspend before t: pause now, suspend while the AR runs
+            if vm.start >= now:
+                return False
+            new_end = now
         for r in later:
             st.remove(r)
         st.move(vm, vm.start, new_end)
-        for r in suspend_reservations(lease, vm.mapping, new_end, cfg):
+        for r in suspend_reservations(lease, vm.mapping, new_end, cfg, memory_only=paused):
             st.add(r)
+        st.set(lease, "preemptions", lease.preemptions + 1)
         return True
     # cancel-and-requeue: the lease runs until t, then is killed and queued again from scratch
     for r in later:
         st.remove(r)
     st.move(vm, vm.start, max(t, now))
     st.set(lease, "cancel_at_end", True)
+    st.set(lease, "preemptions", lease.preemptions + 1)
     return True

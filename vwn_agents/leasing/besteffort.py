@@ -13,21 +13,24 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
-                         suspend_reservations, suspend_time, resume_time)
+                         seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
 
 def _estimates(sched, lease, resuming: bool):
     """Upper bounds (s) of resume, suspend and migration overheads before a mapping is known
-    (Haizea's estimate: number of VMs x one VM's time)."""
+    (Haizea's estimate: number of VMs x one VM's time; seed 002 policies: r(L), s(L) of eq.
+    (5)-(6) and every memory image copied over ``migration-bandwidth``, eq. (8))."""
     cfg = sched.cfg
     n = lease.n_vms
     mem = lease.per_vm[MEM]
+    migrating = resuming and cfg.migration == "yes"
+    if seed002_timing(cfg):  # eq. (5)-(6) do not depend on the mapping
+        r_est = resume_time(lease, (), cfg) if resuming else 0.0
+        return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
     r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
     s_est = op_time(mem, sched.suspend_rate) * n
-    m_est = 0.0
-    if resuming and cfg.migration == "yes":
-        m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be")
+    m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be") if migrating else 0.0
     return r_est, s_est, m_est
 
 
@@ -69,6 +72,9 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
         s, e, mapping = found
         tx = sched.st.begin()
         ok, retry_at = _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining)
+        if ok and lease.deadline_s is not None and _planned_end(sched, lease) > lease.deadline_s + 1e-9:
+            sched.st.rollback(tx)  # seed 002: a deadline-constrained lease ends by its deadline
+            return False
         if ok:
             sched.st.commit(tx)
             in_future = s > now and (ready is None or s > max(ready[m] for m in mapping))
@@ -83,6 +89,31 @@ def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bo
             ready[m] = max(ready[m], retry_at)
         found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     return False
+
+
+def _planned_end(sched, lease) -> float:
+    """End (s) of the lease's last VM reservation in the slot table."""
+    return max((r.end for r in sched.st.of_lease(lease) if r.kind is ResKind.VM), default=INF)
+
+
+def admit_with_deadline(sched, lease, now: float) -> bool:
+    """Seed 002 Section 4.2: a best-effort-type request with a deadline is admitted only if it
+    can be placed now to end by ``deadline_s`` -- it then holds that (possibly future)
+    reservation, outside the backfilling limits -- else it stays Pending (the caller rejects)."""
+    return place_besteffort(sched, lease, now, allow_future=True)
+
+
+def drop_missed_deadlines(sched, now: float) -> list:
+    """Queued leases whose deadline can no longer be met (now + remaining time > deadline) are
+    Cancelled with a reason (a preempted Deadline-Constraint-Migratable lease would be migrated
+    to another site: not modelled). Returns them; they leave the queue."""
+    missed = [l for l in sched.queue if l.deadline_s is not None and now + l.remaining_s > l.deadline_s + 1e-9]
+    for lease in missed:
+        sched.queue.remove(lease)
+        lease.to(LeaseState.CANCELLED)
+        lease.end_s = now
+        lease.reject_reason = "its deadline can no longer be met on this site"
+    return missed
 
 
 def _earliest_same_nodes(sched, lease, duration, now, min_duration, allow_future):
@@ -150,7 +181,8 @@ def min_slot_length(sched, lease) -> float:
         return cached[1]
     length = lease.remaining_s
     if can_suspend(lease, sched.cfg):
-        s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
+        s_est = (suspend_time(lease, (), sched.cfg) if seed002_timing(sched.cfg)
+                 else op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms)
         length = min(length, scheduling_threshold(s_est, sched.threshold_factor))
     sched.slot_length_cache[lease.id] = (lease.time_run, length)
     return length
@@ -164,6 +196,7 @@ def schedule_queue(sched, now: float) -> None:
     to skip most of a long queue when the site is full.
     """
     cfg = sched.cfg
+    drop_missed_deadlines(sched, now)
     max_future = cfg.max_future_reservations
     off = cfg.backfilling == "off"
     quick = not sched.staging.enabled

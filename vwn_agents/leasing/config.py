@@ -47,9 +47,12 @@ OPTIONS: tuple[Option, ...] = (
            "Which best-effort leases may be suspended: `none` (preempted leases are cancelled "
            "and requeued), `serial-only` (one-VM leases) or `all`.", ("none", "serial-only", "all")),
     Option("suspend-rate", "scheduling", float, 32.0,
-           "MB of VM memory suspended per second; a VM takes ceil(memory / rate) s.", minimum=1e-9),
+           "MB of VM memory suspended per second; a VM takes ceil(memory / rate) s (seed 002 "
+           "policies: B of eq. (3), memory / B s, no rounding; 6.36 MB/s in its Section 7.2).",
+           minimum=1e-9),
     Option("resume-rate", "scheduling", float, 32.0,
-           "MB of VM memory resumed per second; a VM takes ceil(memory / rate) s.", minimum=1e-9),
+           "MB of VM memory resumed per second; a VM takes ceil(memory / rate) s (seed 002 "
+           "policies: r of eq. (4); 8.12 MB/s in its Section 7.2).", minimum=1e-9),
     Option("suspendresume-exclusion", "scheduling", str, "local",
            "`local`: one VM at a time per node is suspended/resumed; `global`: one VM at a time "
            "on the whole site (shared storage).", ("local", "global")),
@@ -62,7 +65,30 @@ OPTIONS: tuple[Option, ...] = (
     Option("policy-preemption", "scheduling", str, "ar-preempts-everything",
            "`ar-preempts-everything` (ARs may suspend best-effort leases; most recently started "
            "first) or `no-preemption` (an AR that does not fit is rejected); the classes in "
-           "`preemption.POLICIES`.", ("ar-preempts-everything", "no-preemption")),
+           "`preemption.POLICIES`. vgrid, seed 002 Section 6: `nop` (no preemption), `mov` "
+           "(eq. (9), minimum overhead), `mlip` (eq. (10), minimum leases involved) or `moml` "
+           "(Algorithm 1) choose among candidate sets of external leases for local requests and "
+           "time suspensions with eq. (5)-(8); the classes in `candidatepolicy.POLICIES`.",
+           ("ar-preempts-everything", "no-preemption", "nop", "mov", "mlip", "moml")),
+    Option("pause-time", "scheduling", float, 0.005,
+           "vgrid: t_p, seconds to pause (or unpause) one VM before its suspension (seed 002 eq. "
+           "(5)-(6); 5 ms in its Section 7.2).", minimum=0.0),
+    Option("rescheduling-time", "scheduling", float, 2.3,
+           "vgrid: delta, seconds to reschedule one preempted lease (seed 002 eq. (5); 2.3 s in "
+           "its Section 7.2).", minimum=0.0),
+    Option("cancel-time", "scheduling", float, 0.0,
+           "vgrid: seconds to stop the VMs of a cancelled lease (seed 002 Section 5: negligible).",
+           minimum=0.0),
+    Option("migration-bandwidth", "scheduling", float, 12.5,
+           "vgrid: b, MB/s to copy a suspended VM's memory image to another host (seed 002 eq. "
+           "(8); 100 Mb/s = 12.5 MB/s in its Section 7.2).", minimum=1e-9),
+    Option("max-candidate-sets", "scheduling", int, 10000,
+           "vgrid: at most this many candidate sets (seed 002 eq. (1)-(2)) are enumerated for one "
+           "local request; beyond it the greedy sets of every policy are added (docs/leasing.md).",
+           minimum=1),
+    Option("max-candidate-leases", "scheduling", int, 40,
+           "vgrid: candidate sets are built from at most this many preemptable leases, the "
+           "cheapest per VM (seed 002 eq. (7)) first; the others are left out.", minimum=1),
     Option("policy-host-selection", "scheduling", str, "greedy",
            "`greedy`: prefer nodes with the image (reuse), then nodes hosting more VMs; the "
            "classes in `hostselection.POLICIES`.", ("greedy",)),

@@ -98,8 +98,15 @@ class SimulatedNodes:
             heapq.heappush(self._events, (real_end, lease.id, token))
 
     def vms_paused(self, lease: Lease, now: float) -> None:
-        """The VM reservation ended before the lease did (a suspension follows)."""
+        """The VM reservation ended before the lease did (a suspension follows): the paused
+        VMs use no CPU; their memory stays held until ``suspended`` (seed 002 Section 5)."""
         self._token[lease.id] = self._token.get(lease.id, 0) + 1
+        use = self.held.get(lease.id)
+        if use:
+            kept = {node: (0, vec[1], 0, 0) for node, vec in use.items()}
+            for node, vec in use.items():
+                self.usage[node] = vec_add(vec_sub(self.usage[node], vec), kept[node])
+            self.held[lease.id] = kept
 
     def stop_vms(self, lease: Lease, now: float) -> None:
         self._token[lease.id] = self._token.get(lease.id, 0) + 1

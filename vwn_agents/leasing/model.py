@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from vgrid_runtime.states import StateTable
 
+from .requesttypes import RequestType, legacy_request_type
+
 RESOURCE_TYPES = ("CPU", "Memory", "Disk", "Net")
 CPU, MEM, DISK, NET = range(4)
 RES_INDEX = {name.lower(): i for i, name in enumerate(RESOURCE_TYPES)}
@@ -129,7 +131,13 @@ class Lease:
     Request fields: ``id``, ``type``, ``submit_s``, ``duration_s`` (requested, s), ``n_vms``,
     ``per_vm`` (resource vector per VM), ``image_id``, ``image_mb``, ``preemptible``,
     ``requested_start_s`` (ARs only), ``real_duration_s`` (premature end; None = runs the
-    requested duration). Run-time fields are filled in by the scheduler and accounting.
+    requested duration). Seed 002 (Section 4.2): ``request_type`` (None: derived from
+    ``preemptible``, see ``requesttypes.legacy_request_type``), ``local`` (p(L) = 0; a local
+    request must be Deadline-Constraint-Non-Preemptable, ValueError otherwise) and
+    ``deadline_s`` (optional, s). The ready time is ``requested_start_s`` for ARs and
+    ``submit_s`` otherwise. Run-time fields are filled in by the scheduler and accounting;
+    ``preemptions`` counts the times a local request preempted the lease and ``overhead_s``
+    sums their overhead h(L) (seed 002 eq. (7)-(8)).
     """
     id: int
     type: LeaseType
@@ -143,6 +151,9 @@ class Lease:
     requested_start_s: float | None = None
     real_duration_s: float | None = None
     parent_id: int | None = None
+    request_type: RequestType | None = None
+    local: bool = False
+    deadline_s: float | None = None
     # run time
     state: LeaseState = LeaseState.PENDING
     time_run: float = 0.0
@@ -156,6 +167,9 @@ class Lease:
     reject_reason: str = ""
     cancel_at_end: bool = False
     ar_on_time: bool | None = None  # ARs: started at the requested time with images present
+    preemptions: int = 0
+    overhead_s: float = 0.0
+    terminate_at_end: bool = False  # a preempted Best-Effort-Cancellable lease: Cancelled at its VM end
 
     def __post_init__(self) -> None:
         if self.n_vms < 1:
@@ -164,6 +178,33 @@ class Lease:
             raise ValueError(f"lease {self.id}: duration must be > 0 s, got {self.duration_s}")
         if self.type is LeaseType.ADVANCE_RESERVATION and self.requested_start_s is None:
             raise ValueError(f"lease {self.id}: an advance reservation needs a start time")
+        if self.request_type is None:
+            self.request_type = (RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE if self.local else
+                                 legacy_request_type(self.type is LeaseType.BEST_EFFORT, self.preemptible))
+        elif self.local and self.request_type is not RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE:
+            raise ValueError(f"lease {self.id}: a local request is Deadline-Constraint-Non-Preemptable "
+                             f"(seed 002 Section 4.2), not {self.request_type.paper_name}")
+        if self.local:
+            self.preemptible = False
+        if self.deadline_s is not None and self.deadline_s < self.ready_s + self.duration_s:
+            raise ValueError(f"lease {self.id}: deadline {self.deadline_s:g} s is before ready time + "
+                             f"duration ({self.ready_s + self.duration_s:g} s)")
+
+    @property
+    def ready_s(self) -> float:
+        """Ready time (s): the requested start of an AR, the submission time otherwise."""
+        return self.requested_start_s if self.requested_start_s is not None else self.submit_s
+
+    @property
+    def external(self) -> bool:
+        """p(L) = 1 (seed 002 Section 2.1)."""
+        return not self.local
+
+    @property
+    def preemptable(self) -> bool:
+        """Whether a local request may preempt this lease (seed 002 Section 4.2, eq. (1)):
+        external and of a preemptable request type."""
+        return not self.local and self.request_type.preemptable
 
     @property
     def effective_duration_s(self) -> float:

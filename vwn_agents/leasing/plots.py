@@ -26,7 +26,8 @@ from .model import CPU  # noqa: E402
 GANTT_MAX_LEASES = 300
 GANTT_MAX_NODES = 64
 CSV_FIELDS = ["id", "type", "state", "submit_s", "requested_start_s", "start_s", "end_s", "nodes", "wait_s",
-              "suspensions", "transfers", "mb_transferred"]
+              "suspensions", "transfers", "mb_transferred", "origin", "request_type", "deadline_s", "preemptions",
+              "overhead_s"]
 
 
 def write_outputs(sched, report: dict, out_dir: str | Path) -> list[Path]:

@@ -10,6 +10,10 @@ lease's suspension takes S = the longest per-node (local) or the total (global) 
 ``SUSPEND``/``RESUME`` reservation holds all the lease's nodes for S (a node with fewer VMs may
 finish earlier; its resources are released with the others).
 
+A running lease that cannot finish its suspension before the reservation that preempts it
+(the reservation starts now) is paused at once and suspended while the reservation runs, its
+SUSPEND reservation holding only the VMs' memory (``memory_only``).
+
 The preemption policy (``policy-preemption``) scores candidate leases (higher = preempt first,
 None = never); the AR scheduler sorts. ``scheduling_threshold`` is Haizea's minimum run before
 a suspension.
@@ -18,9 +22,12 @@ from __future__ import annotations
 
 import math
 
+from .candidatepolicy import POLICIES as SET_POLICIES
 from .config import ConfigError, LeaseConfig
 from .mapper import vm_use
 from .model import MEM, Lease, LeaseType
+from .overhead import OverheadModel, vm_copy_time
+from .requesttypes import RequestType
 from .slottable import Reservation, ResKind
 
 
@@ -42,17 +49,36 @@ def per_node_times(lease: Lease, mapping: tuple, rate: float, exclusion: str) ->
     return times, max(times.values(), default=0.0)
 
 
+def seed002_timing(cfg: LeaseConfig) -> bool:
+    """Whether suspensions and resumptions are timed by seed 002 eq. (5)-(6) (the seed 002
+    policies ``nop``, ``mov``, ``mlip``, ``moml``) rather than by Haizea's per-VM ceil."""
+    return cfg.policy_preemption in SET_POLICIES
+
+
 def suspend_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    """Seconds a suspension of ``lease`` on ``mapping`` takes: s(L) of seed 002 eq. (5) with
+    a seed 002 policy, else Haizea's (``per_node_times``)."""
+    if seed002_timing(cfg):
+        return OverheadModel.from_config(cfg).suspension(lease)
     return per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
 
 
 def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
+    """Seconds a resumption takes: r(L) of seed 002 eq. (6) with a seed 002 policy, else
+    Haizea's (``per_node_times``)."""
+    if seed002_timing(cfg):
+        return OverheadModel.from_config(cfg).resumption(lease)
     return per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)[1]
 
 
 def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
-    """Whether a best-effort lease may be suspended under ``suspension``."""
+    """Whether a best-effort lease may be suspended under ``suspension`` (Haizea's planned
+    suspensions). Seed 002: never a Best-Effort-Cancellable lease (preempting it terminates it)
+    nor a deadline-constrained one (it runs in one piece by its deadline; a local request may
+    still preempt a migratable one, ``localpreemption``)."""
     if not lease.preemptible or lease.type is not LeaseType.BEST_EFFORT:
+        return False
+    if lease.request_type is RequestType.BEST_EFFORT_CANCELLABLE or not lease.request_type.best_effort:
         return False
     mode = cfg._values["suspension"]
     return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
@@ -72,20 +98,29 @@ def scheduling_threshold(overhead_s: float, factor: float) -> float:
 
 def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> float:
     """Seconds to move a suspended lease's state from ``old`` to ``new`` nodes: memory plus disk
-    image of every VM that changes node, over the best-effort link (``migration = yes``)."""
+    image of every VM that changes node, over the best-effort link (``migration = yes``); with
+    a seed 002 policy the memory image only, over ``migration-bandwidth`` (t_copy, eq. (8))."""
     if cfg.migration != "yes" or sorted(old) == sorted(new):
         return 0.0
     moved = sum(1 for a, b in zip(sorted(old), sorted(new)) if a != b)
+    if seed002_timing(cfg):  # seed 002 eq. (8): the memory images over b; the disk image is there
+        return sum(vm_copy_time(lease.per_vm[MEM], cfg.migration_bandwidth) for _ in range(moved))
     mb = moved * (lease.per_vm[MEM] + lease.image_mb)
     return mb / cfg.link_bandwidth_mbs("be")
 
 
-def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig) -> list[Reservation]:
+def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig,
+                         memory_only: bool = False) -> list[Reservation]:
     """The SUSPEND reservation of a suspension starting at ``start``: it holds all the lease's
-    nodes for S seconds (the longest node under local exclusion, the total under global)."""
-    s_total = per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
-    return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=vm_use(mapping, lease.per_vm),
-                        mapping=mapping)]
+    nodes for S seconds (the longest node under local exclusion, the total under global;
+    ``suspend_time``). ``memory_only``: the VMs are paused (seed 002 Section 5) and hold only
+    their memory while the images are written, so a reservation starting at ``start`` can use
+    their CPUs -- the suspension of a preemption for a request that starts now."""
+    s_total = suspend_time(lease, mapping, cfg)
+    use = vm_use(mapping, lease.per_vm)
+    if memory_only:
+        use = {node: (0, vec[MEM], 0, 0) for node, vec in use.items()}
+    return [Reservation(ResKind.SUSPEND, lease, start, start + s_total, use=use, mapping=mapping)]
 
 
 def resume_reservations(lease: Lease, mapping: tuple, start: float, total: float,

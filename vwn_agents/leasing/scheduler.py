@@ -19,12 +19,13 @@ import dataclasses
 import itertools
 
 from .ar import schedule_ar
-from .besteffort import min_slot_length, place_besteffort, schedule_queue
+from .besteffort import admit_with_deadline, min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
 from .mapper import Mapper
 from .model import Lease, LeaseState, LeaseType, Node, Segment, vms_in
 from .hostselection import host_selection_policy
+from .candidatepolicy import POLICIES as SET_POLICIES, candidate_set_policy
 from .preemption import preemption_policy
 from .slottable import INF, Reservation, ResKind, ResState, SlotTable
 from .staging import Staging
@@ -46,7 +47,12 @@ class LeaseScheduler:
                                 capacity_mb=config.diskimage_cache_size,
                                 remove_on_expire=config.diskimage_cache_expire)
         self.staging = Staging(self.st, self.pools, config)
-        self.policy = preemption_policy(config.policy_preemption)
+        if config.policy_preemption in SET_POLICIES:  # seed 002: local requests preempt candidate sets
+            self.policy, self.set_policy = None, candidate_set_policy(config.policy_preemption)
+        else:
+            self.policy, self.set_policy = preemption_policy(config.policy_preemption), None
+        self.suspend_batches: dict[int, frozenset] = {}  # lease id -> ids suspended for one local request
+        self.preemption_log: list[tuple] = []  # (s, local request id, preempted ids, h(C) s, policy)
         self.host_selection = host_selection_policy(config.policy_host_selection, self.pools,
                                                     self.staging)
         self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
@@ -89,6 +95,10 @@ class LeaseScheduler:
             if not place_besteffort(self, lease, now, allow_future=False, immediate=True):
                 lease.to(LeaseState.REJECTED)
                 lease.reject_reason = "cannot start now"
+        elif lease.deadline_s is not None:  # seed 002: deadline-constrained, admitted or rejected now
+            if not admit_with_deadline(self, lease, now):
+                lease.to(LeaseState.REJECTED)
+                lease.reject_reason = f"cannot end by its deadline ({lease.deadline_s:g} s)"
         elif self.cfg.besteffort_mode == "serial" and lease.n_vms > 1:
             self._submit_serial(lease)
         else:
@@ -143,12 +153,16 @@ class LeaseScheduler:
         if lease.state in (LeaseState.ACTIVE, LeaseState.SUSPENDING):
             self._close_running(lease, now)
             self.enactment.stop_vms(lease, now)
+            for r in self.st.of_lease(lease):  # a suspension under way stops too
+                if r.kind is ResKind.SUSPEND and r.state is ResState.ACTIVE:
+                    self.st.remove(r)
         self.unschedule(lease, now)
         if lease in self.queue:
             self.queue.remove(lease)
         lease.to(LeaseState.CANCELLED)
         lease.end_s = now
         self._dirty = True
+        self._requeue_batch(lease_id)
         return lease
 
     def requeue(self, lease: Lease) -> None:
@@ -307,6 +321,12 @@ class LeaseScheduler:
         self._dirty = True
         if lease.remaining_s <= EPS:
             self._finish(lease, t)
+        elif lease.terminate_at_end:  # seed 002: a preempted Best-Effort-Cancellable lease
+            self.enactment.stop_vms(lease, t)
+            self.unschedule(lease, t)
+            lease.to(LeaseState.CANCELLED)
+            lease.end_s = t
+            lease.reject_reason = "preempted by a local request (Best-Effort-Cancellable)"
         elif lease.cancel_at_end:
             self.enactment.stop_vms(lease, t)
             lease.cancel_at_end = False
@@ -336,7 +356,23 @@ class LeaseScheduler:
         lease.suspensions += 1
         lease.to(LeaseState.SUSPENDED)
         self.enactment.suspended(lease, t)
-        self.requeue(lease)
+        if lease.id not in self.suspend_batches:
+            self.requeue(lease)
+            return
+        self._requeue_batch(lease.id)
+
+    def _requeue_batch(self, lease_id: int) -> None:
+        """Seed 002: the leases one local request preempted are rescheduled together, in
+        submission order, once none of them is still running or suspending (FCFS, not the order
+        their suspensions end)."""
+        batch = self.suspend_batches.get(lease_id)
+        if batch is None or any(self.leases[i].state in (LeaseState.ACTIVE, LeaseState.SUSPENDING) for i in batch):
+            return
+        for i in sorted(batch):
+            self.suspend_batches.pop(i, None)
+            other = self.leases[i]
+            if other.state is LeaseState.SUSPENDED and other not in self.queue:
+                self.requeue(other)
 
     def _finish(self, lease: Lease, t: float) -> None:
         for r in self.st.of_lease(lease):

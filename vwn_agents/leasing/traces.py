@@ -5,6 +5,10 @@
   ``<realduration time=...>`` and a ``<lease>`` with ``<nodes><node-set numnodes=N><res
   type= amount=>``, ``<start>`` (empty: best-effort; ``<exact time=>``: advance reservation;
   ``<now/>``: immediate), ``<duration time=>``, ``<software><disk-image id= size=>``.
+  Seed 002 attributes of ``<lease>``: ``request-type`` (``cancellable``, ``suspendable``,
+  ``migratable``, ``non-preemptable``; absent: from ``preemptible``), ``origin`` (``local`` or
+  ``external``, the default; a local request without ``<exact>`` starts at its arrival) and
+  ``deadline`` (``HH:MM:SS``).
 * Old LWF text: one lease per line, ``submit start duration realduration numnodes cpu memory
   disk image imagesize`` (seconds, ``start = -1`` for best-effort, cpu 1 = 100), '#' comments.
 * SWF (Standard Workload Format): Haizea's conversion -- requested time (field 9) > 0; jobs
@@ -27,6 +31,7 @@ from pathlib import Path
 from lxml import etree
 
 from .model import Lease, LeaseType, Node, resource_vector
+from .requesttypes import LOCAL, origin, request_type
 
 _TIME = re.compile(r"^\s*(?:(\d+):)?(\d+):(\d+):(\d+(?:\.\d*)?)\s*$")
 
@@ -154,6 +159,13 @@ def _lwf_lease(req, path, default_id, id_offset=0) -> Lease:
         ltype = LeaseType.IMMEDIATE
     img = lease_el.find("software/disk-image")
     try:
+        rtype = lease_el.get("request-type")
+        local = origin(lease_el.get("origin", "external")) == LOCAL
+        deadline = t(lease_el, "deadline") if lease_el.get("deadline") is not None else None
+        if local and ltype is LeaseType.BEST_EFFORT:  # a local request starts at its ready time
+            ltype, exact_s = LeaseType.ADVANCE_RESERVATION, submit
+        else:
+            exact_s = t(exact) if exact is not None else None
         lid = default_id if lease_el.get("id") is None else id_offset + int(lease_el.get("id"))
         return Lease(
             id=lid, type=ltype, submit_s=submit, duration_s=t(dur),
@@ -161,8 +173,10 @@ def _lwf_lease(req, path, default_id, id_offset=0) -> Lease:
             image_id=img.get("id") if img is not None else "none.img",
             image_mb=float(img.get("size", 0)) if img is not None else 0.0,
             preemptible=(lease_el.get("preemptible", "true").lower() == "true"),
-            requested_start_s=t(exact) if exact is not None else None,
-            real_duration_s=t(real) if real is not None else None)
+            requested_start_s=exact_s,
+            real_duration_s=t(real) if real is not None else None,
+            request_type=request_type(rtype) if rtype is not None else None,
+            local=local, deadline_s=deadline)
     except (TypeError, ValueError) as exc:
         raise TraceError(path, lease_el.sourceline, str(exc)) from None
 
