@@ -10,6 +10,7 @@ from lxml import etree
 
 from vgrid_cli.workload_cmds import workload_group
 from vwn_agents.leasing import lublin, requestmix
+from vwn_agents.leasing.requesttypes import REQUEST_TYPE_NAMES
 from vwn_agents.leasing.requestmix import (DEADLINE_NON_PREEMPTABLE, DEADLINE_TYPES, REQUEST_TYPES,
                                            assign_requests, local_count)
 from vwn_agents.leasing.traces import read_trace
@@ -18,8 +19,8 @@ JOBS = lublin.LublinModel.adjusted(32, 3000, 14, 4, 7200).sample(3000, seed=2)
 
 
 def test_request_type_names_are_the_agreed_strings():
-    assert REQUEST_TYPES == ("best-effort-cancellable", "best-effort-suspendable", "deadline-migratable",
-                             "deadline-non-preemptable")
+    assert REQUEST_TYPES == ("cancellable", "suspendable", "migratable", "non-preemptable")
+    assert REQUEST_TYPES == REQUEST_TYPE_NAMES           # the lease model's names, in seed 002's order
 
 
 def test_section_7_2_default_split_and_mix():
@@ -46,7 +47,7 @@ def test_local_count_forms():
 
 def test_bad_mix_and_slack_are_refused():
     with pytest.raises(ValueError, match="add up to 100"):
-        assign_requests(JOBS, 1, type_mix={"best-effort-cancellable": 50})
+        assign_requests(JOBS, 1, type_mix={"cancellable": 50})
     with pytest.raises(ValueError, match="unknown request type"):
         assign_requests(JOBS, 1, type_mix={"spot": 100})
     with pytest.raises(ValueError):
@@ -89,10 +90,12 @@ def test_lwf_round_trip_through_the_trace_reader(tmp_path):
         lease = by_id[r.id]
         assert (lease.submit_s, lease.n_vms, lease.duration_s) == (r.ready_s, r.n_vms, r.duration_s)
         assert lease.preemptible == r.preemptible
+        # seed 002's attributes reach the lease model (helper 6's reader) unchanged
+        assert (lease.request_type.value, lease.local, lease.deadline_s) == (r.request_type, r.local, r.deadline_s)
     root = etree.parse(str(path)).getroot()
     attrs = [el.attrib for el in root.iter("lease")]
-    assert [a["request_type"] for a in attrs] == [r.request_type for r in reqs]
-    assert [a["local"] == "true" for a in attrs] == [r.local for r in reqs]
+    assert [a["request-type"] for a in attrs] == [r.request_type for r in reqs]
+    assert [a["origin"] == "local" for a in attrs] == [r.local for r in reqs]
     from vwn_agents.leasing.traces import parse_time
     assert [parse_time(a["deadline"]) if "deadline" in a else None for a in attrs] == [r.deadline_s for r in reqs]
 

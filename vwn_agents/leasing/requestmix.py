@@ -20,8 +20,9 @@ How we do it (the paper does not say more):
   request of Table II does) for local ones; best-effort requests have no deadline.
 
 Units: seconds, MB. Deterministic given the seed. The request types are plain strings here
-(``REQUEST_TYPES``), carried in LWF as attributes of ``<lease>``: ``request_type``,
-``local`` ("true"/"false") and ``deadline`` (``HH:MM:SS`` from the start of the trace).
+(``REQUEST_TYPES``: the short names of :class:`.requesttypes.RequestType`), carried in LWF as
+the attributes of ``<lease>`` that ``traces.py`` reads: ``request-type``, ``origin``
+("local"/"external") and ``deadline`` (``HH:MM:SS`` from the start of the trace).
 """
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
+from .requesttypes import RequestType
 from .lublin import BATCH, INTERACTIVE, LublinModel, ModelJob, rescale_runtimes
 
-BEST_EFFORT_CANCELLABLE = "best-effort-cancellable"
-BEST_EFFORT_SUSPENDABLE = "best-effort-suspendable"
-DEADLINE_MIGRATABLE = "deadline-migratable"
-DEADLINE_NON_PREEMPTABLE = "deadline-non-preemptable"
+BEST_EFFORT_CANCELLABLE = RequestType.BEST_EFFORT_CANCELLABLE.value
+BEST_EFFORT_SUSPENDABLE = RequestType.BEST_EFFORT_SUSPENDABLE.value
+DEADLINE_MIGRATABLE = RequestType.DEADLINE_CONSTRAINT_MIGRATABLE.value
+DEADLINE_NON_PREEMPTABLE = RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE.value
 #: Seed 002 Section 4.2's request types, in the paper's order.
 REQUEST_TYPES = (BEST_EFFORT_CANCELLABLE, BEST_EFFORT_SUSPENDABLE, DEADLINE_MIGRATABLE, DEADLINE_NON_PREEMPTABLE)
 DEADLINE_TYPES = (DEADLINE_MIGRATABLE, DEADLINE_NON_PREEMPTABLE)
@@ -164,8 +166,8 @@ def to_lwf(requests: list[Request], nodes: int, name: str = "lublin", memory_mb:
         deadline = f' deadline="{hms(r.deadline_s)}"' if r.deadline_s is not None else ""
         lines += [
             f'    <lease-request arrival="{hms(r.ready_s)}">',
-            f'      <lease id="{r.id}" preemptible="{str(r.preemptible).lower()}" request_type="{r.request_type}"'
-            f' local="{str(r.local).lower()}"{deadline}>',
+            f'      <lease id="{r.id}" preemptible="{str(r.preemptible).lower()}" request-type="{r.request_type}"'
+            f' origin="{"local" if r.local else "external"}"{deadline}>',
             f'        <nodes><node-set numnodes="{r.n_vms}">{res}</node-set></nodes>',
             "        <start/>",
             f'        <duration time="{hms(r.duration_s)}"/>',
