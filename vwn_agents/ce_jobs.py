@@ -54,6 +54,7 @@ class JobRequest:
     input_sandbox: list[dict] = field(default_factory=list)
     output_upload_url: str | None = None
     owner: dict | None = None         # {"dn", "vo", "fqans"}: passed to the node agent (pool account)
+    heartbeat_url: str | None = None  # the broker's POST /heartbeats (contract: CE heartbeat)
 
 
 @dataclass
@@ -74,6 +75,10 @@ class CEJob:
     outcome: Outcome | None = None    # the code behind reason (pending or final)
     lease_req: JobLeaseRequest | None = None   # scheduler = leases
     in_engine: bool = False                    # its lease was submitted to the engine
+    lease_attempts: int = 0                    # start attempts of its lease so far (VWN keys)
+    lease_node: str | None = None              # node agent URL of the last start attempt
+    lease_start: float | None = None           # clock s its running lease started
+    accepted: float | None = None              # clock s POST /jobs accepted it
 
     def to(self, new: CEJobState) -> None:
         """Change the state through ``CE_JOB_STATES`` (IllegalTransition if not allowed)."""
