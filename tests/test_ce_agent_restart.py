@@ -105,12 +105,15 @@ def test_kill_9_of_the_ce_agent_with_jobs_in_flight_loses_nothing(tmp_path, rece
         assert status["ready"] and status["lost_nodes"] == []
 
 
-def test_a_restart_applies_what_ended_while_it_was_down_from_the_node_agents_records(tmp_path, receiver, nodes):
+@pytest.mark.parametrize("scheduler", ["leases", "fair-share"])
+def test_a_restart_applies_what_ended_while_it_was_down_from_the_node_agents_records(tmp_path, receiver, nodes,
+                                                                                    scheduler):
     """The node agent's own event cannot arrive (its outbox is stopped): the restarted CE agent
     learns the end from the node agent's ``GET /vwns`` and reports it with the exit code."""
     node_list = nodes(1)
     cfg = CEAgentConfig.from_dict({"ce_id": "ce8.vgrid.local:8443/vgrid-vwn-long", "host": "ce8", "site": "T",
                                    "queue": "q", "nodes": [node_list[0][0]], "state_dir": str(tmp_path / "ce"),
+                                   "scheduler": scheduler,
                                    "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3})
     srv = BackgroundServer(create_app(cfg))
     key = f"rs{next(_n)}"

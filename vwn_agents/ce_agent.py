@@ -232,7 +232,7 @@ class CEAgent(CEPublishing):
             if job.state is not CEJobState.RUNNING:
                 return
             job.to(CEJobState.SCHEDULED)
-            job.vwn, job.node, job.node_url = None, None, None
+            job.vwn, job.node, job.node_url, job.lease_node = None, None, None, None
             job.cpu_caps, job.capped, job.cap_reason = [], None, None
             job.lease_start = None
             job.note(Outcome.REQUEUED, REQUEUED_REASON)

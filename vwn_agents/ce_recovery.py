@@ -49,20 +49,19 @@ def recover(agent) -> dict:
     if not active:
         return counts
     listings: dict[str, dict | None] = {}
+    where: dict[str, str | None] = {}
     for job in active:
         url = _node_of(job)
-        if url is None or url in listings or url not in agent.nodes:
-            continue
-        try:
-            records = NodeAgentClient(url, agent.http, agent.config.node_timeout_s).vwns()
-            listings[url] = {"by_key": {r.get("key"): r for r in records},
-                             "by_vwn": {r.get("vwn"): r for r in records}}
-            agent.beats.heard_node(url)
-        except NodeAgentError as exc:
-            log.warning("recovery: node agent %s: %s (its jobs wait for it or for node_lost_s)", url, exc)
-            listings[url] = None
+        if url is None and (not agent.leases or job.lease_attempts):
+            # fair-share: placed but the answer was not recorded; leases: a start on an unknown node
+            wanted = _vwn_key(agent, job)
+            url = next((u for u in agent.nodes if wanted in (_listing(agent, listings, u) or {}).get("by_key", {})),
+                       None)
+        elif url in agent.nodes:
+            _listing(agent, listings, url)
+        where[job.request.key] = url
     for job in active:
-        url = _node_of(job)
+        url = where[job.request.key]
         if url is None or url not in agent.nodes:
             counts["requeued"] += _forget_start(agent, job)
             continue
@@ -73,12 +72,14 @@ def recover(agent) -> dict:
             counts["unreachable"] += 1
             continue
         rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
-        rec = rec or listing["by_key"].get(vwn_key(job.request.key, attempt) if agent.leases else job.request.key)
+        rec = rec or listing["by_key"].get(_vwn_key(agent, job))
         if rec is None and job.vwn:
             _lost(agent, job, url)
             counts["lost"] += 1
             continue
-        if rec is None:                 # the start never reached the node agent: start again
+        if rec is None or (rec.get("state") == "cancelled" and job.state is CEJobState.SCHEDULED):
+            # the start never reached the node agent, or its VWN was deleted when the lease was
+            # preempted (requeued): start again, in a VWN with a new key
             counts["requeued"] += _forget_start(agent, job)
             continue
         _adopt(agent, job, url, rec.get("vwn"), attempt, rec.get("created"))
@@ -86,6 +87,26 @@ def recover(agent) -> dict:
         counts["ended"] += _apply(agent, job, url, rec)
     log.info("recovery of %d active jobs: %s", len(active), counts)
     return counts
+
+
+def _listing(agent, listings: dict, url: str) -> dict | None:
+    """The VWNs of node agent ``url`` by key and by id (one ``GET /vwns`` per node), or None
+    when it does not answer."""
+    if url not in listings:
+        try:
+            records = NodeAgentClient(url, agent.http, agent.config.node_timeout_s).vwns()
+            listings[url] = {"by_key": {r.get("key"): r for r in records},
+                             "by_vwn": {r.get("vwn"): r for r in records}}
+            agent.beats.heard_node(url)
+        except NodeAgentError as exc:
+            log.warning("recovery: node agent %s: %s (its jobs wait for it or for node_lost_s)", url, exc)
+            listings[url] = None
+    return listings[url]
+
+
+def _vwn_key(agent, job) -> str:
+    """The key of the job's latest VWN: its lease's last start attempt, or the job key."""
+    return vwn_key(job.request.key, job.lease_attempts or 1) if agent.leases else job.request.key
 
 
 def _node_of(job) -> str | None:
