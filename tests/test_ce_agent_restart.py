@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import signal
+import time
 
 import pytest
 import requests
 
 from vgrid_cli.services import ServiceGroup
+from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.ce_agent import CEAgentConfig, create_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
 from vgrid_runtime.wsgi import BackgroundServer
@@ -132,3 +134,53 @@ def test_a_restart_applies_what_ended_while_it_was_down_from_the_node_agents_rec
         assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Done"
     finally:
         srv2.close()
+
+
+def test_a_requeued_job_stays_queued_across_a_restart_and_restarts_in_a_fresh_vwn(tmp_path, receiver):
+    """A suspendable job preempted by an advance reservation waits in the queue (its VWN was
+    deleted); the CE agent restarts: the AR's running VWN is adopted, the waiting job is not
+    aborted, and when the AR ends it starts in VWN ``<key>-r2``, a key no node agent has seen."""
+    clock = SimulatedClock(float(int(time.time())))
+    node = BackgroundServer(create_node_app(NodeAgentConfig.from_dict(
+        {"node": f"rsn{next(_n)}", "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+         "work_dir": str(tmp_path / "node")}), clock))
+    node_agent = node.app.config["VGRID_AGENT"]
+    cfg = CEAgentConfig.from_dict({"ce_id": "ce6.vgrid.local:8443/vgrid-vwn-long", "host": "ce6", "site": "T",
+                                   "queue": "q", "nodes": [node.url], "state_dir": str(tmp_path / "ce"),
+                                   "vwns_per_node": 1, "lease_tick_s": 0.1, "retry_initial_s": 0.05,
+                                   "retry_max_s": 0.3, "heartbeat_s": 0})
+    srv = BackgroundServer(create_app(cfg, clock))
+    be, ar = f"rq{next(_n)}", f"ra{next(_n)}"
+    be_jdl, be_gate = gated_jdl(tmp_path, be, 'PreemptionClass = "suspendable"; ')
+    ar_jdl, ar_gate = gated_jdl(tmp_path, ar, f'LeaseType = "advance-reservation"; '
+                                              f'LeaseStart = {int(clock.now()) + 2}; LeaseDuration = 60; ')
+    srv2 = None
+    try:
+        submit(srv.url, receiver, be_jdl, be)
+        first = receiver.wait_event(be, "running")
+        submit(srv.url, receiver, ar_jdl, ar)
+        clock.advance(2.0)
+        receiver.wait_event(ar, "running")
+        wait_until(lambda: requests.get(f"{srv.url}/jobs/{be}", timeout=5).json()["outcome"] == "requeued",
+                   "the preempted job back in the queue")
+        port = int(srv.url.rsplit(":", 1)[1])
+        srv.close()
+        srv2 = BackgroundServer(create_app(cfg, clock), port=port)
+        wait_until(lambda: requests.get(f"{srv2.url}/status", timeout=5).json()["ready"], "the recovery")
+        rec = requests.get(f"{srv2.url}/jobs/{be}", timeout=5).json()
+        assert rec["state"] == "Scheduled" and rec["outcome"] == "requeued"
+        assert requests.get(f"{srv2.url}/jobs/{ar}", timeout=5).json()["lease"]["state"] == "Active"
+        release(ar_gate)
+        receiver.wait_event(ar, "done", timeout_s=30)
+        release(be_gate)
+        done = receiver.wait_event(be, "done", timeout_s=30)
+        assert done["exit_code"] == 0 and done["vwn"] != first["vwn"]
+        assert node_agent.vwns[done["vwn"]].request.key == f"{be}-r2"
+        assert [e["event"] for e in receiver.events_for(be) if e["event"] not in ("caps",)] == \
+            ["running", "running", "done"]
+    finally:
+        release(ar_gate)
+        release(be_gate)
+        if srv2 is not None:
+            srv2.close()
+        node.close()
