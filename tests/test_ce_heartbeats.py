@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from vgrid_cli.services import ServiceGroup
+from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app
@@ -161,3 +162,28 @@ def test_a_heartbeat_answered_unknown_cancels_that_job_at_the_ce(site, receiver,
         receiver.unknown.discard(keys[0])
         for gate in gates:
             release(gate)
+
+
+def test_a_node_that_answers_is_not_lost_though_it_sends_no_heartbeat(site, receiver, tmp_path):  # noqa: F811
+    """fair-share (no lease-engine probes), a node agent that sends no heartbeat: silent past
+    node_lost_s on the CE's clock, it is probed, answers, and its job keeps running."""
+    clock = SimulatedClock(float(int(time.time())))
+    ce_url, ce, nodes = site(n_nodes=1, scheduler="fair-share", node_lost_s=2.0, heartbeat_s=0, clock=clock)
+    key = f"na{next(_n)}"
+    jdl, gate = gated_jdl(tmp_path, key)
+    try:
+        submit(ce_url, receiver, jdl, key)
+        receiver.wait_event(key, "running")
+        clock.advance(10.0)                                  # 5 x node_lost_s without a word from it
+
+        def heard_again():
+            node = requests.get(f"{ce_url}/status", timeout=5).json()["nodes"][0]
+            return node["heard_age_s"] is not None and node["heard_age_s"] < 2.0 and node
+        node = wait_until(heard_again, "the CE's probe of the silent node answered")
+        assert node["lost"] is False
+        assert requests.get(f"{ce_url}/status", timeout=5).json()["lost_nodes"] == []
+        assert requests.get(f"{ce_url}/jobs/{key}", timeout=5).json()["state"] == "Running"
+        release(gate)
+        assert receiver.wait_event(key, "done")["exit_code"] == 0
+    finally:
+        release(gate)

@@ -4,7 +4,8 @@
 was last heard of (clock seconds) and runs one daemon thread that, every ``TICK_S``:
 
 - **lost nodes** (contract 6): a node agent not heard of -- no heartbeat (``node_heartbeat``),
-  no event, no answer to a lease-engine probe or to this thread's own ``GET /status`` probe --
+  no event, no answer to a lease-engine probe or to this thread's own ``GET /status`` probe
+  (made while it is silent for half its limit, and always just before it would be lost) --
   for ``node_lost_s`` (CE option; 0 = 3 x the node's heartbeat ``interval_s``, or 30 s while it
   has sent none) is *lost*: its active jobs end Aborted, ``Outcome.NODE_LOST``, with a reason
   naming the node URL and the silence; their events go to the broker as usual; the lease engine
@@ -174,10 +175,10 @@ class CEHeartbeats:
                 if i in enact.last_answer:
                     self.heard_node(url, enact.last_answer[i])
         now = agent.clock.now()
-        for url in agent.nodes:
-            silence = now - self.node_heard.get(url, self.started)
-            if url not in self.lost and silence >= self.limit_s(url) / 2 \
-                    and time.monotonic() - self._probed.get(url, -1e9) >= 1.0:
+        for url in agent.nodes:         # a node that answers is not lost: ask before deciding
+            silence, limit = now - self.node_heard.get(url, self.started), self.limit_s(url)
+            if url not in self.lost and silence >= limit / 2 and (
+                    silence >= limit or time.monotonic() - self._probed.get(url, -1e9) >= min(1.0, limit / 4)):
                 self._probed[url] = time.monotonic()
                 try:
                     NodeAgentClient(url, agent.http, min(2.0, agent.config.node_timeout_s)).status()
@@ -277,7 +278,7 @@ class CEHeartbeats:
         now = self.agent.clock.now()
         with self.agent._lock:
             nodes = {u: {"heard_age_s": round(now - self.node_heard[u], 3) if u in self.node_heard else None,
-                         "lost": u in self.lost, "limit_s": self.limit_s(u)} for u in self.agent.nodes}
+                         "lost": u in self.lost, "limit_s": round(self.limit_s(u), 3)} for u in self.agent.nodes}
             return {"heartbeats": {"interval_s": self.agent.config.heartbeat_s,
                                    "targets": [dict(t) for t in self.targets.values()]},
                     "node_heard": nodes,
