@@ -2,6 +2,7 @@
 flight on real node agents, and a restart with the same configuration and state directory."""
 from __future__ import annotations
 
+import inspect
 import itertools
 import signal
 import time
@@ -13,6 +14,7 @@ from vgrid_cli.services import ServiceGroup
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.ce_agent import CEAgentConfig, create_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
+from vwn_agents.outbox import Outbox
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .waiting import gated_jdl, release, wait_until
@@ -184,3 +186,26 @@ def test_a_requeued_job_stays_queued_across_a_restart_and_restarts_in_a_fresh_vw
         if srv2 is not None:
             srv2.close()
         node.close()
+
+
+@pytest.mark.skipif("engine" not in inspect.signature(Outbox).parameters,
+                    reason="this Outbox keeps its events in memory only (the persistent outbox: issue 11, helper 1)")
+def test_events_the_broker_had_not_taken_survive_a_kill_9_of_the_ce_agent(tmp_path, receiver, nodes):
+    node_list = nodes(1)
+    (tmp_path / "svc").mkdir()
+    with ServiceGroup(tmp_path / "svc") as group:
+        ce = group.start("ce", "ce5", ce_toml(tmp_path / "ce-state", [node_list[0][0]]))
+        port = int(ce.url.rsplit(":", 1)[1])
+        key = f"ob{next(_n)}"
+        receiver.fail_events = 10**9                       # the broker answers 503: events wait
+        try:
+            submit(ce.url, receiver, '[ Executable = "/bin/true"; ]', key)
+            wait_until(lambda: requests.get(f"{ce.url}/jobs/{key}", timeout=5).json()["state"] == "Done",
+                       "the job Done at the CE, its events in the CE's outbox")
+            group.stop(ce, sig=signal.SIGKILL)
+        finally:
+            receiver.fail_events = 0
+        assert receiver.events_for(key) == []
+        group.start("ce", "ce5", ce_toml(tmp_path / "ce-state", [node_list[0][0]], port=port))
+        assert receiver.wait_event(key, "done", timeout_s=60)["exit_code"] == 0
+        assert [e["event"] for e in receiver.events_for(key) if e["event"] != "caps"] == ["running", "done"]
