@@ -43,14 +43,15 @@ class Outcome(enum.StrEnum):
     #: Not started yet (scheduler = leases): no node agents, or the lease's node agent did not
     #: take the VWN; retried every lease tick (Scheduled).
     NOT_STARTED = "not-started"
-    #: CE agent: the job's node agent was not heard of for node_lost_s (Aborted), or no longer knows its VWN.
-    NODE_LOST = "node-lost"
     #: Broker: no compatible CE within match_expiry_s (Aborted).
     NO_RESOURCES = "no-resources"
     #: Broker: the CE refused or could not be reached max_dispatch_attempts times (Aborted).
     DISPATCH_FAILED = "dispatch-failed"
     #: Broker: a DAG node whose dependency did not succeed (Aborted).
     DEPENDENCY_FAILED = "dependency-failed"
+    #: CE agent: the job's node agent was not heard of for node_lost_s (Aborted; the broker
+    #: resubmits it when its RetryCount/ShallowRetryCount allow).
+    NODE_LOST = "node-lost"
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":
