@@ -54,7 +54,7 @@ class JobRequest:
     input_sandbox: list[dict] = field(default_factory=list)
     output_upload_url: str | None = None
     owner: dict | None = None         # {"dn", "vo", "fqans"}: passed to the node agent (pool account)
-    heartbeat_url: str | None = None  # the broker's POST /heartbeats (contract: CE heartbeat)
+    heartbeat_url: str | None = None  # <broker>/heartbeats (contract 3; helper 2 heartbeats to it)
 
 
 @dataclass
