@@ -101,6 +101,10 @@ class FakeRequest:
     def __init__(self, restarts):
         self.restarts = restarts
 
+    def to_json(self) -> dict:       # the CE agent stores the lease request with the job
+        from vwn_agents.ce_leases import JobLeaseRequest
+        return JobLeaseRequest("best-effort", 25, 256, 60.0, "max_wallclock_s", restarts=self.restarts).to_json()
+
 
 @pytest.fixture
 def agent():

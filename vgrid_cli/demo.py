@@ -80,7 +80,7 @@ def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir:
                       f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
                       f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
                       f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
-                      f'vos = ["dteam", "vgrid"]\nport = 0\n'
+                      f'vos = ["dteam", "vgrid"]\nport = 0\nstate_dir = "{state_dir / ce["name"]}"\n'
                       + secure(ce["name"], "broker_dns", [pki.dn("broker")] if pki else [])))
     ce_urls = [svc.url for svc in group.start_many(specs)]
     if on_ces is not None:

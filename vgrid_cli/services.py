@@ -30,6 +30,9 @@ def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port
     config = Config.from_toml(config_file)
     if port is not None:
         config.port = port
+    if kind == "ce" and not config.state_dir and not config.db_url:
+        # a served CE agent always remembers: the same command line after a kill finds its jobs
+        config.state_dir = str(Path(config_file).resolve().with_suffix(".state"))
     try:
         app = create_app(config)
     except (RuntimeError, ValueError) as exc:   # e.g. pool_accounts.AccountError: jobs as root

@@ -15,25 +15,37 @@ Job states here are the gLite ones the CE can see, changed only through ``ce_job
 Scheduled (accepted, no VWN running yet) -> Running -> Done | Aborted | Cancelled (and Running ->
 Scheduled for a preempted job that restarts). Every decision branches on ``Outcome`` codes, never
 on the wording of a reason. Configuration: ``ce_config.CEAgentConfig``.
+
+State: every job is a row of the agent's database (``ce_store``), written before POST /jobs
+answers and on every change; the events to the broker go through a persistent outbox in the same
+database. A restart reloads the jobs and resynchronises with the node agents (``ce_recovery``)
+before it schedules anything. Heartbeats in and out and lost nodes: ``ce_heartbeats``.
 """
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
 
 from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.authn import authorize, caller, install_authentication
 from vgrid_runtime.httpclient import new_session
+from vgrid_runtime.sqldb import open_engine, sqlite_url
 
 from .ce_config import CEAgentConfig
+from .ce_heartbeats import CEHeartbeats, loopback
+from .ce_publish import CEPublishing
+from .ce_recovery import recover
+from .ce_store import CEStore, open_outbox
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, CEJobState, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
 from .ce_leases import REQUEUED_REASON, LeaseScheduling
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
 from vgrid_runtime.outcomes import PENDING, Outcome
 from .node_client import NodeAgentClient, NodeAgentError
-from .outbox import Outbox
 from .placement import PLACEMENTS, NodeLoad
 from .vwn_states import VWNState
 
@@ -42,7 +54,7 @@ __all__ = ["CEAgent", "CEAgentConfig", "create_app"]
 log = logging.getLogger(__name__)
 
 
-class CEAgent:
+class CEAgent(CEPublishing):
     """The CE agent's logic (no HTTP)."""
 
     def __init__(self, config: CEAgentConfig, clock: Clock | None = None) -> None:
@@ -53,13 +65,21 @@ class CEAgent:
         self.jobs: dict[str, CEJob] = {}
         self.url: str | None = config.public_url
         tls = config.tls_files()
-        self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events",
-                             tls=tls)
+        self._tmp_state = None if config.state_dir or config.db_url else tempfile.mkdtemp(prefix="vgrid-ce-")
+        self.state_dir = Path(config.state_dir or self._tmp_state or ".")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.db = open_engine(config.db_url or sqlite_url(self.state_dir / "ce.db"))
+        self.store = CEStore(self.db)
+        self.outbox = open_outbox(config, tls, self.db)
         self.http = new_session(tls)    # shared by its NodeAgentClients and the lease engine
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.leases = (LeaseScheduling(config, self.clock, self.nodes, self.http)
+        self.ready = threading.Event()  # set once the restart's recovery is over
+        self.beats = CEHeartbeats(self)
+        for job in self.store.load(lambda r: parse_job_jdl(r.jdl, r.filename)):
+            self.jobs[job.request.key] = job
+        self.leases = (LeaseScheduling(config, self.clock, self.nodes, self.http, self._lease_started)
                        if config.scheduler == "leases" else None)
         self._tick_error: str | None = None
         loop = self._lease_loop if self.leases else self._place_loop
@@ -78,8 +98,9 @@ class CEAgent:
         with self._lock:
             if req.key in self.jobs:
                 return self.jobs[req.key], False
-            job = CEJob(req, desc, CEJobState.SCHEDULED, lease_req=lease_req)
+            job = CEJob(req, desc, CEJobState.SCHEDULED, lease_req=lease_req, accepted=self.clock.now())
             self.jobs[req.key] = job
+            self._save(job)             # before the 202
         self._wake.set()
         return job, True
 
@@ -92,7 +113,29 @@ class CEAgent:
                     counts[j.node_url] += 1
             return [NodeLoad(u, i, counts[u]) for i, u in enumerate(self.nodes)]
 
+    def _save(self, job: CEJob) -> None:
+        """Write the job's row (call under ``_lock``, after every change)."""
+        self.store.save(job)
+
+    def _lease_started(self, key: str, attempt: int, node_url: str | None) -> None:
+        """The lease engine is about to POST the VWN of start ``attempt`` of job ``key``."""
+        with self._lock:
+            job = self.jobs.get(key)
+            if job is not None:
+                job.lease_attempts, job.lease_node = attempt, node_url
+                self._save(job)
+
+    def _recover(self) -> None:
+        try:
+            recover(self)
+        except Exception:       # the agent must serve anyway; what is left is logged
+            log.exception("recovery after restart")
+        finally:
+            self.ready.set()
+            self.beats.start()
+
     def _place_loop(self) -> None:
+        self._recover()
         while not self._stop.is_set():
             self._wake.wait(self.config.retry_s)
             self._wake.clear()
@@ -109,6 +152,7 @@ class CEAgent:
         """Submit new jobs' leases, tick the engine, end the jobs whose leases ended without a
         node event (rejected, wall-clock limit, preempted). Never holds the CE lock while
         calling the engine or a node agent."""
+        self._recover()
         while not self._stop.is_set():
             self._wake.wait(self.config.lease_tick_s)
             self._wake.clear()
@@ -136,7 +180,7 @@ class CEAgent:
     def _submit_lease(self, job: CEJob) -> None:
         key = job.request.key
         try:
-            self.leases.submit(key, self._vwn_body(job), job.lease_req)
+            self.leases.submit(key, self._vwn_body(job), job.lease_req, job.lease_attempts)
         except NodeAgentError as exc:   # the lease stays due; _reconcile gives the reason
             self._tick_error = f"{type(exc).__name__}: {exc}"
         known = self.leases.known(key)
@@ -151,9 +195,10 @@ class CEAgent:
         view = self.leases.view(key)
         if view is None:
             return
-        if view["state"] == "Active" and view["nodes"]:
+        if view["state"] == "Active" and view["nodes"] and job.node_url != view["nodes"][0]:
             with self._lock:
-                job.node_url = view["nodes"][0]
+                job.node_url, job.lease_start = view["nodes"][0], view["start_s"]
+                self._save(job)
         if view["start_error"] and view["nodes"] and not view["vwns"]:
             with self._lock:
                 if job.state is CEJobState.SCHEDULED:        # the node agent did not take it
@@ -176,6 +221,7 @@ class CEAgent:
                 return
             job.to(CEJobState.ABORTED)
             job.note(code, reason)
+            self._save(job)
             self._forward(job, "aborted", self.clock.now())
         log.info("%s: %s", key, reason)
 
@@ -186,9 +232,11 @@ class CEAgent:
             if job.state is not CEJobState.RUNNING:
                 return
             job.to(CEJobState.SCHEDULED)
-            job.vwn, job.node, job.node_url = None, None, None
+            job.vwn, job.node, job.node_url, job.lease_node = None, None, None, None
             job.cpu_caps, job.capped, job.cap_reason = [], None, None
+            job.lease_start = None
             job.note(Outcome.REQUEUED, REQUEUED_REASON)
+            self._save(job)
         log.info("%s: %s", job.request.key, job.reason)
 
     def _vwn_finished(self, job: CEJob) -> bool:
@@ -218,6 +266,7 @@ class CEAgent:
                 "input_sandbox": r.input_sandbox, "output_sandbox": d.output_sandbox,
                 "output_upload_url": r.output_upload_url,
                 "callback_url": f"{base}/node-events" if base else None,
+                "heartbeat_url": f"{base}/node-heartbeats" if base else None,
                 "owner": r.owner, "memory_mb": _memory_mb(d)}
 
     def _place(self, job: CEJob) -> bool:
@@ -236,6 +285,7 @@ class CEAgent:
                 job.node_url, job.vwn = node.url, info["vwn"]
                 job.capped, job.cap_reason = info.get("capped"), info.get("cap_reason")
                 cancelled = job.state is CEJobState.CANCELLED
+                self._save(job)
             if cancelled:
                 self._delete_vwn(job)
             return True
@@ -267,7 +317,9 @@ class CEAgent:
             for name in ("cpu_caps", "capped", "cap_reason"):
                 if name in event:
                     setattr(job, name, event[name])
+            self.beats.heard_job(job)
             if job.state in ENDED:
+                self._save(job)
                 return job                      # e.g. a late event of a cancelled job
             if kind in EVENT_STATE and EVENT_STATE[kind] is not job.state:   # a repeat changes nothing
                 job.to(EVENT_STATE[kind])
@@ -278,12 +330,15 @@ class CEAgent:
                 job.outcome = Outcome.parse(event.get("outcome")) or Outcome.EXIT
             if kind == "aborted":
                 job.note(Outcome.parse(event.get("outcome")), event.get("reason"))
+            self._save(job)
             self._forward(job, kind, event.get("time"))
         if self.leases and self.leases.engine and kind in ("done", "aborted"):
             try:
                 self.leases.engine.job_event(event)     # the lease ends early: its slot frees
             except NodeAgentError as exc:    # starting a queued lease failed: retried
                 log.warning("lease engine after %s of %s: %s", kind, key, exc)
+        if self.leases and self.leases.engine and kind == "running" and job.vwn:
+            self.leases.engine.note_vwn(key, job.vwn)
         return job
 
     def _forward(self, job: CEJob, kind: str, t: float | None) -> None:
@@ -306,14 +361,15 @@ class CEAgent:
                 raise ApiError(404, f"no job {key!r} at CE {self.config.ce_id}", key=key)
             return self.jobs[key]
 
-    def cancel(self, key: str) -> CEJob:
-        """Kill the job's VWN (if placed); 409 when the job has already ended."""
+    def cancel(self, key: str, reason: str = "cancelled") -> CEJob:
+        """Kill the job's VWN (if placed); no event. 409 when the job has already ended."""
         job = self.get(key)
         with self._lock:
             if job.state in ENDED:
                 raise ApiError(409, f"job {key} is already {job.state.value}", key=key, state=job.state.value)
             job.to(CEJobState.CANCELLED)
-            job.note(Outcome.CANCELLED, "cancelled")
+            job.note(Outcome.CANCELLED, reason)
+            self._save(job)
             placed = job.vwn is not None
             in_engine = job.in_engine
         if in_engine:
@@ -328,82 +384,18 @@ class CEAgent:
         except NodeAgentError as exc:
             log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
 
-    def record(self, job: CEJob) -> dict:
-        """The job's record (docs/architecture.md) plus, with scheduler = leases, ``"lease"``:
-        the request (type, cpu, memory_mb, duration_s, requested_start_s, preemptible, image)
-        and the engine's lease (id, state, start_s, end_s, nodes, reason); else None."""
-        with self._lock:
-            rec = job.record()
-        lease = None
-        if job.lease_req is not None:
-            lease = {**job.lease_req.to_json(), **(self.leases.view(job.request.key) or {"state": "Pending"})}
-        return {**rec, "lease": lease}
-
-    def records(self) -> list[dict]:
-        """Every job record, in arrival order."""
-        with self._lock:
-            jobs = list(self.jobs.values())
-        return [self.record(j) for j in jobs]
-
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            out: dict[str, int] = {}
-            for j in self.jobs.values():
-                out[j.state.value] = out.get(j.state.value, 0) + 1
-            return out
-
-    def free_and_ert(self) -> tuple[int, int]:
-        """(GlueCEStateFreeCPUs, GlueCEStateEstimatedResponseTime in s).
-
-        fair-share: max(0, TotalCPUs - running) and 0 (every job gets its own VWN at once, seed
-        004 Section 5.1). leases: the VWN slots a new best-effort job could take now, and the
-        engine's earliest start of such a job behind the queue, in seconds from now (its
-        reservations last the jobs' wall-clock limits, so this is an upper bound)."""
-        if self.leases:
-            return self.leases.glue_numbers()
-        total = len(self.nodes) * self.config.cpus_per_node
-        return max(0, total - self.counts().get(CEJobState.RUNNING.value, 0)), 0
-
-    def ce_state(self):
-        """The ``infosys.gip.CEState`` this CE publishes: RunningJobs = jobs with a running VWN,
-        WaitingJobs = accepted jobs without one (queued or reserved leases), TotalJobs = both;
-        FreeCPUs and EstimatedResponseTime from ``free_and_ert``."""
-        from infosys.gip import CEState
-        c, counts = self.config, self.counts()
-        total = self.total_cpus()
-        running = counts.get(CEJobState.RUNNING.value, 0)
-        free, ert = self.free_and_ert()
-        return CEState(ce_id=c.ce_id, host=c.host, site=c.site, queue=c.queue, status=c.status,
-                       lrms_type=c.lrms_type, total_cpus=total, free_cpus=free,
-                       running=running, waiting=counts.get(CEJobState.SCHEDULED.value, 0), ert_s=ert,
-                       max_wallclock_s=c.max_wallclock_s, si00=c.si00, ram_mb=c.ram_mb,
-                       vos=list(c.vos), contact_string=self.url)
-
-    def total_cpus(self) -> int:
-        """GlueCEInfoTotalCPUs: the CPUs of the nodes that are up (scheduler = leases: a node
-        marked down by the lease engine is not counted; fair-share: every node)."""
-        up = self.leases.nodes_up() if self.leases else {}
-        return sum(self.config.cpus_per_node for u in self.nodes if up.get(u, True))
-
-    def status(self) -> dict:
-        """``{"ce_id","url","scheduler","capacity","nodes","jobs"}``; each node is
-        ``{"url","vwns","up"}`` (up: False while the lease engine has it marked down)."""
-        counts = self.counts()
-        free, ert = self.free_and_ert()
-        up = self.leases.nodes_up() if self.leases else {}
-        return {"ce_id": self.config.ce_id, "url": self.url, "scheduler": self.config.scheduler,
-                "capacity": {"total_cpus": self.total_cpus(), "free_cpus": free, "ert_s": ert},
-                "nodes": [{"url": n.url, "vwns": n.vwns, "up": up.get(n.url, True)} for n in self.loads()],
-                "jobs": counts}
-
     def shutdown(self, flush_s: float = 3.0) -> None:
         """Stop placing, deliver pending events (up to ``flush_s``)."""
         self._stop.set()
         self._wake.set()
         self._placer.join(timeout=self.config.node_timeout_s + 1)
+        self.beats.stop()
         self.outbox.flush(flush_s)
         self.outbox.close()
         self.http.close()
+        self.store.close()
+        if self._tmp_state:
+            shutil.rmtree(self._tmp_state, ignore_errors=True)
 
 
 def _memory_mb(desc) -> int | None:
@@ -453,10 +445,28 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
         from_broker(f"cancel job {key}")
         return jsonify(agent.record(agent.cancel(key)))
 
+    def recovered() -> None:     # node agents' outboxes retry a 503 until the restart's recovery is over
+        if not agent.ready.wait(agent.config.node_timeout_s):
+            raise ApiError(503, "the CE agent is resynchronising after a restart; retry")
+
     @app.post("/node-events")
     def node_events():
         authorize(any(me().serves(u) for u in agent.nodes), "post node events (not a node agent of this CE)")
+        recovered()
         return jsonify(agent.record(agent.node_event(json_body())))
+
+    @app.post("/node-heartbeats")
+    def node_heartbeats():
+        """Contract 4: the caller serves the ``node`` URL, one of this CE's nodes (plain HTTP:
+        a loopback caller); answers ``{"unknown": [VWN ids]}``."""
+        body = json_body()
+        node = str(body.get("node") or "").rstrip("/")
+        authorize(lambda: me().serves(node) and node in agent.nodes,
+                  f"post node heartbeats for {node or 'no node'} (not a node agent of this CE)")
+        if not me().authenticated and not loopback(request.remote_addr):
+            raise ApiError(403, "plain-HTTP node heartbeats are accepted from loopback only")
+        recovered()
+        return jsonify(agent.beats.node_heartbeat(body))
 
     @app.get("/glue")
     def glue():

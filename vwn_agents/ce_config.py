@@ -53,6 +53,23 @@ class CEAgentConfig(ConfigSchema, TLSOptions):
     broker_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the brokers that may submit, read and cancel jobs here (TLS mode)"})
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
+    state_dir: str | None = field(default=None, metadata={
+        "help": "directory of the CE agent's state (its database ce.db); default: a temporary directory "
+                "removed at shutdown, i.e. nothing survives a restart (vgrid serve ce and the demo set one)"})
+    db_url: str = field(default="", metadata={
+        "help": "SQLAlchemy URL of the CE agent's database (e.g. postgresql+psycopg2://...); "
+                "empty = the SQLite file <state_dir>/ce.db"})
+    heartbeat_s: float = field(default=10.0, metadata={
+        "help": "how often the CE agent POSTs its heartbeat to every broker heartbeat_url its jobs came "
+                "with (s; 0 = off)"})
+    node_lost_s: float = field(default=0.0, metadata={
+        "help": "a node agent not heard of (no heartbeat, event or answer) this long is lost: its active "
+                "jobs end Aborted, outcome node-lost (s; 0 = 3 x the node's heartbeat interval_s, or 30 s "
+                "while it has never sent one)"})
+    outbox_give_up_s: float = field(default=3600.0, metadata={
+        "help": "the event outbox gives an event up after failing to deliver it this long (s)"})
+    outbox_max_items: int = field(default=100000, metadata={
+        "help": "most undelivered events kept; beyond it the oldest is dropped (logged)"})
 
     def validate(self) -> str | None:
         if self.tls_problem():
@@ -71,6 +88,9 @@ class CEAgentConfig(ConfigSchema, TLSOptions):
                     f"ram_mb is {self.ram_mb}")
         if self.node_down_after_s <= 0:
             return f"field 'node_down_after_s': must be > 0, got {self.node_down_after_s}"
+        for name in ("heartbeat_s", "node_lost_s"):
+            if getattr(self, name) < 0:
+                return f"field '{name}': must be >= 0, got {getattr(self, name)}"
         if self.lease_tick_s <= 0:
             return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
         if self.lease_config:

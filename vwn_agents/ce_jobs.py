@@ -75,6 +75,10 @@ class CEJob:
     outcome: Outcome | None = None    # the code behind reason (pending or final)
     lease_req: JobLeaseRequest | None = None   # scheduler = leases
     in_engine: bool = False                    # its lease was submitted to the engine
+    lease_attempts: int = 0                    # start attempts of its lease so far (VWN keys)
+    lease_node: str | None = None              # node agent URL of the last start attempt
+    lease_start: float | None = None           # clock s its running lease started
+    accepted: float | None = None              # clock s POST /jobs accepted it
 
     def to(self, new: CEJobState) -> None:
         """Change the state through ``CE_JOB_STATES`` (IllegalTransition if not allowed)."""

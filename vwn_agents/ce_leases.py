@@ -81,6 +81,13 @@ class JobLeaseRequest:
                 "deadline_s": self.deadline_s}
 
 
+def lease_request_from_json(d: dict) -> JobLeaseRequest:
+    """The ``JobLeaseRequest`` of ``JobLeaseRequest.to_json()`` (the CE agent's database)."""
+    return JobLeaseRequest(d["type"], int(d["cpu"]), int(d["memory_mb"]), float(d["duration_s"]),
+                           d["duration_from"], d.get("requested_start_s"), bool(d.get("preemptible")),
+                           d.get("image"), float(d.get("image_mb") or 0.0), bool(d.get("restarts")))
+
+
 def vwn_slot_units(cpus_per_node: int, vwns_per_node: int) -> int:
     """CPU units (hundredths of a core) one job lease asks for: floor(cpus x 100 / K).
     The engine's node capacity is K times this, so exactly K job leases fit on a node.
@@ -104,7 +111,7 @@ class LeaseScheduling:
     """The lease engine behind one CE agent (see module doc). Thread-safe (the engine locks);
     the CE agent never calls it while holding its own lock."""
 
-    def __init__(self, config, clock, nodes: list[str], session=None) -> None:
+    def __init__(self, config, clock, nodes: list[str], session=None, on_start=None) -> None:
         self.k = config.vwns_per_node
         self.slot = vwn_slot_units(config.cpus_per_node, self.k)
         self.ram_mb = config.ram_mb
@@ -118,7 +125,8 @@ class LeaseScheduling:
                                   default_duration_s=config.max_wallclock_s,
                                   node_down_after_s=config.node_down_after_s,
                                   probe_timeout_s=probe_s,
-                                  request_timeout_s=config.node_timeout_s) if site else None
+                                  request_timeout_s=config.node_timeout_s,
+                                  on_start=on_start) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------
@@ -155,10 +163,10 @@ class LeaseScheduling:
                                start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0),
                                restarts, args.get("request_type"), bool(args.get("local")), deadline)
 
-    def submit(self, key: str, body: dict, req: JobLeaseRequest) -> dict:
-        """Submit the job's lease (idempotent on key). A node agent's HTTP error propagates
-        (the lease stays due and is retried by ``tick``)."""
-        return self.engine.submit_job(key, body, **req.engine_args())
+    def submit(self, key: str, body: dict, req: JobLeaseRequest, attempts: int = 0) -> dict:
+        """Submit the job's lease (idempotent on key; ``attempts``: start attempts made before a
+        restart). A node agent's HTTP error propagates (the lease stays due, retried by ``tick``)."""
+        return self.engine.submit_job(key, body, attempts=attempts, **req.engine_args())
 
     def known(self, key: str) -> bool:
         try:

@@ -108,7 +108,7 @@ class LeaseEngine:
     def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
                  clock=None, session=None, default_duration_s: float = 86400.0,
                  node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0,
-                 request_timeout_s: float = 10.0) -> None:
+                 request_timeout_s: float = 10.0, on_start=None) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
@@ -123,6 +123,7 @@ class LeaseEngine:
                                             timeout=request_timeout_s)
         self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
         self.default_duration_s = default_duration_s
+        self.on_start = on_start        # on_start(job key, attempt, node URL): before each POST /vwns
         self._ids = itertools.count(1)
         self._by_key: dict[str, Lease] = {}
         self._lock = threading.RLock()
@@ -134,6 +135,10 @@ class LeaseEngine:
         job_key = body["key"]
         body["key"] = vwn_key(job_key, self.enactment.attempts.get(lease.id, 1), vm if lease.n_vms > 1 else None)
         self._vwn_keys[body["key"]] = (job_key, self.enactment.attempts.get(lease.id, 1))
+        if self.on_start is not None:
+            node = lease.mapping[vm] if vm < len(lease.mapping) else None
+            self.on_start(job_key, self.enactment.attempts.get(lease.id, 1),
+                          None if node is None else self.enactment.node_urls[node])
         return body
 
     def job_of(self, vwn_key_: str) -> tuple[str, bool] | None:
@@ -155,13 +160,15 @@ class LeaseEngine:
                    immediate: bool = False, preemptible: bool | None = None,
                    image_id: str = "node-software", image_mb: float = 0.0,
                    request_type: str | None = None, local: bool = False,
-                   deadline_s: float | None = None) -> dict:
+                   deadline_s: float | None = None, attempts: int = 0) -> dict:
         """Make a lease for job ``key`` (idempotent on ``key``) and schedule what is due now.
         Returns ``status(key)``. ``lease_args_from_jdl(job)`` gives the keyword arguments of a
         job with the vgrid JDL lease attributes; ``request_type`` is a seed 002 short name
-        (``leasing.requesttypes``), ``local`` p(L) = 0, ``deadline_s`` clock seconds. ValueError
-        for an unknown request type, a local request that is not non-preemptable, or a deadline
-        before start + duration."""
+        (``leasing.requesttypes``), ``local`` p(L) = 0, ``deadline_s`` clock seconds.
+        ``attempts``: start attempts the job's lease already made before a restart of the CE
+        agent (its next VWN key is attempt + 1, a key no node agent has seen). ValueError for an
+        unknown request type, a local request that is not non-preemptable, or a deadline before
+        start + duration."""
         with self._lock:
             if key not in self._by_key:
                 now = self.clock.now()
@@ -176,9 +183,57 @@ class LeaseEngine:
                               local=local, deadline_s=deadline_s)
                 self._bodies[lease.id] = dict(body, key=key)
                 self._by_key[key] = lease
+                if attempts:
+                    self.enactment.attempts[lease.id] = attempts
                 self.scheduler.submit(lease)
                 self.scheduler.process(now)
             return self.status(key)
+
+    def adopt_job(self, key: str, body: dict, node_url: str, vwn: str | None, start_s: float,
+                  attempt: int, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
+                  duration_s: float | None = None, start_s_requested: float | None = None,
+                  immediate: bool = False, preemptible: bool | None = None,
+                  image_id: str = "node-software", image_mb: float = 0.0) -> dict:
+        """Record job ``key``'s lease as running since ``start_s`` (clock s) in VWN ``vwn`` (None
+        when not known yet: ``note_vwn``) on ``node_url``, started at attempt ``attempt``
+        (its VWN key is ``vwn_key(key, attempt)``): a restarted CE agent re-learning the VWNs
+        that kept running (``LeaseScheduler.adopt``; the other arguments as ``submit_job``,
+        ``start_s_requested`` = its ``start_s``). Idempotent on ``key``; returns ``status(key)``.
+        ValueError for a node URL that is not one of the engine's."""
+        with self._lock:
+            if key not in self._by_key:
+                node = self.enactment.node_urls.index(node_url)
+                ltype = (LeaseType.ADVANCE_RESERVATION if start_s_requested is not None else
+                         LeaseType.IMMEDIATE if immediate else LeaseType.BEST_EFFORT)
+                lease = Lease(next(self._ids), ltype, start_s, duration_s or self.default_duration_s, vms,
+                              resource_vector(cpu=cpu, memory=memory_mb), image_id, image_mb,
+                              preemptible=ltype is LeaseType.BEST_EFFORT if preemptible is None else preemptible,
+                              requested_start_s=start_s_requested)
+                self._bodies[lease.id] = dict(body, key=key)
+                self._by_key[key] = lease
+                self.enactment.attempts[lease.id] = attempt
+                self._vwn_keys[vwn_key(key, attempt)] = (key, attempt)
+                if vwn:
+                    self.enactment.vwns[lease.id] = [(node, vwn)]
+                self.scheduler.adopt(lease, (node,), start_s)
+            return self.status(key)
+
+    def note_vwn(self, key: str, vwn: str) -> None:
+        """Job ``key``'s running lease runs in VWN ``vwn`` (learnt from its ``running`` event
+        after an adoption without a VWN id), so stopping the lease deletes it."""
+        with self._lock:
+            lease = self._by_key.get(key)
+            if lease is not None and lease.state is LeaseState.ACTIVE and lease.id not in self.enactment.vwns \
+                    and lease.mapping:
+                self.enactment.vwns[lease.id] = [(lease.mapping[0], vwn)]
+
+    def mark_down(self, node_url: str) -> None:
+        """Mark a node down now (the CE agent found it lost), as ``probe_nodes`` does after
+        ``node_down_after_s``; it is marked up when it answers a probe again."""
+        with self._lock:
+            node = self.enactment.node_urls.index(node_url)
+            self.enactment.failing_since.setdefault(node, self.clock.now())
+            self.scheduler.set_node_down(node, True, self.clock.now())
 
     def job_event(self, event: dict) -> None:
         """A VWN event from a node agent; "done" and "aborted" end the job's lease."""

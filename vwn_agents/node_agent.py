@@ -71,6 +71,7 @@ class VWNRequest:
     callback_url: str | None = None
     owner: dict | None = None        # {"dn", "vo", "fqans"}: who the job belongs to (pool account)
     memory_mb: int | None = None     # the job's memory requirement (MB), else the node's share
+    heartbeat_url: str | None = None  # the CE agent's POST /node-heartbeats (contract 3)
 
     def validate(self) -> str | None:
         if not self.key:

@@ -37,6 +37,7 @@ class NodeAgentEnactment:
         self.vwns: dict[int, list[tuple[int, str]]] = {}
         self.attempts: dict[int, int] = {}          # lease id -> start attempts so far
         self.failing_since: dict[int, float] = {}   # node -> clock s of its first unanswered call
+        self.last_answer: dict[int, float] = {}     # node -> clock s of its last answer
         self.start_errors: dict[int, str] = {}      # lease id -> why its last start attempt failed
         self._ended: list[tuple[float, int]] = []
         self._lock = threading.Lock()
@@ -71,6 +72,7 @@ class NodeAgentEnactment:
         """Record whether node ``node`` answered (``ok``) or failed at ``now`` (clock s)."""
         if ok:
             self.failing_since.pop(node, None)
+            self.last_answer[node] = now
         else:
             self.failing_since.setdefault(node, now)
 

@@ -7,7 +7,10 @@ node or CE agent alone.
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
   ``fail_puts`` likewise for the next n output uploads;
 - ``PUT /jobs/<key>/output/<name>``: output sandbox files, kept in ``.outputs[(key, name)]``;
-- ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads).
+- ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads);
+- ``POST /heartbeats`` (a broker's, for CE agents) and ``POST /node-heartbeats`` (a CE agent's,
+  for node agents): kept in ``.heartbeats``; answered ``{"unknown": [...]}`` with the listed
+  ``"key"`` (CE heartbeat jobs) or ``"vwn"`` (node heartbeat VWNs) values that are in ``.unknown``.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ class Receiver:
         self.inputs: dict[str, bytes] = {}
         self.fail_events = 0
         self.fail_puts = 0
+        self.heartbeats: list[dict] = []
+        self.unknown: set[str] = set()
         self._cond = threading.Condition()
         self.app = self._make_app()
         self.server = BackgroundServer(self.app)
@@ -48,6 +53,17 @@ class Receiver:
         app.add_url_rule("/events", "events", record_event, methods=["POST"])
         app.add_url_rule("/jobs/<key>/events", "job_events", lambda key: record_event(),
                          methods=["POST"])
+
+        def record_heartbeat():
+            body = request.get_json(force=True)
+            with self._cond:
+                self.heartbeats.append(body)
+                self._cond.notify_all()
+                listed = [e.get("key") for e in body.get("jobs", [])] + [e.get("vwn") for e in body.get("vwns", [])]
+                return jsonify({"unknown": [x for x in listed if x in self.unknown]})
+
+        app.add_url_rule("/heartbeats", "heartbeats", record_heartbeat, methods=["POST"])
+        app.add_url_rule("/node-heartbeats", "node_heartbeats", record_heartbeat, methods=["POST"])
 
         @app.put("/jobs/<key>/output/<name>")
         def put_output(key, name):

@@ -22,7 +22,7 @@ from .ar import schedule_ar
 from .besteffort import admit_with_deadline, min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
-from .mapper import Mapper
+from .mapper import Mapper, vm_use
 from .model import Lease, LeaseState, LeaseType, Node, Segment, vms_in
 from .hostselection import host_selection_policy
 from .candidatepolicy import POLICIES as SET_POLICIES, candidate_set_policy
@@ -104,6 +104,24 @@ class LeaseScheduler:
         else:
             lease.to(LeaseState.QUEUED)
             self.requeue(lease)
+        return lease
+
+    def adopt(self, lease: Lease, mapping: tuple, start_s: float) -> Lease:
+        """Record a lease whose VMs already run on ``mapping`` (node index per VM) since
+        ``start_s``: a live service restarted and re-learning its state. The lease gets an
+        active VM reservation [start_s, start_s + duration_s) -- not checked against the free
+        capacity: the VMs exist -- and is Active; its end is handled as any other's (``process``).
+        ValueError for a lease id already known."""
+        if lease.id in self.leases:
+            raise ValueError(f"lease {lease.id} was already submitted")
+        self.leases[lease.id] = lease
+        res = Reservation(ResKind.VM, lease, start_s, start_s + lease.duration_s,
+                          use=vm_use(mapping, lease.per_vm), mapping=mapping, state=ResState.ACTIVE)
+        self.st.add(res)
+        lease.mapping, lease.start_s = mapping, start_s
+        lease.to(LeaseState.SCHEDULED)
+        lease.to(LeaseState.ACTIVE)
+        self._dirty = True
         return lease
 
     def _site_slots(self, need: tuple) -> int:
