@@ -193,7 +193,9 @@ class LeaseEngine:
                   attempt: int, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
                   duration_s: float | None = None, start_s_requested: float | None = None,
                   immediate: bool = False, preemptible: bool | None = None,
-                  image_id: str = "node-software", image_mb: float = 0.0) -> dict:
+                  image_id: str = "node-software", image_mb: float = 0.0,
+                  request_type: str | None = None, local: bool = False,
+                  deadline_s: float | None = None) -> dict:
         """Record job ``key``'s lease as running since ``start_s`` (clock s) in VWN ``vwn`` (None
         when not known yet: ``note_vwn``) on ``node_url``, started at attempt ``attempt``
         (its VWN key is ``vwn_key(key, attempt)``): a restarted CE agent re-learning the VWNs
@@ -208,7 +210,9 @@ class LeaseEngine:
                 lease = Lease(next(self._ids), ltype, start_s, duration_s or self.default_duration_s, vms,
                               resource_vector(cpu=cpu, memory=memory_mb), image_id, image_mb,
                               preemptible=ltype is LeaseType.BEST_EFFORT if preemptible is None else preemptible,
-                              requested_start_s=start_s_requested)
+                              requested_start_s=start_s_requested,
+                              request_type=parse_request_type(request_type) if request_type else None,
+                              local=local, deadline_s=deadline_s)
                 self._bodies[lease.id] = dict(body, key=key)
                 self._by_key[key] = lease
                 self.enactment.attempts[lease.id] = attempt
