@@ -49,6 +49,9 @@ class Outcome(enum.StrEnum):
     DISPATCH_FAILED = "dispatch-failed"
     #: Broker: a DAG node whose dependency did not succeed (Aborted).
     DEPENDENCY_FAILED = "dependency-failed"
+    #: Broker: the job's input sandbox was found incomplete after a restart (a database from an
+    #: older version, files removed by hand); never dispatched (Aborted).
+    SANDBOX_LOST = "sandbox-lost"
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":
