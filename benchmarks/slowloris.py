@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import ssl
 import statistics
@@ -39,6 +40,8 @@ from vgrid_runtime.clock import WallClock  # noqa: E402
 from vgrid_runtime.httpclient import new_session  # noqa: E402
 from vgrid_runtime.tls import client_context  # noqa: E402
 from vgrid_runtime.wsgi import BackgroundServer  # noqa: E402
+
+logging.getLogger("vgrid.wsgi").setLevel(logging.CRITICAL)   # the attack makes cheroot log a lot
 
 ATTACKS = ("plain-headers", "tls-headers", "tls-handshake")
 
