@@ -12,10 +12,11 @@ Attacks (``--attacks``):
 
 Prints one JSON document: per attack, the client's answers (ok/failed), latency p50/max
 (seconds), the wall time and the process CPU time of the measurement (client, attackers and
-server share the process), and how many attacking connections the server had closed by the end.
-Credentials are made at run time. Usage:
+server share the process), and how many attacking connections the server had closed by the end
+(``--hold-s``: keep the attack that long after measuring). Credentials are made at run time.
+Usage:
 
-    .venv/bin/python benchmarks/slowloris.py [--connections 150] [--requests 10] [--json]
+    .venv/bin/python benchmarks/slowloris.py [--connections 150] [--requests 10] [--hold-s 0] [--json]
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,19 +64,23 @@ class Attack:
 
     def __init__(self, kind: str, host: str, port: int, n: int, trickle_s: float, ctx) -> None:
         self.kind, self.trickle_s = kind, trickle_s
-        self.socks: list[socket.socket] = []
         self.closed = 0
-        self.failed_to_open = 0
-        for _ in range(n):
+
+        def open_one(_):
             try:
-                s = socket.create_connection((host, port), timeout=30)
+                s = socket.create_connection((host, port), timeout=10)
                 if kind == "tls-headers":
                     s = ctx.wrap_socket(s, server_hostname=host)
                 if kind != "tls-handshake":
                     s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                self.socks.append(s)
+                return s
             except OSError:
-                self.failed_to_open += 1
+                return None
+
+        with ThreadPoolExecutor(max_workers=50) as pool:   # a stuck server must not serialise us
+            opened = list(pool.map(open_one, range(n)))
+        self.socks: list[socket.socket] = [s for s in opened if s is not None]
+        self.failed_to_open = n - len(self.socks)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._trickle, daemon=True)
         self._thread.start()
@@ -136,6 +142,8 @@ def main() -> None:
     ap.add_argument("--trickle-s", type=float, default=5.0)
     ap.add_argument("--client-timeout-s", type=float, default=30.0)
     ap.add_argument("--attacks", default=",".join(ATTACKS))
+    ap.add_argument("--hold-s", type=float, default=0.0,
+                    help="keep the attack this long after measuring, then count what the server closed")
     ap.add_argument("--json", action="store_true", help="print only the JSON document")
     args = ap.parse_args()
     results = {}
@@ -153,8 +161,9 @@ def main() -> None:
                                 args.trickle_s, ctx)
                 opened = time.perf_counter() - t0
                 row = measure(srv.url, factory, args.requests, args.client_timeout_s)
+                time.sleep(args.hold_s)       # let the server's header deadline pass, if any
                 closed = attack.close()
-                row.update(connections=args.connections, opened=len(attack.socks) + closed,
+                row.update(connections=args.connections, opened=args.connections - attack.failed_to_open,
                            open_s=round(opened, 2), attacker_conns_closed_by_server=closed,
                            wall_s=round(time.perf_counter() - t0, 2),
                            cpu_s=round(time.process_time() - cpu0, 2))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -83,7 +84,7 @@ def _server(app, host: str, port: int, tls: TLSFiles | None,
         raise ServeError(f"refusing to serve plain HTTP on {host}: configure TLS (tls_cert, "
                          "tls_key, cert_dir) or bind to 127.0.0.1")
     server = _Server((host, port), app, numthreads=limits.threads,
-                     timeout=max(0.5, limits.idle_timeout_s), server_name="vgrid",
+                     timeout=max(1, math.ceil(limits.idle_timeout_s)), server_name="vgrid",
                      request_queue_size=128, shutdown_timeout=5)
     if tls is not None:
         server.ssl_adapter = GridSSLAdapter(tls)
