@@ -8,7 +8,8 @@ Attacks (``--attacks``):
 - ``plain-headers``: plain HTTP, a request line and part of the headers, then one more header
   byte every ``--trickle-s`` seconds (never the blank line that ends the headers);
 - ``tls-headers``: the same after a completed TLS handshake (client certificate presented);
-- ``tls-handshake``: a TCP connection to the TLS port that never sends its ClientHello.
+- ``tls-handshake``: a TCP connection to the TLS port that never sends its ClientHello;
+- ``plain-none``, ``tls-none``: no attack (the reference latency).
 
 Prints one JSON document: per attack, the client's answers (ok/failed), latency p50/max
 (seconds), the wall time and the process CPU time of the measurement (client, attackers and
@@ -45,7 +46,7 @@ from vgrid_runtime.wsgi import BackgroundServer  # noqa: E402
 
 logging.getLogger("vgrid.wsgi").setLevel(logging.CRITICAL)   # the attack makes cheroot log a lot
 
-ATTACKS = ("plain-headers", "tls-headers", "tls-handshake")
+ATTACKS = ("plain-none", "plain-headers", "tls-none", "tls-headers", "tls-handshake")
 
 
 def app() -> Flask:
@@ -81,6 +82,7 @@ class Attack:
             opened = list(pool.map(open_one, range(n)))
         self.socks: list[socket.socket] = [s for s in opened if s is not None]
         self.failed_to_open = n - len(self.socks)
+        self.opened = len(self.socks)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._trickle, daemon=True)
         self._thread.start()
@@ -157,13 +159,13 @@ def main() -> None:
             ctx = client_context(pki.user_credentials()) if tls else None
             try:
                 cpu0, t0 = time.process_time(), time.perf_counter()
-                attack = Attack(kind, host, int(srv.url.rsplit(":", 1)[1]), args.connections,
-                                args.trickle_s, ctx)
+                attack = Attack(kind, host, int(srv.url.rsplit(":", 1)[1]),
+                                0 if kind.endswith("-none") else args.connections, args.trickle_s, ctx)
                 opened = time.perf_counter() - t0
                 row = measure(srv.url, factory, args.requests, args.client_timeout_s)
                 time.sleep(args.hold_s)       # let the server's header deadline pass, if any
                 closed = attack.close()
-                row.update(connections=args.connections, opened=args.connections - attack.failed_to_open,
+                row.update(connections=attack.opened + attack.failed_to_open, opened=attack.opened,
                            open_s=round(opened, 2), attacker_conns_closed_by_server=closed,
                            wall_s=round(time.perf_counter() - t0, 2),
                            cpu_s=round(time.process_time() - cpu0, 2))

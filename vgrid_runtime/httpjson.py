@@ -58,7 +58,8 @@ def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> 
     (``install_safe_json``) and bodies above ``max_body_bytes`` are refused with 413
     (``limit_bodies``); a failing write to the service's storage is 507 (disk or database
     full), 503 (database unavailable) or 500 naming the operation (:mod:`vgrid_runtime.storage`;
-    ``app.config["VGRID_STATE_DIR"]`` is the path named when the error has none)."""
+    ``app.config["VGRID_STATE_DIR"]``, else the agent's ``state_dir``/``work_dir``, is the path
+    named when the error has none)."""
     install_safe_json(app)
     limit_bodies(app, max_body_bytes)
 
@@ -71,7 +72,7 @@ def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> 
         return jsonify({"error": {"message": exc.description or exc.name,
                                   "status": exc.code}}), exc.code
 
-    install_storage_errors(app, _service_name(app), app.config.get("VGRID_STATE_DIR"))
+    install_storage_errors(app, _service_name(app), lambda: _state_dir(app))
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
@@ -90,6 +91,14 @@ def _service_name(app: Flask) -> str:
     if app.name.startswith("vgrid-node"):
         return "node agent"
     return app.name
+
+
+def _state_dir(app: Flask):
+    """The directory a storage error names: ``VGRID_STATE_DIR``, else the agent's
+    (``VGRID_AGENT``) ``state_dir`` or ``work_dir`` attribute, else None."""
+    agent = app.config.get("VGRID_AGENT")
+    return (app.config.get("VGRID_STATE_DIR") or getattr(agent, "state_dir", None)
+            or getattr(agent, "work_dir", None))
 
 
 def json_body() -> dict:

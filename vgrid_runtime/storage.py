@@ -101,11 +101,13 @@ def storing(service: str, path: str | os.PathLike | None, operation: str) -> Ite
         raise storage_error(exc, service, path, operation) from exc
 
 
-def install_storage_errors(app: Flask, service: str, path: str | os.PathLike | None) -> None:
+def install_storage_errors(app: Flask, service: str, path) -> None:
     """Answer a :class:`StorageError`, and any OSError or SQLAlchemy OperationalError a route of
     ``app`` lets escape, as described in the module docstring (``service`` names the service in
-    the message, ``path`` is its state directory; the operation is the request's method and
-    path). Logged with the cause, without a traceback for a full disk."""
+    the message, ``path`` is its state directory, or a callable returning it at the time of the
+    error; the operation is the request's method and path). Logged with the cause, without a
+    traceback for a full disk."""
+    where = path if callable(path) else (lambda: path)
 
     def answer(err: StorageError, exc: BaseException | None):
         if err.full:
@@ -122,8 +124,8 @@ def install_storage_errors(app: Flask, service: str, path: str | os.PathLike | N
 
     @app.errorhandler(OSError)
     def _os_error(exc: OSError):
-        return answer(storage_error(exc, service, path, f"{request.method} {request.path}"), exc)
+        return answer(storage_error(exc, service, where(), f"{request.method} {request.path}"), exc)
 
     @app.errorhandler(OperationalError)
     def _db_error(exc: OperationalError):
-        return answer(storage_error(exc, service, path, f"{request.method} {request.path}"), exc)
+        return answer(storage_error(exc, service, where(), f"{request.method} {request.path}"), exc)
