@@ -14,9 +14,13 @@ import time
 import pytest
 import requests
 from flask import Flask, jsonify, request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from werkzeug.exceptions import RequestTimeout
 
 from vgrid_cli.demo_pki import make_demo_pki
 from vgrid_runtime.clock import WallClock
+from vgrid_runtime.connections import _Feed
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.serving import ServeLimits
 from vgrid_runtime.tls import PEER_CHAIN_KEY, IdentityCache, client_context
@@ -184,3 +188,44 @@ def test_limits_are_validated():
     assert ServeLimits(threads=0).problem() == "field 'threads' must be >= 1"
     assert ServeLimits(header_timeout_s=0).problem() == "field 'header_timeout_s' must be > 0"
     assert ServeLimits(max_connections=0).problem() == "field 'max_connections' must be >= 1"
+
+
+@settings(max_examples=60, deadline=None)
+@given(head=st.binary(max_size=300), rest=st.binary(max_size=300),
+       sizes=st.lists(st.integers(1, 64), min_size=1, max_size=20))
+def test_the_feed_gives_the_buffered_head_then_the_socket_in_order(head, rest, sizes):
+    a, b = socket.socketpair()
+    try:
+        feed = _Feed(a, per_read_s=5.0)
+        feed.head += head
+        feed.start(30.0)
+        b.sendall(rest)
+        b.shutdown(socket.SHUT_WR)
+        out, i = bytearray(), 0
+        while True:
+            buf = bytearray(sizes[i % len(sizes)])
+            i += 1
+            n = feed.recv_into(memoryview(buf))
+            if n == 0:
+                break
+            out += buf[:n]
+        assert bytes(out) == head + rest
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_feed_past_its_deadline_takes_what_arrived_then_times_out_once():
+    a, b = socket.socketpair()
+    try:
+        feed = _Feed(a, per_read_s=5.0)
+        feed.start(0.0)                      # already late: nothing more may be waited for
+        b.sendall(b"abc")
+        buf = bytearray(10)
+        assert feed.recv_into(memoryview(buf)) == 3 and bytes(buf[:3]) == b"abc"
+        with pytest.raises(RequestTimeout):
+            feed.recv_into(memoryview(buf))
+        assert feed.recv_into(memoryview(buf)) == 0     # then end of input, never blocking
+    finally:
+        a.close()
+        b.close()
