@@ -11,6 +11,7 @@ import errno
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from vgrid_runtime.httpjson import install_error_handlers
 from vgrid_runtime.job_states import JobState
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.wsgi import BackgroundServer
+from vgrid_cli.services import ServiceGroup
 from vwn_agents.sandbox import SandboxClient, stage_out
 
 from .broker_site import start_broker
@@ -256,3 +258,33 @@ def test_agents_answer_storage_failures_as_507_503_500():
     assert got["sqlfull"].json()["error"]["path"] == "/var/lib/vgrid/node"
     assert got["locked"].json()["error"]["message"] == "node agent database unavailable: database is locked"
     assert got["eacces"].json()["error"]["message"] == "POST /eacces failed: Permission denied"
+
+
+def test_a_real_broker_process_on_a_full_disk_answers_vgrid_submit_and_recovers(disk, tmp_path):
+    # the real `vgrid serve broker` process and the real `vgrid submit`; no CE configured
+    jdl_dir = tmp_path / "job"
+    jdl_dir.mkdir()
+    (jdl_dir / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (jdl_dir / "data.bin").write_bytes(DATA)
+    (jdl_dir / "j.jdl").write_text('Executable = "run.sh"; InputSandbox = {"run.sh", "data.bin"};\n')
+
+    def vgrid_submit(url):
+        return subprocess.run([sys.executable, "-P", "-m", "vgrid_cli", "submit", "--broker", url,
+                               "--attempts", "1", str(jdl_dir / "j.jdl")],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    (tmp_path / "services").mkdir()
+    with ServiceGroup(tmp_path / "services") as group:
+        broker = group.start("broker", "broker", f'port = 0\nstate_dir = "{disk.path}"\n'
+                                                 'match_expiry_s = 3600.0\n')
+        disk.fill()
+        proc = vgrid_submit(broker.url)
+        assert proc.returncode != 0
+        assert "broker state directory is full" in proc.stderr and "Traceback" not in proc.stderr
+        assert requests.get(f"{broker.url}/jobs", timeout=5).json()["jobs"] == []
+        assert not [p for p in (disk.path / "sandboxes").glob("*") if p.name != ".staging"]
+        disk.free()
+        proc = vgrid_submit(broker.url)
+        assert proc.returncode == 0, proc.stderr
+        key = proc.stdout.strip().rsplit("/", 1)[-1]
+        assert requests.get(f"{broker.url}/jobs/{key}/input/data.bin", timeout=5).content == DATA
