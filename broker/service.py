@@ -33,6 +33,7 @@ from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
 from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.storage import log_failure
 
 log = logging.getLogger("vgrid.broker")
 
@@ -471,8 +472,8 @@ class Broker:
         while not self._stop.is_set():
             try:
                 self.match_pending()
-            except Exception:  # keep matching whatever one job did
-                log.exception("matcher pass failed")
+            except Exception as exc:  # keep matching whatever one job did
+                log_failure(log, "matcher pass failed", exc)   # one line a minute when disk full
             self._wake.wait(self.settings.match_interval_s)
             self._wake.clear()
 

@@ -8,6 +8,7 @@ tests skip, naming the facility, only where tmpfs cannot be mounted.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sqlite3
 import subprocess
@@ -25,6 +26,7 @@ from vgrid_runtime.clock import WallClock
 from vgrid_runtime.httpjson import install_error_handlers
 from vgrid_runtime.job_states import JobState
 from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.storage import log_failure
 from vgrid_runtime.wsgi import BackgroundServer
 from vgrid_cli.services import ServiceGroup
 from vwn_agents.sandbox import SandboxClient, stage_out
@@ -288,3 +290,16 @@ def test_a_real_broker_process_on_a_full_disk_answers_vgrid_submit_and_recovers(
         assert proc.returncode == 0, proc.stderr
         key = proc.stdout.strip().rsplit("/", 1)[-1]
         assert requests.get(f"{broker.url}/jobs/{key}/input/data.bin", timeout=5).content == DATA
+
+
+def test_a_background_loop_on_a_full_disk_logs_one_line_not_a_traceback_per_pass(caplog):
+    log = logging.getLogger("vgrid.test.loop")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with caplog.at_level(logging.ERROR, logger="vgrid.test.loop"):
+        for _ in range(20):
+            log_failure(log, "test pass failed", full)
+        log_failure(log, "test pass failed", ValueError("a bug"))
+    records = [r for r in caplog.records if r.name == "vgrid.test.loop"]
+    assert len(records) == 2
+    assert "full (ENOSPC)" in records[0].getMessage() and records[0].exc_info is None
+    assert records[1].exc_info is not None                 # anything else keeps its traceback

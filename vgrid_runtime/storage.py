@@ -24,6 +24,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -89,6 +91,27 @@ def storage_error(exc: BaseException, service: str, path: str | os.PathLike | No
         return StorageError(507, f"{service} state directory is full", operation, path_s, cause)
     first = str(getattr(exc, "orig", exc)).strip().splitlines()[0][:200] if str(exc) else type(exc).__name__
     return StorageError(503, f"{service} database unavailable: {first}", operation, None, cause)
+
+
+_quiet_until: dict[str, float] = {}
+_quiet_lock = threading.Lock()
+
+
+def log_failure(logger: logging.Logger, what: str, exc: BaseException, every_s: float = 60.0) -> None:
+    """Log that a background pass ``what`` failed with ``exc``: with its traceback, except when
+    the storage is full (:func:`is_full`), then one line at most every ``every_s`` seconds per
+    ``what`` (a loop retrying every half second must not fill the disk further with logs)."""
+    if not is_full(exc):
+        logger.error("%s", what, exc_info=exc)
+        return
+    now = time.monotonic()
+    with _quiet_lock:
+        if now < _quiet_until.get(what, 0.0):
+            return
+        _quiet_until[what] = now + every_s
+    cause = errno.errorcode.get(exc.errno or 0) if isinstance(exc, OSError) else _db_cause(exc)
+    logger.error("%s: the state directory or database is full (%s); retrying, logged again in "
+                 "%g s at most", what, cause or type(exc).__name__, every_s)
 
 
 @contextmanager
