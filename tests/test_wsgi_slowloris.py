@@ -229,3 +229,30 @@ def test_the_feed_past_its_deadline_takes_what_arrived_then_times_out_once():
     finally:
         a.close()
         b.close()
+
+
+def test_a_client_that_does_not_read_its_answer_frees_its_worker(monkeypatch):
+    import vgrid_runtime.connections as connections
+    monkeypatch.setattr(connections, "BODY_MIN_RATE", 1e12)   # no allowance for bytes sent
+    a = app()
+
+    @a.get("/big")
+    def big():
+        return a.response_class((b"z" * 65536 for _ in range(1024)), mimetype="application/octet-stream")
+
+    with BackgroundServer(a, limits=ServeLimits(threads=1, body_timeout_s=1.0)) as srv:
+        slow = socket.create_connection(("127.0.0.1", port_of(srv.url)), timeout=60 * SLACK)
+        slow.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")          # and reads nothing
+        r = requests.get(f"{srv.url}/whoami", timeout=30 * SLACK)      # the one worker is freed
+        assert r.status_code == 200
+        got = 0
+        while True:                                   # cut off: far less than the 64 MB answer
+            try:
+                chunk = slow.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += len(chunk)
+        assert got < 64 * 65536 * 1024 // 2
+        slow.close()

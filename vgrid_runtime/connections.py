@@ -19,6 +19,8 @@ connection reaches a worker only with a complete request head:
   ``body_timeout_s`` plus 1 s per ``BODY_MIN_RATE`` bytes received; past it (or after a read
   blocked ``idle_timeout_s``) the application's read raises werkzeug's ``RequestTimeout``, so
   the client gets a JSON 408 and the connection is closed;
+- the answer is written through the same feed: a client that does not take it within
+  ``body_timeout_s`` plus 1 s per ``BODY_MIN_RATE`` bytes is cut off (a slow reader);
 - idle kept-alive connections are closed after ``idle_timeout_s``; when ``max_connections``
   connections wait (head incomplete or idle), a new one closes the oldest of them.
 
@@ -54,22 +56,44 @@ _NO_TLS_ANSWER = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConn
 
 
 class _Feed:
-    """What a connection's request reader (cheroot's ``rfile``) reads from: the bytes the
-    selector thread already received, then the socket, under a deadline that grows with the
-    bytes received (``deadline`` None: no deadline). Everything else is the socket's."""
+    """The socket as a connection's worker sees it (cheroot's ``rfile`` and ``wfile`` are made
+    over it): reads give the bytes the selector thread already received, then the socket's,
+    and reads and writes have deadlines that grow with the bytes moved (``budget`` None: no
+    deadline). Everything else is the socket's."""
 
     def __init__(self, sock, per_read_s: float) -> None:
         self.sock = sock
         self.head = bytearray()
         self.budget: float | None = None     # seconds, from the worker's first socket read
         self.deadline: float | None = None
+        self.send_deadline: float | None = None
         self.expired = False
         self.per_read_s = per_read_s
 
     def start(self, budget_s: float) -> None:
         """A new request: its socket reads must end ``budget_s`` seconds (plus the rate
-        allowance) after the first of them (a request waiting for a free worker is not late)."""
-        self.budget, self.deadline, self.expired = budget_s, None, False
+        allowance) after the first of them (a request waiting for a free worker is not late),
+        and the client must take the answer within ``budget_s`` (plus the rate allowance) of
+        its first write."""
+        self.budget, self.deadline, self.send_deadline, self.expired = budget_s, None, None, False
+
+    def send(self, data, flags: int = 0) -> int:
+        """One write of the answer; ``socket.timeout`` once the client has not taken it in time
+        (a slow reader: cheroot then closes the connection and the worker is free)."""
+        if self.budget is None:
+            return self.sock.send(data, flags)
+        if self.send_deadline is None:
+            self.send_deadline = time.monotonic() + self.budget
+        left = self.send_deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        self.sock.settimeout(min(left, self.per_read_s))
+        try:
+            n = self.sock.send(data, flags)
+        finally:
+            self.sock.settimeout(self.per_read_s)
+        self.send_deadline += n / BODY_MIN_RATE
+        return n
 
     def recv_into(self, buf, nbytes: int = 0) -> int:
         if self.head:
@@ -244,7 +268,7 @@ class GuardedConnections(ConnectionManager):
             feed = _Feed(p.sock, float(self.server.timeout))
 
             def makefile(sock, mode="r", bufsize=8192):
-                return StreamReader(feed, mode, bufsize) if "r" in mode else StreamWriter(sock, mode, bufsize)
+                return StreamReader(feed, mode, bufsize) if "r" in mode else StreamWriter(feed, mode, bufsize)
 
             conn = self.server.ConnectionClass(self.server, p.sock, makefile)
             conn.remote_addr, conn.remote_port = p.addr[0], p.addr[1]

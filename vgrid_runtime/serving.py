@@ -21,7 +21,8 @@ class ServeLimits:
     request line and every header must have arrived this long after the connection was accepted
     (or, on a kept-alive connection, after the first byte of the next request), else the
     connection is closed, never having occupied a worker; ``body_timeout_s``: the time a worker
-    waits for a request body, plus 1 s per BODY_MIN_RATE bytes received (408 past it);
+    waits for a request body, plus 1 s per BODY_MIN_RATE bytes received (408 past it), and
+    the time the client has to take the answer, plus 1 s per BODY_MIN_RATE bytes sent;
     ``idle_timeout_s``: a kept-alive connection without a request for this long is closed (also
     the time one socket read or write of a worker may block); ``max_connections``: connections
     waiting for their request head or idle between requests; at the limit a new connection
@@ -58,7 +59,8 @@ class ServeOptions:
         "help": "seconds a new connection (or a kept-alive one, from the first byte of its next "
                 "request) has to complete its TLS handshake and send every header; then closed"})
     body_timeout_s: float = field(default=_D.body_timeout_s, metadata={
-        "help": "seconds a worker waits for a request body, plus 1 s per 100 kB received (408)"})
+        "help": "seconds a worker waits for a request body, plus 1 s per 100 kB received (408); "
+                "the same for the client to take the answer"})
     idle_timeout_s: float = field(default=_D.idle_timeout_s, metadata={
         "help": "seconds a kept-alive connection may stay idle before it is closed"})
     max_connections: int = field(default=_D.max_connections, metadata={
