@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shutil
 from pathlib import Path
@@ -46,6 +47,7 @@ log = logging.getLogger("vgrid.broker.sandboxes")
 
 SERVICE = "broker"
 STAGING = ".staging"
+_JOB_KEY = re.compile(r"^[A-Za-z0-9_-]{22}$")   # broker.db.new_key: 22 URL-safe characters
 
 
 def _fsync_dir(path: Path) -> None:
@@ -151,13 +153,14 @@ class SandboxStore:
 
     # -- after a restart --------------------------------------------------------------------------
     def remove_orphans(self, existing: Callable[[list[str]], set[str]]) -> list[str]:
-        """Delete the staging area and every ``<key>/`` whose job does not exist; ``existing``
+        """Delete the staging area and every ``<key>/`` whose job does not exist (only names
+        shaped like a job key, ``broker.db.new_key``: anything else is left alone); ``existing``
         maps a list of keys to the set of those that have a job row. Returns the keys removed.
         Run before requests are served (a submission in flight would look orphaned)."""
         shutil.rmtree(self.root / STAGING, ignore_errors=True)
         if not self.root.is_dir():
             return []
-        keys = [p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        keys = [p.name for p in self.root.iterdir() if p.is_dir() and _JOB_KEY.match(p.name)]
         removed = []
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]

@@ -224,10 +224,11 @@ def test_recover_removes_orphans_and_aborts_a_job_whose_sandbox_is_missing(site)
     (broker.sandbox_dir / "orphanKey0000000000000" / "input").mkdir(parents=True)
     (broker.sandbox_dir / "orphanKey0000000000000" / "input" / "run.sh").write_text("x")
     (broker.sandbox_dir / ".staging" / "abc").mkdir(parents=True)
+    (broker.sandbox_dir / "not-a-job-key").mkdir()            # not ours to judge: left alone
     # a job stored by an older version whose sandbox file is gone
     (broker.sandbox_dir / key / "input" / "data.bin").unlink()
     broker.recover()
-    assert sorted(p.name for p in broker.sandbox_dir.iterdir()) == [key]
+    assert sorted(p.name for p in broker.sandbox_dir.iterdir()) == sorted([key, "not-a-job-key"])
     job = broker.get(key)
     assert job.state is JobState.ABORTED and job.outcome is Outcome.SANDBOX_LOST
     assert "data.bin" in job.reason and job.ce_id is None
