@@ -15,6 +15,7 @@ import jdl as jdlmod
 
 from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
+from vgrid_runtime.storage import install_storage_errors
 from vgrid_runtime.tls import TLSFiles
 
 from . import authz, heartbeats, idempotency, resubmission
@@ -69,13 +70,16 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     that see every job). Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL
     error (with file, line, column) or bad request, 401/403 for a caller without a valid
     certificate or not allowed, 404 for an unknown job, 409 for an illegal state change or an
-    output file written twice or an ``Idempotency-Key`` reused for another JDL, 500 (no traceback) for anything unexpected.
+    output file written twice or an ``Idempotency-Key`` reused for another JDL, 507 when the state
+    directory or database is full (nothing of the request stored), 503 when the database cannot
+    be written, 500 (no traceback) for anything unexpected (:mod:`vgrid_runtime.storage`).
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
     install_safe_json(app)
     limit_bodies(app)                            # 413 above the limit, 400 for too deep JSON
     install_authentication(app, tls, broker.clock)
+    install_storage_errors(app, "broker", broker.sandbox_dir.parent)  # 507 disk full, 503, 500
     admins = list(admins)
 
     def owned(key: str, what: str):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigError, ConfigSchema, describe
 
 __all__ = ["BrokerConfig", "ConfigError", "describe"]
@@ -22,7 +23,7 @@ def opt(default: Any, doc: str):
 
 
 @dataclass
-class BrokerConfig(ConfigSchema, TLSOptions):
+class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     """Options of ``vgrid serve broker`` (top-level keys of the TOML file)."""
 
     SOURCE = "broker config"
@@ -59,6 +60,8 @@ class BrokerConfig(ConfigSchema, TLSOptions):
     def validate(self) -> str | None:
         if self.tls_problem():
             return self.tls_problem()
+        if self.serve_problem():
+            return self.serve_problem()
         if self.selection not in ("sfete", "max", "fuzzy"):
             return f"field 'selection' must be sfete, max or fuzzy, got {self.selection!r}"
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):

@@ -291,8 +291,9 @@ class JobStore:
         """Store several jobs (a compound request and its nodes) in one transaction, all
         Submitted. Each spec has ``jdl``, ``filename`` and optionally ``key``, ``kind``,
         ``parent_key``, ``node_name``, ``depends_on``, ``owner`` (``{"dn", "vo", "fqans"}``),
-        ``idempotency`` (``(scope, key)``, unique per scope); parents must come before their
-        nodes. DuplicateSubmission (nothing stored) when a job with the same ``idempotency``
+        ``idempotency`` (``(scope, key)``, unique per scope), ``state`` (Submitted, or Waiting
+        to queue it in the same transaction: history Submitted then Waiting); parents must come
+        before their nodes. DuplicateSubmission (nothing stored) when a job with the same ``idempotency``
         exists already (checked by the unique index, so two concurrent requests cannot both win)."""
         try:
             keys = self._insert(specs, now)
@@ -310,7 +311,8 @@ class JobStore:
                 key = spec.get("key") or new_key()
                 keys.append(key)
                 s.add(JobRow(key=key, jdl=spec["jdl"], filename=spec["filename"],
-                             state=JobState.SUBMITTED.value, submitted_at=now, updated_at=now,
+                             state=JobState(spec.get("state") or JobState.SUBMITTED).value,
+                             submitted_at=now, updated_at=now,
                              cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
                              attempt=0, deep_count=0, shallow_count=0, failed_ces="[]",
                              parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
@@ -321,8 +323,12 @@ class JobStore:
                              idem_scope=(spec.get("idempotency") or (None, None))[0],
                              idem_key=(spec.get("idempotency") or (None, None))[1]))
             s.flush()  # the job rows must exist before their history (foreign key)
-            for key in keys:
+            for key, spec in zip(keys, specs):
                 s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
+                state = JobState(spec.get("state") or JobState.SUBMITTED)
+                if state is not JobState.SUBMITTED:
+                    check_transition(key, JobState.SUBMITTED, state)
+                    s.add(HistoryRow(key=key, state=state.value, time=now, reason=None))
         return keys
 
     def transition(self, key: str, new: JobState, now: float, reason: str | None = None,

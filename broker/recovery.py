@@ -1,6 +1,8 @@
 """The broker after a restart: requeue what was not confirmed, resynchronise jobs at CEs.
 
-:func:`recover` runs once before the matcher loop starts: Submitted jobs (not blocked DAG nodes)
+:func:`recover` runs once before the matcher loop starts: sandboxes of submissions that were
+never stored are removed and a job whose input sandbox is incomplete is Aborted
+(``broker.sandbox_store``); Submitted jobs (not blocked DAG nodes)
 go to Waiting, Ready jobs (a dispatch that was not confirmed) back to Waiting, and every job at
 a CE (Scheduled, Running, Stalled) is resynchronised with :func:`resync`, which asks the CE
 agent for the job's *current attempt* (its dispatch key, contract 7) and applies the events
@@ -25,8 +27,15 @@ _EVENTS = {"running": ["running"], "done": ["running", "done"], "aborted": ["abo
 
 
 def recover(broker) -> None:
-    """Requeue jobs whose dispatch was not confirmed; resync jobs at CEs."""
+    """Before requests are served: remove sandboxes of submissions that were not stored, abort
+    jobs whose input sandbox is missing (outcome ``sandbox-lost``, never dispatched), requeue
+    jobs whose dispatch was not confirmed; resync jobs at CEs."""
     now = broker.clock.now()
+    broker.sandboxes.remove_orphans(lambda keys: {j.key for j in broker.store.list(keys=keys, history=False)})
+    for job, missing in broker.sandboxes.lost_inputs(broker.store.list(
+            states=[JobState.SUBMITTED, JobState.WAITING, JobState.READY], history=False)):
+        broker.move(job, JobState.ABORTED, now, outcome=Outcome.SANDBOX_LOST,
+                    reason=f"input sandbox file(s) missing after a broker restart: {', '.join(missing)}")
     for job in broker.store.list(states=[JobState.SUBMITTED]):
         if not job.depends_on:  # blocked DAG nodes stay Submitted until released
             broker.move(job, JobState.WAITING, now, reason="recovered after a broker restart")

@@ -86,4 +86,4 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
 
     app.config["VGRID_ON_BOUND"] = on_bound
     serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop,
-          tls=config.tls_files())
+          tls=config.tls_files(), limits=config.serve_limits())

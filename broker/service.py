@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import shutil
 import threading
 from dataclasses import dataclass
@@ -27,12 +26,14 @@ from vgrid_runtime.authn import Caller
 
 from . import authz, compound, heartbeats, idempotency, recovery, resubmission
 from .blacklist import blacklist_ce
-from .db import DuplicateSubmission, Job, JobStore, StaleState
+from .db import DuplicateSubmission, Job, JobStore, StaleState, new_key
+from .sandbox_store import SandboxStore
 from .transfers import BrokerError, safe_name, transfer_secret
 from .matchmaker import CE_ID, MatchResult, Matchmaker
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
 from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.storage import log_failure
 
 log = logging.getLogger("vgrid.broker")
 
@@ -68,6 +69,7 @@ class Broker:
                  settings: BrokerSettings, http=None) -> None:
         self.store, self.ism, self.matchmaker, self.clock = store, ism, matchmaker, clock
         self.sandbox_dir = Path(sandbox_dir)
+        self.sandboxes = SandboxStore(self.sandbox_dir)   # input stored with its job, atomically
         self.settings = settings
         self.http = http or new_session()   # shared by its CEAgentClients
         self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
@@ -131,19 +133,25 @@ class Broker:
             raise BrokerError(f"{filename}: InputSandbox file(s) not uploaded: {', '.join(missing)}",
                               field="InputSandbox")
         now = self.clock.now()
+        # the complete input sandbox is in place under the key before the rows are committed,
+        # and removed if they are not (broker/sandbox_store.py); nodes read the parent's sandbox
+        specs[0]["key"] = specs[0].get("key") or new_key()
+        for spec in specs:
+            spec["state"] = JobState.SUBMITTED if spec.get("depends_on") else JobState.WAITING
+        self.sandboxes.install(self.sandboxes.stage(uploaded), specs[0]["key"])
         try:
             jobs = self.store.create_many(specs, now)
         except DuplicateSubmission:  # a concurrent request with the same key stored first
+            self.sandboxes.discard(specs[0]["key"])
             return idempotency.earlier(self.store, *idem, text), False
+        except BaseException:
+            self.sandboxes.discard(specs[0]["key"])
+            raise
         job = jobs[0]
-        if uploaded:  # nodes of a compound request read the parent's input sandbox
-            d = self.sandbox_dir / job.key / "input"
-            d.mkdir(parents=True, exist_ok=True)
-            for name, data in uploaded.items():
-                (d / name).write_bytes(data)
         for j in jobs:
-            if not j.depends_on:
-                self._transition(j, JobState.WAITING, now)
+            if j.parent_key:
+                self._refresh_parent(j.parent_key, now)
+                break
         self._wake.set()
         return self.store.get(job.key), True
 
@@ -433,17 +441,7 @@ class Broker:
         job = self.store.get(key)
         if job.state in {JobState.CLEARED, JobState.CANCELLED}:
             raise BrokerError(f"job {key} is {job.state.value}; output not accepted", status=409)
-        d = self.output_dir(key)
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / safe_name(name)
-        if path.exists():
-            if path.read_bytes() == data:
-                return
-            raise BrokerError(f"output file {name!r} of job {key} exists already (write-once)",
-                              status=409)
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        self.sandboxes.save_output(key, name, data)   # StorageError 507 on a full disk
 
     def input_path(self, key: str, name: str) -> Path:
         """An InputSandbox file of job ``key``; nodes of a compound request use the parent's."""
@@ -496,12 +494,12 @@ class Broker:
         while not self._stop.is_set():
             try:
                 self.match_pending()
-            except Exception:  # keep matching whatever one job did
-                log.exception("matcher pass failed")
+            except Exception as exc:  # keep matching whatever one job did
+                log_failure(log, "matcher pass failed", exc)   # one line a minute when disk full
             try:
                 self.check_stalled()
-            except Exception:
-                log.exception("Stalled scan failed")
+            except Exception as exc:
+                log_failure(log, "Stalled scan failed", exc)
             self._wake.wait(self.settings.match_interval_s)
             self._wake.clear()
 

@@ -38,7 +38,8 @@ def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port
     except (RuntimeError, ValueError) as exc:   # e.g. pool_accounts.AccountError: jobs as root
         raise ConfigError(f"{config_file}: the {kind} agent refuses to start: {exc}") from None
     serve(app, host=config.bind, port=config.port, ready_file=ready_file,
-          on_stop=app.config.get("VGRID_ON_STOP"), tls=config.tls_files())
+          on_stop=app.config.get("VGRID_ON_STOP"), tls=config.tls_files(),
+          limits=config.serve_limits())
 
 
 class ServiceError(RuntimeError):

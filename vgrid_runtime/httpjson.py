@@ -13,6 +13,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from .config import ConfigError, load
+from .storage import install_storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,10 @@ def limit_bodies(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
 def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """Make every error of ``app`` a JSON ``{"error": {...}}`` answer; JSON is parsed safely
     (``install_safe_json``) and bodies above ``max_body_bytes`` are refused with 413
-    (``limit_bodies``)."""
+    (``limit_bodies``); a failing write to the service's storage is 507 (disk or database
+    full), 503 (database unavailable) or 500 naming the operation (:mod:`vgrid_runtime.storage`;
+    ``app.config["VGRID_STATE_DIR"]``, else the agent's ``state_dir``/``work_dir``, is the path
+    named when the error has none)."""
     install_safe_json(app)
     limit_bodies(app, max_body_bytes)
 
@@ -68,10 +72,33 @@ def install_error_handlers(app: Flask, max_body_bytes: int = MAX_BODY_BYTES) -> 
         return jsonify({"error": {"message": exc.description or exc.name,
                                   "status": exc.code}}), exc.code
 
+    install_storage_errors(app, _service_name(app), lambda: _state_dir(app))
+
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
         log.exception("unexpected error in %s %s", request.method, request.path)
         return jsonify({"error": {"message": f"internal error: {type(exc).__name__}: {exc}"}}), 500
+
+
+def _service_name(app: Flask) -> str:
+    """How error messages name the service of ``app`` (``VGRID_SERVICE_NAME``, else from the
+    app's name: "CE agent", "node agent")."""
+    name = app.config.get("VGRID_SERVICE_NAME")
+    if name:
+        return name
+    if app.name.startswith("vgrid-ce"):
+        return "CE agent"
+    if app.name.startswith("vgrid-node"):
+        return "node agent"
+    return app.name
+
+
+def _state_dir(app: Flask):
+    """The directory a storage error names: ``VGRID_STATE_DIR``, else the agent's
+    (``VGRID_AGENT``) ``state_dir`` or ``work_dir`` attribute, else None."""
+    agent = app.config.get("VGRID_AGENT")
+    return (app.config.get("VGRID_STATE_DIR") or getattr(agent, "state_dir", None)
+            or getattr(agent, "work_dir", None))
 
 
 def json_body() -> dict:

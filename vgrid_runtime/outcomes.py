@@ -55,6 +55,9 @@ class Outcome(enum.StrEnum):
     #: Broker: the job was Stalled (its CE did not report it for 3 heartbeat intervals) for
     #: stalled_resubmit_s and could not be resubmitted (Aborted), or was resubmitted (history).
     STALLED = "stalled"
+    #: Broker: the job's input sandbox was found incomplete after a restart (a database from an
+    #: older version, files removed by hand); never dispatched (Aborted).
+    SANDBOX_LOST = "sandbox-lost"
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":

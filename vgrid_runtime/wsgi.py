@@ -2,8 +2,12 @@
 
 Used by ``vgrid serve broker|ce|node`` and therefore by ``vgrid demo``. cheroot (CherryPy's
 server) is chosen over waitress because it speaks TLS itself and hands the client's certificate
-chain to the application (:mod:`vgrid_runtime.tls`), keeps idle keep-alive connections out of
-its worker threads, and closes connections idle longer than ``timeout_s``.
+chain to the application (:mod:`vgrid_runtime.tls`) and keeps idle keep-alive connections out of
+its worker threads. Its connection manager is replaced by
+:class:`vgrid_runtime.connections.GuardedConnections`: TLS handshakes and request heads are read
+without blocking, under the deadlines and the connection limit of a
+:class:`vgrid_runtime.serving.ServeLimits`, so slow or stalled clients (slowloris) never hold a
+worker thread.
 
 Without ``tls`` a service speaks plain HTTP and may only bind to a loopback address
 (:class:`ServeError` otherwise): nothing listens unauthenticated on a network.
@@ -13,15 +17,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from cheroot import wsgi
 
+from .connections import GuardedConnections
+from .serving import ServeLimits
 from .tls import GridSSLAdapter, TLSFiles
 
 log = logging.getLogger("vgrid.wsgi")
@@ -58,19 +66,34 @@ class _Server(wsgi.Server):
         log.log(level, "%s", msg, exc_info=traceback)
 
 
-def _server(app, host: str, port: int, threads: int, tls: TLSFiles | None,
-            timeout_s: float) -> tuple[wsgi.Server, str]:
+def _limits(threads: int | None, timeout_s: float | None, limits: ServeLimits | None) -> ServeLimits:
+    """``limits`` (default ServeLimits()), with the older ``threads``/``timeout_s`` arguments
+    (idle timeout) applied when given."""
+    limits = limits or ServeLimits()
+    changes = {}
+    if threads is not None:
+        changes["threads"] = threads
+    if timeout_s is not None:
+        changes["idle_timeout_s"] = timeout_s
+    return replace(limits, **changes) if changes else limits
+
+
+def _server(app, host: str, port: int, tls: TLSFiles | None,
+            limits: ServeLimits) -> tuple[wsgi.Server, str]:
     if tls is None and not _is_loopback(host):
         raise ServeError(f"refusing to serve plain HTTP on {host}: configure TLS (tls_cert, "
                          "tls_key, cert_dir) or bind to 127.0.0.1")
-    server = _Server((host, port), app, numthreads=threads, timeout=int(max(1, timeout_s)),
-                         server_name="vgrid", request_queue_size=64, shutdown_timeout=5)
+    server = _Server((host, port), app, numthreads=limits.threads,
+                     timeout=max(1, math.ceil(limits.idle_timeout_s)), server_name="vgrid",
+                     request_queue_size=128, shutdown_timeout=5)
     if tls is not None:
         server.ssl_adapter = GridSSLAdapter(tls)
     try:
         server.prepare()
     except OSError as exc:
         raise ServeError(f"cannot listen on {host}:{port}: {_bind_error(host, port) or exc}") from None
+    stock, server._connections = server._connections, GuardedConnections(server, limits)
+    stock._selector.close()
     scheme = "https" if tls is not None else "http"
     shown = f"[{host}]" if ":" in host else host
     return server, f"{scheme}://{shown}:{server.bind_addr[1]}"
@@ -96,19 +119,22 @@ def _bound(app, url: str) -> None:
 
 
 def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
-          threads: int = 8, on_stop=None, tls: TLSFiles | None = None, timeout_s: float = 10.0) -> None:
+          threads: int | None = None, on_stop=None, tls: TLSFiles | None = None,
+          timeout_s: float | None = None, limits: ServeLimits | None = None) -> None:
     """Serve ``app`` until SIGTERM/SIGINT.
 
     ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
     atomically with ``{"url": "http(s)://host:port", "pid": pid}`` so a parent process can find
     the service. ``on_stop`` (callable, no arguments) runs before the process exits; when not
     given, ``app.config["VGRID_ON_STOP"]`` is used (the node and CE agents set it to their
-    shutdown). ``tls``: serve HTTPS with client certificates. ``timeout_s``: a connection idle
-    this long (seconds) is closed. Raises ServeError when it cannot listen.
+    shutdown). ``tls``: serve HTTPS with client certificates. ``limits``: threads, deadlines and
+    the connection limit (:class:`vgrid_runtime.serving.ServeLimits`, default its defaults);
+    ``threads`` and ``timeout_s`` (the idle timeout, seconds) override them when given. Raises
+    ServeError when it cannot listen.
     """
     if on_stop is None:
         on_stop = app.config.get("VGRID_ON_STOP")
-    server, url = _server(app, host, port, threads, tls, timeout_s)
+    server, url = _server(app, host, port, tls, _limits(threads, timeout_s, limits))
     _bound(app, url)
     if ready_file:
         tmp = Path(ready_file).with_suffix(".tmp")
@@ -134,17 +160,20 @@ def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = 
 
 
 class BackgroundServer:
-    """``app`` served in a daemon thread (tests, embedded use); ``.url``, ``.close()``.
+    """``app`` served in a daemon thread (tests, embedded use); ``.url``, ``.close()``;
+    ``.connections`` is its :class:`~vgrid_runtime.connections.GuardedConnections` (``stats``).
 
     Sets ``app.config["VGRID_URL"]`` (and calls ``VGRID_ON_BOUND``) like ``serve`` does.
     ``close()`` stops the server and then calls ``app.config["VGRID_ON_STOP"]`` if set.
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int = 8,
-                 tls: TLSFiles | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, threads: int | None = None,
+                 tls: TLSFiles | None = None, timeout_s: float | None = None,
+                 limits: ServeLimits | None = None) -> None:
         self.app = app
-        self.server, self.url = _server(app, host, port, threads, tls, timeout_s)
+        self.server, self.url = _server(app, host, port, tls, _limits(threads, timeout_s, limits))
         _bound(app, self.url)
+        self.connections = self.server._connections
         self.thread = threading.Thread(target=self.server.serve, name=f"cheroot {self.url}",
                                        daemon=True)
         self.thread.start()

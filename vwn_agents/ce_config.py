@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
 from .placement import PLACEMENTS
 
 
 @dataclass
-class CEAgentConfig(ConfigSchema, TLSOptions):
+class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "CE agent config"
@@ -74,6 +75,8 @@ class CEAgentConfig(ConfigSchema, TLSOptions):
     def validate(self) -> str | None:
         if self.tls_problem():
             return self.tls_problem()
+        if self.serve_problem():
+            return self.serve_problem()
         if self.placement not in PLACEMENTS:
             return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
         if self.cpus_per_node < 1:

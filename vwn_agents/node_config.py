@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
 
 
 @dataclass
-class NodeAgentConfig(ConfigSchema, TLSOptions):
+class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "node agent config"
@@ -58,6 +59,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions):
     def validate(self) -> str | None:
         if self.tls_problem():
             return self.tls_problem()
+        if self.serve_problem():
+            return self.serve_problem()
         if not self.node or "/" in self.node:
             return "field 'node': must be a non-empty name without '/'"
         if not self.capacity > 0:

@@ -27,7 +27,8 @@ from .jobpaths import PathError, check_plain, check_relative
 from vgrid_runtime.httpclient import ErrorKind, ServiceClient, ServiceError
 
 #: Default of ``transfer_patience_s``: how long (s) an upload failing for a transient reason
-#: (connection refused, timeout, HTTP 5xx) is retried, e.g. while the broker restarts.
+#: (connection refused, timeout, HTTP 5xx) is retried, e.g. while the broker restarts or while
+#: its state directory is full (507 Insufficient Storage, :mod:`vgrid_runtime.storage`).
 TRANSFER_PATIENCE_S = 300.0
 CHUNK = 1 << 16
 
