@@ -198,10 +198,11 @@ class _Driver:
         """Kill what is left in the VWN's cgroup(s) and remove them (and an adopted VWN's
         emptied node directory); raises CgroupError."""
         self.kill(vwn)
-        for d in self._dirs(vwn):
+        dirs = self._dirs(vwn)
+        for d in dirs:
             _rmdir(d)
         if self.homes.pop(vwn, None) is not None:
-            for d in self._dirs(vwn):
+            for d in dirs:
                 try:
                     d.parent.rmdir()                 # the earlier agent's, once empty
                 except OSError:

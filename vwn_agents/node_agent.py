@@ -516,7 +516,10 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
 
     @app.get("/status")
     def status():
-        return jsonify(agent.status())
+        body = agent.status()
+        if caller().authenticated and not caller().is_one_of(config.ce_dns):
+            del body["outbox"], body["heartbeat"]        # the CE agents' business only
+        return jsonify(body)
 
     return app
 

@@ -6,6 +6,9 @@ node or CE agent alone.
 - ``POST /events`` and ``POST /jobs/<key>/events``: JSON events, kept in ``.events`` in arrival order;
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
   ``fail_puts`` likewise for the next n output uploads;
+- ``POST /node-heartbeats`` and ``POST /heartbeats``: heartbeats, kept in ``.heartbeats``;
+  the answer's ``unknown`` lists the heartbeat's VWN ids (``"vwn"``) and dispatch keys
+  (``"key"``) found in the set ``.unknown``;
 - ``PUT /jobs/<key>/output/<name>``: output sandbox files, kept in ``.outputs[(key, name)]``;
 - ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads).
 """
@@ -28,6 +31,8 @@ class Receiver:
         self.inputs: dict[str, bytes] = {}
         self.fail_events = 0
         self.fail_puts = 0
+        self.heartbeats: list[dict] = []
+        self.unknown: set[str] = set()
         self._cond = threading.Condition()
         self.app = self._make_app()
         self.server = BackgroundServer(self.app)
@@ -47,6 +52,19 @@ class Receiver:
 
         app.add_url_rule("/events", "events", record_event, methods=["POST"])
         app.add_url_rule("/jobs/<key>/events", "job_events", lambda key: record_event(),
+                         methods=["POST"])
+
+        def record_heartbeat(entries: str, field: str):
+            body = request.get_json(force=True)
+            with self._cond:
+                self.heartbeats.append(body)
+                self._cond.notify_all()
+                unknown = [e.get(field) for e in body.get(entries) or [] if e.get(field) in self.unknown]
+            return jsonify({"unknown": unknown})
+
+        app.add_url_rule("/node-heartbeats", "node_heartbeats",
+                         lambda: record_heartbeat("vwns", "vwn"), methods=["POST"])
+        app.add_url_rule("/heartbeats", "heartbeats", lambda: record_heartbeat("jobs", "key"),
                          methods=["POST"])
 
         @app.put("/jobs/<key>/output/<name>")
