@@ -136,6 +136,20 @@ def test_a_user_cannot_drive_a_node_agent_or_a_ce_agent(pki, site):
     assert alice.get(f"{site['ce']}/glue", timeout=10).status_code == 200
 
 
+def test_only_the_ce_agents_set_or_see_a_node_agents_heartbeats_and_outbox(pki, site):
+    d, _ = pki
+    alice = user(d, "alice.proxy")
+    rogue = f"https://{ADDR['rogue']}:9/node-heartbeats"
+    body = {"job_id": "x", "key": "hb-evil", "executable": "/bin/true", "heartbeat_url": rogue}
+    r = alice.post(f"{site['node']}/vwns", json=body, timeout=10)
+    assert r.status_code == 403 and "may not create VWNs" in r.json()["error"]["message"]
+    mine = alice.get(f"{site['node']}/status", timeout=10)
+    assert mine.status_code == 200 and not {"heartbeat", "outbox"} & set(mine.json())
+    ce = new_session(tls(d, "ce")).get(f"{site['node']}/status", timeout=10).json()
+    assert set(ce["outbox"]) == {"pending", "dropped"}
+    assert rogue not in [t["url"] for t in ce["heartbeat"]["targets"]]
+
+
 def test_jobs_belong_to_their_submitter(pki, site):
     d, dns = pki
     r = submit(d, site, "alice.proxy")

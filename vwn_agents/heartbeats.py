@@ -59,7 +59,8 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._logged: dict[str, float] = {}
-        self.beats = 0
+        self.beats = 0                 # successful POSTs
+        self.rounds = 0                # completed rounds over every target
         self._thread = None
         if interval_s > 0:
             self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -97,6 +98,7 @@ class Heartbeats:
                     self.on_unknown(url, body, unknown)
                 except Exception:  # noqa: BLE001 - never fatal to the loop
                     log.exception("heartbeat to %s: handling unknown %s failed", url, unknown)
+        self.rounds += 1
 
     def _failed(self, url: str, error: str) -> None:
         with self._lock:
