@@ -150,3 +150,32 @@ def test_undelivered_events_survive_a_kill_9_and_are_delivered_after_the_restart
     assert receiver.events_for("ob-1", "done")[0]["exit_code"] == 6
     wait_until(lambda: requests.get(f"{svc.url}/status", timeout=5).json()["outbox"]["pending"] == 0,
                "the outbox to be empty")
+
+
+def test_a_vwn_whose_wrapper_never_started_is_started_by_the_next_agent(tmp_path, receiver):
+    """The agent recorded the VWN (201) and died before its wrapper started: the next agent
+    starts it from the beginning (stage-in included), once."""
+    from vwn_agents.node_agent import NodeAgent, NodeAgentConfig, VWNRequest
+    cfg = NodeAgentConfig.from_dict({"node": f"rl{uuid.uuid4().hex[:6]}", "work_dir": str(tmp_path / "w"),
+                                     "disk_quota_mb": 0, "gridmapdir": str(tmp_path / "gm"),
+                                     "retry_initial_s": 0.05, "heartbeat_s": 0})
+    first = NodeAgent(cfg)
+    first._launch = lambda v: None                   # "dies" between the record and the start
+    receiver.inputs["rl.txt"] = b"staged\n"
+    req = VWNRequest(job_id="j", key="rl-1", executable="/bin/sh", arguments="-c 'cat rl.txt; exit 2'",
+                     std_output="out", output_sandbox=["out"], callback_url=f"{receiver.url}/events",
+                     input_sandbox=[{"name": "rl.txt", "url": f"{receiver.url}/files/rl.txt"}],
+                     output_upload_url=f"{receiver.url}/jobs/rl-1/output")
+    v, created = first.create_vwn(req)
+    assert created and v.wrapper_pid is None
+    first.outbox.close()
+    first.heartbeats.close()
+    first._node_lock.close()                         # what the kernel does for a dead agent
+    second = NodeAgent(cfg)
+    try:
+        done = receiver.wait_event("rl-1", "done")
+        assert (done["exit_code"], done["vwn"]) == (2, v.vwn)
+        assert receiver.outputs[("rl-1", "out")] == b"staged\n"
+        assert [e["event"] for e in receiver.events_for("rl-1")] == ["running", "done"]
+    finally:
+        second.shutdown()

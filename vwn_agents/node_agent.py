@@ -40,7 +40,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, fairshare, node_recovery, proctree
+from . import cgroups, fairshare, node_heartbeat, node_recovery, proctree
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
@@ -60,7 +60,6 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 JOIN_AND_EXEC = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; '
                  'done; shift; exec "$@"')
 JOIN_FAILED = 97
-UNKNOWN_REASON = "the CE agent no longer knows this VWN"
 
 
 class NodeAgent:
@@ -95,7 +94,8 @@ class NodeAgent:
         self._lock = threading.RLock()
         self._stopping = False
         self._node_urls = self.store.targets()     # heartbeat URL -> our URL as its CE knows it
-        self.heartbeats = Heartbeats(config.heartbeat_s, self._beat_body, self._beat_unknown,
+        self.heartbeats = Heartbeats(config.heartbeat_s, lambda url: node_heartbeat.body(self, url),
+                                     lambda *a: node_heartbeat.kill_unknown(self, *a),
                                      new_session(config.tls_files()), self.clock,
                                      name=f"{config.node}-heartbeats")
         for url in self._node_urls:
@@ -176,7 +176,7 @@ class NodeAgent:
             self._readjust(share, arriving=v)
             self._save(v)
             if req.heartbeat_url:
-                self._add_target(req.heartbeat_url, node_url)
+                node_heartbeat.add_target(self, req.heartbeat_url, node_url)
             self._launch(v)
             return v, True
 
@@ -436,41 +436,6 @@ class NodeAgent:
         self._node_lock.close()
         if self._own_work_dir and not self.config.keep_workdirs:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    # -- heartbeats (docs/architecture.md, contract 4) --------------------------------------------
-
-    def _add_target(self, url: str, node_url: str | None) -> None:
-        node_url = self.config.url or node_url
-        if self._node_urls.get(url, "") != node_url:
-            self._node_urls[url] = node_url
-            try:
-                self.store.add_target(url, node_url, self.clock.now())
-            except Exception as exc:  # noqa: BLE001 - heartbeats still go while we run
-                log.error("node %s: cannot record heartbeat target %s: %s", self.config.node, url, exc)
-        self.heartbeats.add(url)
-
-    def _beat_body(self, url: str) -> dict:
-        """``{"node", "interval_s", "time", "vwns": [{"key", "vwn", "state"}]}``: the active
-        VWNs whose request named heartbeat URL ``url``."""
-        with self._lock:
-            vwns = [{"key": v.request.key, "vwn": v.vwn, "state": v.state.value}
-                    for v in self.active() if v.request.heartbeat_url == url]
-        return {"node": self._node_urls.get(url) or self.config.url or None,
-                "interval_s": self.config.heartbeat_s, "time": self.clock.now(), "vwns": vwns}
-
-    def _beat_unknown(self, url: str, body: dict, unknown: list) -> None:
-        """Kill the VWNs the heartbeat receiver ``url`` no longer knows (outcome cancelled, no
-        event); only VWNs listed in ``body`` and older than one heartbeat interval."""
-        listed = {e["vwn"] for e in body["vwns"]}
-        now = self.clock.now()
-        for vwn in unknown:
-            if not isinstance(vwn, str) or vwn not in listed:
-                continue
-            v = self.vwns.get(vwn)
-            if v is None or not v.active or now - v.created < self.config.heartbeat_s:
-                continue
-            log.warning("%s (%s): %s (%s); killing it", vwn, v.request.key, UNKNOWN_REASON, url)
-            self.delete_vwn(vwn, UNKNOWN_REASON)
 
 
 def create_app(config: NodeAgentConfig, clock: Clock | None = None,
