@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from vgrid_runtime.clock import SimulatedClock
@@ -70,15 +71,29 @@ def test_an_unreachable_receiver_is_retried_until_give_up_s_of_the_clock():
     box.close()
 
 
-def test_max_items_drops_the_oldest(tmp_path):
-    engine = open_engine(sqlite_url(tmp_path / "b.db"))
+@pytest.mark.parametrize("persistent", [True, False])
+def test_max_items_drops_the_oldest(tmp_path, persistent):
+    engine = open_engine(sqlite_url(tmp_path / "b.db")) if persistent else None
     box = Outbox(retry_initial_s=5, name="small", engine=engine, max_items=3)
     dead = closed_port_url()
     for i in range(5):
         box.post(dead, {"key": f"m{i}", "n": i}, f"m{i}")
     assert box.dropped == {"overflow": 2}
+    assert sorted(p["payload"]["n"] for p in box.pending()) == [2, 3, 4]
     box.close()
-    assert sorted(p["payload"]["n"] for p in Outbox(name="small", engine=engine).pending()) == [2, 3, 4]
+    if persistent:
+        assert sorted(p["payload"]["n"] for p in Outbox(name="small", engine=engine).pending()) == [2, 3, 4]
+
+
+def test_an_event_the_database_cannot_store_is_still_delivered(tmp_path, receiver):
+    engine = open_engine(sqlite_url(tmp_path / "c.db"))
+    box = Outbox(retry_initial_s=0.05, name="broken", engine=engine)
+    engine.dispose()
+    (tmp_path / "c.db").unlink()
+    (tmp_path / "c.db").mkdir()                     # the file is gone, a directory in its place
+    box.post(f"{receiver.url}/events", {"key": "ob-db", "n": 1}, "ob-db")
+    assert box.flush(10) and [e["n"] for e in receiver.events_for("ob-db")] == [1]
+    box.close()
 
 
 @settings(max_examples=6, deadline=None)

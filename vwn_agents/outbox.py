@@ -70,7 +70,8 @@ class Outbox:
         self.drops: deque[dict] = deque(maxlen=KEEP_DROPS)
         self.delivered = 0
         self._store = OutboxStore(engine, name) if engine is not None else None
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(1)          # events kept in memory only (negative row ids)
+        self._seqs = itertools.count(1)         # queueing order, for "the oldest"
         self._queues: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
         self._next_try: dict[str, float] = {}
         self._inflight: StoredEvent | None = None
@@ -88,19 +89,23 @@ class Outbox:
 
     def post(self, url: str, payload: dict, order_key: str = "") -> None:
         """Queue ``payload`` for a JSON POST to ``url`` after the earlier events of ``order_key``
-        (stored before this returns when persistent; raises the database's error if it cannot
-        be stored)."""
+        (stored before this returns when persistent; if the database fails -- e.g. a full disk --
+        the event is kept in memory only, with an error in the log, never refused)."""
         with self._cond:
             if self._count >= self.max_items:
                 self._drop_oldest()
+            row = -next(self._ids)                 # negative: in memory only
             if self._store is not None:
-                row = self._store.add(order_key, url, payload, self.clock.now())
-            else:
-                row = next(self._ids)
+                try:
+                    row = self._store.add(order_key, url, payload, self.clock.now())
+                except Exception as exc:  # noqa: BLE001 - deliver it anyway while we live
+                    log.error("outbox %s: cannot store an event of %s (%s); it is kept in memory "
+                              "only", self.name, order_key, exc)
             self._enqueue(StoredEvent(row, order_key, url, payload))
             self._cond.notify_all()
 
     def _enqueue(self, ev: StoredEvent) -> None:
+        ev.seq = next(self._seqs)
         self._queues.setdefault(ev.order_key, deque()).append(ev)
         self._next_try.setdefault(ev.order_key, 0.0)
         self._count += 1
@@ -144,7 +149,7 @@ class Outbox:
         for q in self._queues.values():
             for ev in itertools.islice(q, 2):
                 if ev is not self._inflight:
-                    if oldest is None or ev.id < oldest.id:
+                    if oldest is None or ev.seq < oldest.seq:
                         oldest = ev
                     break
         if oldest is None:
@@ -166,7 +171,7 @@ class Outbox:
         self._remove_row(ev)
 
     def _remove_row(self, ev: StoredEvent) -> None:
-        if self._store is not None:
+        if self._store is not None and ev.id > 0:
             try:
                 self._store.remove(ev.id)
             except Exception as exc:  # noqa: BLE001 - the row is sent again after a restart
@@ -235,7 +240,7 @@ class Outbox:
             if now - item.first_failure < self.give_up_s:
                 delay = min(self.retry_max_s, self.retry_initial_s * 2 ** (item.attempts - 1))
                 self._next_try[key] = time.monotonic() + delay
-                if self._store is not None:
+                if self._store is not None and item.id > 0:
                     try:
                         self._store.failed(item)
                     except Exception as exc:  # noqa: BLE001 - the retry goes on in memory

@@ -43,6 +43,7 @@ class StoredEvent:
     attempts: int = 0
     first_failure: float | None = None
     last_error: str | None = None
+    seq: int = 0                     # the outbox's queueing order (not stored)
 
 
 class OutboxStore:
