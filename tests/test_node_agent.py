@@ -298,3 +298,24 @@ def test_outbox_keeps_order_per_job(receiver, keys, failures):
     for k in set(keys):
         got = [e["n"] for e in receiver.events_for(f"{tag}-{k}")]
         assert got == [i for i, kk in enumerate(keys) if kk == k]
+
+
+def test_ended_vwns_are_dropped_keep_ended_s_after_their_end(receiver, tmp_path):
+    clock = SimulatedClock(1000.0)
+    cfg = NodeAgentConfig.from_dict({"node": f"prune{next(_names)}", "work_dir": str(tmp_path / "w"),
+                                     "disk_quota_mb": 0, "keep_ended_s": 3600})
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    old = submit(server.url, receiver, "prune-1", "/bin/true")
+    receiver.wait_event("prune-1", "done")
+    server.close()
+    clock.advance(3599)
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    assert requests.get(f"{server.url}/vwns/{old['vwn']}", timeout=5).status_code == 200
+    server.close()
+    clock.advance(2)
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    try:
+        assert requests.get(f"{server.url}/vwns/{old['vwn']}", timeout=5).status_code == 404
+        assert submit(server.url, receiver, "prune-2", "/bin/true")["vwn"] != old["vwn"]
+    finally:
+        server.close()

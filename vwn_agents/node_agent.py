@@ -79,6 +79,7 @@ class NodeAgent:
         self._node_lock = node_recovery.lock_node(self.work_dir, config.node)
         self.engine = open_engine(config.db_url or sqlite_url(self.work_dir / "node.db"))
         self.store = NodeStore(self.engine, config.node)
+        self.store.prune(self.clock.now() - config.keep_ended_s)
         self.vwns: dict[str, VWN] = {v.vwn: v for v in self.store.load()}
         self.by_key: dict[str, str] = {v.request.key: v.vwn for v in self.vwns.values()}
         resumed = [v for v in self.vwns.values() if v.active]

@@ -60,6 +60,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions):
         "help": "most undelivered events kept; beyond it the oldest is dropped"})
     heartbeat_s: float = field(default=10.0, metadata={
         "help": "interval of the heartbeats to the CE agents' heartbeat_url (s; 0 = off)"})
+    keep_ended_s: float = field(default=604800.0, metadata={
+        "help": "ended VWNs older than this are dropped from the database at start (s)"})
     url: str = field(default="", metadata={
         "help": "this node agent's URL as its CE agents call it, sent in heartbeats (\"\": the "
                 "URL the CE agent used in its VWN request)"})

@@ -23,8 +23,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from sqlalchemy import (BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text, insert,
-                        select, update)
+from sqlalchemy import (BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text, delete,
+                        insert, select, update)
 from sqlalchemy.engine import Engine
 
 from vgrid_runtime.outcomes import Outcome
@@ -32,7 +32,7 @@ from vgrid_runtime.outcomes import Outcome
 from .confinement import Jail
 from .pool_accounts import Account, Owner
 from .vwn_model import VWN, VWNRequest
-from .vwn_states import VWNState
+from .vwn_states import ACTIVE, VWNState
 
 metadata = MetaData()
 
@@ -107,6 +107,14 @@ class NodeStore:
         """Record the VWN's current state (state, pids, caps, result)."""
         with self.engine.begin() as conn:
             conn.execute(update(vwns_table).where(vwns_table.c.vwn == v.vwn).values(**self._values(v)))
+
+    def prune(self, before: float) -> int:
+        """Delete the ended VWNs (done, aborted, cancelled) that ended before ``before``; how many."""
+        ended = vwns_table.c.state.in_([s.value for s in VWNState if s not in ACTIVE])
+        with self.engine.begin() as conn:
+            res = conn.execute(delete(vwns_table).where((vwns_table.c.node == self.node) & ended
+                                                        & (vwns_table.c.ended < before)))
+            return res.rowcount or 0
 
     def load(self) -> list[VWN]:
         """Every VWN recorded, in creation order (``adopted`` is False: the caller decides)."""
