@@ -103,6 +103,9 @@ class NodeAgent:
             self.heartbeats.add(url)
         if not self.cg.capped:
             log.warning("node %s: VWNs will run UNCAPPED: %s", config.node, self.cg.reason)
+        if self._own_work_dir and not config.db_url:
+            log.warning("node %s: no work_dir configured: its VWNs will not survive a restart",
+                        config.node)
         node_recovery.resume(self, resumed)
 
     # -- queries ------------------------------------------------------------------------------
