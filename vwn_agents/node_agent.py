@@ -287,11 +287,11 @@ class NodeAgent:
         result, code, ended = None, None, False
         while result is None:
             wait_s = 0.05 if v.state is VWNState.STARTING else 1.0
-            if v.proc is not None:
-                try:
-                    code, ended = v.proc.wait(timeout=wait_s), True
-                except subprocess.TimeoutExpired:
-                    pass
+            if v.proc is not None:                 # our child: a pidfd wait, then reap it
+                if v.wrapper_start is not None:
+                    wait_gone(v.proc.pid, v.wrapper_start, wait_s)
+                code = v.proc.poll()
+                ended = code is not None
             else:
                 ended = wait_gone(v.wrapper_pid, v.wrapper_start, wait_s)
             msgs, v.out_offset = read_lines(v.jail.vdir / OUT_FILE, v.out_offset)
