@@ -14,7 +14,8 @@ disk limits; the node agent stages both sandboxes (``confinement``, docs/vwn.md 
 Everything it acknowledges is in its database (``node_store``: VWNs, VWN counter, heartbeat
 targets; ``outbox_store``: undelivered events) before the HTTP answer. A ``kill -9`` of the agent
 leaves the job wrappers running (their own sessions); the next agent adopts them
-(``node_recovery``, docs/vwn.md "Restart"). It heartbeats to the CE agents (``heartbeats``).
+(``node_recovery``; docs/vwn.md, "Node agent state, restart and heartbeats"). It heartbeats to
+the CE agents (``node_heartbeat``).
 
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
 GET /status.
