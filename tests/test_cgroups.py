@@ -197,6 +197,24 @@ def test_stale_node_cgroups_of_dead_agents_are_swept(real_cgroups):
     assert real_cgroups.node_dir.exists()       # a live agent's cgroup is left alone
 
 
+def test_the_sweep_spares_claimed_vwns_and_other_nodes(real_cgroups):
+    """A restarted node agent sweeps only its own dead agents' cgroups, minus the VWN cgroups its
+    database still claims (they are adopted)."""
+    parent = real_cgroups.node_dir.parent
+    mine, other = parent / "spare-999999998", parent / "elsewhere-999999998"
+    for d in (mine / "vwn-spare-1", mine / "vwn-spare-2", other / "vwn-elsewhere-1"):
+        d.mkdir(parents=True)
+    removed = cgroups.sweep_stale(parent, "spare", frozenset({"spare-999999998/vwn-spare-1"}))
+    assert removed == ["spare-999999998/vwn-spare-2"]
+    assert (mine / "vwn-spare-1").exists() and (other / "vwn-elsewhere-1").exists()
+    real_cgroups.adopt("vwn-spare-1", "spare-999999998")
+    assert real_cgroups.path("vwn-spare-1") == mine / "vwn-spare-1"
+    real_cgroups.remove("vwn-spare-1")              # the adopted VWN ends: its old directory goes
+    assert not mine.exists()
+    assert cgroups.sweep_stale(parent, "elsewhere") == ["elsewhere-999999998/vwn-elsewhere-1",
+                                                        "elsewhere-999999998"]
+
+
 def test_v2_driver_file_format_on_a_stand_in_tree(tmp_path):
     """The cgroup v2 path (this kernel's cgroup2 has no cpu controller, so the kernel cannot be
     used): plain files stand in for the unified hierarchy to check what the driver writes."""

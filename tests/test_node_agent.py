@@ -75,6 +75,7 @@ def test_caps_readjusted_on_arrival_and_departure(start_node, receiver, tmp_path
     assert not agent.cg.path(b["vwn"]).exists()               # cgroup removed on VWN end
     receiver.wait_for(lambda r: len(r.events_for("cap-a", "caps")) == 2)   # sent after b's "done"
     assert cap_file_value(agent, a["vwn"]) == 1.0             # readjusted (increased) again
+    receiver.wait_event("cap-a", "running")                   # a's stage-in may take longer than b's life
     record = requests.get(f"{url}/vwns/{a['vwn']}", timeout=5).json()
     assert [c[1] for c in record["cpu_caps"]] == [1.0, 0.5, 1.0]
     assert record["state"] == "running" and record["capped"] is True
@@ -210,9 +211,10 @@ def test_outbox_retries_in_order(receiver):
         box.post(f"{receiver.url}/events", {"key": "ob1", "event": "caps", "n": i}, "ob1")
     assert box.flush(10)
     assert [e["n"] for e in receiver.events_for("ob1")] == [0, 1, 2]
-    assert box.delivered == 3 and box.dropped == []
+    assert box.delivered == 3 and box.dropped == {}
     box.post(f"{receiver.url}/nowhere", {"key": "ob2"}, "ob2")     # 404: refused, dropped
-    assert box.flush(10) and box.dropped[0]["error"].startswith("HTTP 404")
+    assert box.flush(10) and box.dropped == {"refused": 1}
+    assert box.drops[0]["error"].startswith("HTTP 404")
     box.close()
 
 
@@ -239,16 +241,28 @@ def test_config_from_toml(tmp_path: Path):
         NodeAgentConfig.from_toml(f)
 
 
-def test_restarted_agent_reuses_its_work_dir(start_node, receiver, tmp_path):
-    """VWN names restart at 1; a directory left by the previous agent must not abort the job."""
-    shared = str(tmp_path / "shared-work")
-    url, _ = start_node(node="again", work_dir=shared)
-    submit(url, receiver, "again-1", "/bin/true")
+def test_restarted_agent_reuses_its_work_dir(receiver, tmp_path):
+    """A directory left by the previous agent must not abort the job; VWN ids stay unique
+    across restarts and the earlier VWNs are still known; two agents of one node and work
+    directory at once are refused."""
+    cfg = NodeAgentConfig.from_dict({"node": f"again{next(_names)}", "work_dir": str(tmp_path / "w")})
+    first = BackgroundServer(create_app(cfg))
+    one = submit(first.url, receiver, "again-1", "/bin/true")
     receiver.wait_event("again-1", "done")
-    url2, agent2 = start_node(node="again", work_dir=shared)
-    v = submit(url2, receiver, "again-2", "/bin/true")
-    assert v["vwn"] == "vwn-again-1"
-    assert receiver.wait_event("again-2", "done")["exit_code"] == 0
+    with pytest.raises(RuntimeError, match="another node agent"):
+        create_app(cfg)
+    first.close()
+    second = BackgroundServer(create_app(cfg))
+    try:
+        v = submit(second.url, receiver, "again-2", "/bin/true")
+        assert v["vwn"] != one["vwn"]
+        assert receiver.wait_event("again-2", "done")["exit_code"] == 0
+        old = requests.get(f"{second.url}/vwns/{one['vwn']}", timeout=5).json()
+        assert (old["state"], old["exit_code"]) == ("done", 0)
+        again = submit(second.url, receiver, "again-1", "/bin/true")      # same key: same VWN
+        assert again["vwn"] == one["vwn"]
+    finally:
+        second.close()
 
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
@@ -284,3 +298,24 @@ def test_outbox_keeps_order_per_job(receiver, keys, failures):
     for k in set(keys):
         got = [e["n"] for e in receiver.events_for(f"{tag}-{k}")]
         assert got == [i for i, kk in enumerate(keys) if kk == k]
+
+
+def test_ended_vwns_are_dropped_keep_ended_s_after_their_end(receiver, tmp_path):
+    clock = SimulatedClock(1000.0)
+    cfg = NodeAgentConfig.from_dict({"node": f"prune{next(_names)}", "work_dir": str(tmp_path / "w"),
+                                     "disk_quota_mb": 0, "keep_ended_s": 3600})
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    old = submit(server.url, receiver, "prune-1", "/bin/true")
+    receiver.wait_event("prune-1", "done")
+    server.close()
+    clock.advance(3599)
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    assert requests.get(f"{server.url}/vwns/{old['vwn']}", timeout=5).status_code == 200
+    server.close()
+    clock.advance(2)
+    server = BackgroundServer(create_app(cfg, clock=clock))
+    try:
+        assert requests.get(f"{server.url}/vwns/{old['vwn']}", timeout=5).status_code == 404
+        assert submit(server.url, receiver, "prune-2", "/bin/true")["vwn"] != old["vwn"]
+    finally:
+        server.close()

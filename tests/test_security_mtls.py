@@ -136,6 +136,51 @@ def test_a_user_cannot_drive_a_node_agent_or_a_ce_agent(pki, site):
     assert alice.get(f"{site['ce']}/glue", timeout=10).status_code == 200
 
 
+def test_only_the_ce_agents_set_or_see_a_node_agents_heartbeats_and_outbox(pki, site):
+    d, _ = pki
+    alice = user(d, "alice.proxy")
+    rogue = f"https://{ADDR['rogue']}:9/node-heartbeats"
+    body = {"job_id": "x", "key": "hb-evil", "executable": "/bin/true", "heartbeat_url": rogue}
+    r = alice.post(f"{site['node']}/vwns", json=body, timeout=10)
+    assert r.status_code == 403 and "may not create VWNs" in r.json()["error"]["message"]
+    mine = alice.get(f"{site['node']}/status", timeout=10)
+    assert mine.status_code == 200 and not {"heartbeat", "outbox"} & set(mine.json())
+    ce = new_session(tls(d, "ce")).get(f"{site['node']}/status", timeout=10).json()
+    assert set(ce["outbox"]) == {"pending", "dropped"}
+    assert rogue not in [t["url"] for t in ce["heartbeat"]["targets"]]
+
+
+def test_node_heartbeats_present_the_node_agents_certificate(pki, tmp_path):
+    """Heartbeats go over mutual TLS with the node's host certificate (as its events do)."""
+    from flask import Flask, jsonify, request
+    from vgrid_runtime.authn import caller, install_authentication
+    from .waiting import wait_until
+    d, dns = pki
+    seen = []
+    app = Flask("fake-ce")
+    install_authentication(app, tls(d, "ce"), WallClock())
+
+    @app.post("/node-heartbeats")
+    def heartbeat():
+        seen.append((caller().dn, request.get_json()))
+        return jsonify({"unknown": []})
+
+    ce = BackgroundServer(app, host=ADDR["ce"], tls=tls(d, "ce"))
+    cfg = NodeAgentConfig(node="hbtls", cgroup="none", work_dir=str(tmp_path / "n"), ce_dns=[dns["ce"]],
+                          heartbeat_s=0.2, disk_quota_mb=0, **tls_fields(d, "node"))
+    node = BackgroundServer(node_app(cfg), host=ADDR["node"], tls=cfg.tls_files())
+    try:
+        body = {"job_id": "x", "key": "hb-tls", "executable": "/bin/sleep", "arguments": "30",
+                "heartbeat_url": f"{ce.url}/node-heartbeats"}
+        assert new_session(tls(d, "ce")).post(f"{node.url}/vwns", json=body, timeout=10).status_code == 201
+        dn, beat = wait_until(lambda: seen and seen[-1], "a heartbeat over mutual TLS")
+        assert dn == dns["node"] and beat["node"] == node.url
+        assert [v["key"] for v in beat["vwns"]] == ["hb-tls"]
+    finally:
+        node.close()
+        ce.close()
+
+
 def test_jobs_belong_to_their_submitter(pki, site):
     d, dns = pki
     r = submit(d, site, "alice.proxy")

@@ -139,10 +139,21 @@ class _Driver:
 
     def __init__(self, node_dir: Path) -> None:
         self.node_dir = node_dir
+        self.homes: dict[str, str] = {}   # adopted VWN -> node directory name of an earlier agent
+
+    def adopt(self, vwn: str, home: str) -> None:
+        """``vwn`` lives in sibling node directory ``home`` (``<node>-<earlier agent pid>``):
+        a VWN adopted after a restart keeps its cgroup."""
+        if home != self.node_dir.name:
+            self.homes[vwn] = home
+
+    def home(self, vwn: str) -> str:
+        """Name of the node directory holding ``vwn``'s cgroup (recorded to adopt it later)."""
+        return self.homes.get(vwn, self.node_dir.name)
 
     def path(self, vwn: str) -> Path:
         """Directory of the VWN's cgroup in the cpu hierarchy."""
-        return self.node_dir / vwn
+        return self.node_dir.parent / self.home(vwn) / vwn
 
     def describe(self) -> dict:
         """``{"version", "writable", "reason", "path"}`` for the node agent's status."""
@@ -184,10 +195,18 @@ class _Driver:
         _kill_loop(self.path(vwn) / "cgroup.procs")
 
     def remove(self, vwn: str) -> None:
-        """Kill what is left in the VWN's cgroup(s) and remove them; raises CgroupError."""
+        """Kill what is left in the VWN's cgroup(s) and remove them (and an adopted VWN's
+        emptied node directory); raises CgroupError."""
         self.kill(vwn)
-        for d in self._dirs(vwn):
+        dirs = self._dirs(vwn)
+        for d in dirs:
             _rmdir(d)
+        if self.homes.pop(vwn, None) is not None:
+            for d in dirs:
+                try:
+                    d.parent.rmdir()                 # the earlier agent's, once empty
+                except OSError:
+                    pass
 
 
 class CgroupV1(_Driver):
@@ -202,8 +221,11 @@ class CgroupV1(_Driver):
     def _dirs(self, vwn):
         dirs = super()._dirs(vwn)
         if self.acct_dir is not None:
-            dirs.append(self.acct_dir if vwn is None else self.acct_dir / vwn)
+            dirs.append(self.acct_dir if vwn is None else self._acct(vwn))
         return dirs
+
+    def _acct(self, vwn: str) -> Path:
+        return self.acct_dir.parent / self.home(vwn) / vwn
 
     def set_cap(self, vwn: str, fraction: float) -> None:
         """Cap the VWN at ``fraction`` of one core; raises CgroupError."""
@@ -220,7 +242,7 @@ class CgroupV1(_Driver):
 
     def cpu_usage_s(self, vwn: str) -> float | None:
         """CPU time (s) used by the VWN's tasks so far (cpuacct.usage), None if not accounted."""
-        for d in (self.path(vwn), self.acct_dir / vwn if self.acct_dir else None):
+        for d in (self.path(vwn), self._acct(vwn) if self.acct_dir else None):
             text = _read(d / "cpuacct.usage") if d is not None else None
             if text:
                 return int(text) / 1e9
@@ -278,6 +300,8 @@ class Uncapped:
     def cpu_usage_s(self, vwn: str) -> float | None: return None
     def throttling(self, vwn: str) -> dict[str, int]: return {}
     def procs_files(self, vwn: str) -> list[str]: return []
+    def adopt(self, vwn: str, home: str) -> None: ...
+    def home(self, vwn: str) -> str | None: return None
     def pids(self, vwn: str) -> list[int]: return []
     def kill(self, vwn: str) -> None: ...
     def remove(self, vwn: str) -> None: ...
@@ -292,11 +316,15 @@ def _read_stat(path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (ln.split() for ln in lines if len(ln.split()) == 2)}
 
 
-def sweep_stale(parent_dir: Path) -> list[str]:
+def sweep_stale(parent_dir: Path, node: str | None = None,
+                keep: frozenset[str] = frozenset()) -> list[str]:
     """Remove node cgroups ``<node>-<pid>`` left by node agents that died (pid gone).
 
-    Their remaining tasks are killed first. Returns the removed directory names; errors on one
-    directory are ignored (it is retried by the next agent that starts).
+    ``node``: only that node's directories (None: every node's); ``keep``: VWN cgroups
+    (``<home>/<vwn>`` as ``"<home>/<vwn>"``) that a node agent's database still claims: they and
+    their node directory stay, their tasks untouched. The remaining tasks of the other VWN
+    cgroups are killed first. Returns the removed directory names (``<home>`` or
+    ``<home>/<vwn>``); errors on one directory are ignored (retried by the next agent).
     """
     removed = []
     try:
@@ -304,17 +332,23 @@ def sweep_stale(parent_dir: Path) -> list[str]:
     except OSError:
         return removed
     for d in entries:
-        pid = d.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or is_running(int(pid)):
+        owner, _, pid = d.name.rpartition("-")
+        if not pid.isdigit() or is_running(int(pid)) or (node is not None and owner != node):
             continue
         try:
             if not d.is_dir():
                 continue
+            kept = False
             for child in [c for c in d.iterdir() if c.is_dir()]:
+                if f"{d.name}/{child.name}" in keep:
+                    kept = True
+                    continue
                 _kill_loop(child / "cgroup.procs")
                 _rmdir(child)
-            _rmdir(d)
-            removed.append(d.name)
+                removed.append(f"{d.name}/{child.name}")
+            if not kept:
+                _rmdir(d)
+                removed.append(d.name)
         except (CgroupError, OSError):
             continue
     return removed
@@ -356,12 +390,14 @@ def _try_v1(mounts: list[Mount], own: dict[str, str], rel: Path) -> CgroupV1:
 
 def open_cpu_cgroups(node: str, mode: str = "auto", parent: str = "vgrid",
                      mounts_file: str = "/proc/self/mounts",
-                     cgroup_file: str = "/proc/self/cgroup") -> CpuCgroups:
+                     cgroup_file: str = "/proc/self/cgroup",
+                     keep: frozenset[str] = frozenset()) -> CpuCgroups:
     """The CPU-cap driver for node agent ``node``: v2, else v1, else ``Uncapped(reason)``.
 
     ``mode`` is "auto" (try v2 then v1), "v2", "v1" or "none" (always uncapped). The node's
     parent cgroup ``<parent>/<node>-<pid>`` is created and probed here; a failure of every
-    candidate yields ``Uncapped`` whose reason lists what each attempt found. Never raises for
+    candidate yields ``Uncapped`` whose reason lists what each attempt found. Stale cgroups of
+    this node's dead agents are swept, except ``keep`` (``sweep_stale``). Never raises for
     an unwritable system; raises ValueError for an unknown ``mode``.
     """
     if mode not in ("auto", "v1", "v2", "none"):
@@ -382,7 +418,7 @@ def open_cpu_cgroups(node: str, mode: str = "auto", parent: str = "vgrid",
             except (CgroupError, OSError) as exc:
                 reasons.append(str(exc))
                 continue
-            sweep_stale(driver.node_dir.parent)
+            sweep_stale(driver.node_dir.parent, node, keep)
             return driver
         if not any(m.fstype == "cgroup2" for m in mounts):
             reasons.append("no cgroup2 filesystem is mounted")
@@ -393,6 +429,6 @@ def open_cpu_cgroups(node: str, mode: str = "auto", parent: str = "vgrid",
             reasons.append(str(exc))
         else:
             for d in driver._dirs(None):
-                sweep_stale(d.parent)
+                sweep_stale(d.parent, node, keep)
             return driver
     return Uncapped("no writable CPU cgroup: " + "; ".join(reasons))

@@ -70,9 +70,12 @@ def _crossable(path: Path) -> bool:
 class Confinement:
     """The node's confinement machinery (config: ``NodeAgentConfig``; ``cpu_dir``: the CPU
     driver's node directory when it is cgroup v2). Raises ``pool_accounts.AccountError`` when
-    the accounts cannot be prepared or one of them is root."""
+    the accounts cannot be prepared or one of them is root. ``adopted``: ``(owner, earlier agent
+    pid, vwn, cgroup home)`` of the VWNs a restarted agent adopts: their account leases stay held
+    and their limit cgroups are kept (see ``adopt``)."""
 
-    def __init__(self, config, work_dir: Path, cpu_dir: Path | None) -> None:
+    def __init__(self, config, work_dir: Path, cpu_dir: Path | None,
+                 adopted: list[tuple[Owner, int, str, str | None]] = ()) -> None:
         self.config = config
         os.chmod(work_dir, 0o711)
         self.private = work_dir / "vwns"
@@ -94,9 +97,10 @@ class Confinement:
                              "pool accounts could not reach their work directories")
         amap = AccountMap.load(config.map_file, config.vo_pools, config.default_pool)
         self.accounts = PoolAccounts(amap, Path(config.gridmapdir), config.pool_size)
-        self.accounts.prepare()
+        self.accounts.prepare([(o, f"{pid}.{vwn}", self.holder(vwn)) for o, pid, vwn, _ in adopted])
         self.limits: ResourceLimits = open_limits(config.node, config.cgroup, config.cgroup_parent,
-                                                  cpu_dir)
+                                                  cpu_dir, keep=frozenset(
+                                                      f"{h}/{v}" for _, _, v, h in adopted if h))
         self.quota_reason = quota.probe(self.private) if config.disk_quota_mb else None
         self.sandbox = SandboxClient(new_session(config.tls_files()))   # the node host certificate in TLS mode
         for ctrl, why in {**self.limits.missing, "disk": self.quota_reason}.items():
@@ -108,10 +112,21 @@ class Confinement:
                 "disk": {"quota_mb": self.config.disk_quota_mb or None, "reason": self.quota_reason},
                 "jobs_dir": str(self.jobs)}
 
+    @staticmethod
+    def holder(vwn: str) -> str:
+        """This agent's gridmapdir holder name of ``vwn`` (``<agent pid>.<vwn>``)."""
+        return f"{os.getpid()}.{vwn}"
+
+    def adopt(self, jail: Jail, home: str | None) -> None:
+        """Take over ``jail`` of an earlier agent: its limit cgroups are in node directory
+        ``home`` (the lease was kept by the constructor's ``adopted``)."""
+        if "cgroup" not in jail.unconfined:
+            self.limits.adopt(jail.vwn, home)
+
     def open(self, vwn: str, owner: Owner, memory_mb: int | None) -> Jail:
         """Lease the account and make the VWN's limit cgroups (fast: under the agent's lock).
         AccountError when no account can be leased."""
-        account = self.accounts.lease(owner, f"{os.getpid()}.{vwn}")
+        account = self.accounts.lease(owner, self.holder(vwn))
         jail = Jail(vwn, owner, account, self.jobs / vwn, self.private / vwn)
         mem = memory_mb or self.config.memory_per_vwn_mb or None
         pids = self.config.pids_max or None
@@ -184,7 +199,7 @@ class Confinement:
             shutil.rmtree(jail.workdir, ignore_errors=True)
             shutil.rmtree(jail.vdir, ignore_errors=True)
         try:
-            self.accounts.release(jail.owner, f"{os.getpid()}.{jail.vwn}")
+            self.accounts.release(jail.owner, self.holder(jail.vwn))
         except OSError as exc:
             log.warning("%s: releasing account %s: %s", jail.vwn, jail.account.name, exc)
 

@@ -30,20 +30,30 @@ class ResourceLimits:
 
     def __init__(self, version: str, dirs: dict[str, Path], missing: dict[str, str]) -> None:
         self.version, self.dirs, self.missing = version, dirs, missing
+        self.homes: dict[str, str] = {}   # adopted VWN -> an earlier agent's node directory name
+
+    def adopt(self, vwn: str, home: str | None) -> None:
+        """``vwn``'s cgroups are in the sibling node directories ``home`` (an earlier agent's)."""
+        if home:
+            self.homes[vwn] = home
+
+    def _dir(self, ctrl: str, vwn: str) -> Path:
+        d = self.dirs[ctrl]
+        return (d.parent / self.homes[vwn] if vwn in self.homes else d) / vwn
 
     def describe(self) -> dict:
         """``{"version", "controllers", "missing": {controller: reason}}`` for GET /status."""
         return {"version": self.version, "controllers": sorted(self.dirs), "missing": self.missing}
 
     def _vwn_dirs(self, vwn: str) -> list[Path]:
-        return sorted({d / vwn for d in self.dirs.values()})
+        return sorted({self._dir(c, vwn) for c in self.dirs})
 
     def create(self, vwn: str, memory_bytes: int | None, pids_max: int | None) -> None:
         """Create the VWN's cgroups and write its limits (None: no limit); CgroupError."""
         for d in self._vwn_dirs(vwn):
             _mkdir(d)
         if memory_bytes and "memory" in self.dirs:
-            d = self.dirs["memory"] / vwn
+            d = self._dir("memory", vwn)
             if self.version == "v2":
                 _write(d / "memory.max", str(memory_bytes))
                 swap = (d / "memory.swap.max", "0")
@@ -56,7 +66,7 @@ class ResourceLimits:
                 except CgroupError:
                     pass
         if pids_max and "pids" in self.dirs:
-            _write(self.dirs["pids"] / vwn / "pids.max", str(pids_max))
+            _write(self._dir("pids", vwn) / "pids.max", str(pids_max))
 
     def procs_files(self, vwn: str) -> list[str]:
         """The ``cgroup.procs`` files a process writes its pid to, to join the VWN."""
@@ -67,10 +77,10 @@ class ResourceLimits:
         out: dict[str, int | None] = {"memory_bytes": None, "pids_max": None}
         if "memory" in self.dirs:
             f = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
-            text = (_read(self.dirs["memory"] / vwn / f) or "").strip()
+            text = (_read(self._dir("memory", vwn) / f) or "").strip()
             out["memory_bytes"] = int(text) if text.isdigit() else None
         if "pids" in self.dirs:
-            text = (_read(self.dirs["pids"] / vwn / "pids.max") or "").strip()
+            text = (_read(self._dir("pids", vwn) / "pids.max") or "").strip()
             out["pids_max"] = int(text) if text.isdigit() else None
         return out
 
@@ -78,7 +88,7 @@ class ResourceLimits:
         """True when the kernel OOM-killed a task of the VWN (read before ``remove``)."""
         if "memory" not in self.dirs:
             return False
-        d = self.dirs["memory"] / vwn
+        d = self._dir("memory", vwn)
         if self.version == "v2":
             return _read_stat(d / "memory.events").get("oom_kill", 0) > 0
         stat = _read_stat(d / "memory.oom_control")
@@ -90,7 +100,7 @@ class ResourceLimits:
         """How many forks the pids limit refused (``pids.events`` max), 0 when unknown."""
         if "pids" not in self.dirs:
             return 0
-        return _read_stat(self.dirs["pids"] / vwn / "pids.events").get("max", 0)
+        return _read_stat(self._dir("pids", vwn) / "pids.events").get("max", 0)
 
     def kill(self, vwn: str) -> None:
         """SIGKILL every task of the VWN in these hierarchies."""
@@ -102,6 +112,12 @@ class ResourceLimits:
         self.kill(vwn)
         for d in self._vwn_dirs(vwn):
             _rmdir(d)
+            if vwn in self.homes:
+                try:
+                    d.parent.rmdir()                  # the earlier agent's, once empty
+                except OSError:
+                    pass
+        self.homes.pop(vwn, None)
 
     def close(self) -> None:
         """Remove the node directories (their VWN cgroups first)."""
@@ -120,11 +136,13 @@ class ResourceLimits:
 
 def open_limits(node: str, mode: str = "auto", parent: str = "vgrid", cpu_dir: Path | None = None,
                 mounts_file: str = "/proc/self/mounts",
-                cgroup_file: str = "/proc/self/cgroup") -> ResourceLimits:
+                cgroup_file: str = "/proc/self/cgroup",
+                keep: frozenset[str] = frozenset()) -> ResourceLimits:
     """The memory/pids cgroups of node agent ``node`` (``mode`` as ``cgroups.open_cpu_cgroups``).
 
     v2 is used when the CPU driver is v2 (``cpu_dir``: its node directory) and the unified
-    hierarchy offers the controller; otherwise each controller's v1 hierarchy. Never raises for
+    hierarchy offers the controller; otherwise each controller's v1 hierarchy. Stale cgroups of
+    this node's dead agents are swept except ``keep`` (``cgroups.sweep_stale``). Never raises for
     an unwritable system: a controller that does not work is listed in ``missing``.
     """
     missing: dict[str, str] = {}
@@ -157,7 +175,7 @@ def open_limits(node: str, mode: str = "auto", parent: str = "vgrid", cpu_dir: P
             _mkdir(d)
             if not (d / probe).exists():
                 raise CgroupError(f"{d / probe} does not exist")
-            sweep_stale(d.parent)
+            sweep_stale(d.parent, node, keep)
             dirs[ctrl] = d
             missing.pop(ctrl, None)
         except CgroupError as exc:

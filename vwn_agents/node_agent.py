@@ -11,6 +11,12 @@ share; on a departure the remaining VWNs are readjusted to C/n (seed 004, Sectio
 Every VWN runs as a pool account leased for its owner, never as root, with memory, pids and
 disk limits; the node agent stages both sandboxes (``confinement``, docs/vwn.md "Confinement").
 
+Everything it acknowledges is in its database (``node_store``: VWNs, VWN counter, heartbeat
+targets; ``outbox_store``: undelivered events) before the HTTP answer. A ``kill -9`` of the agent
+leaves the job wrappers running (their own sessions); the next agent adopts them
+(``node_recovery``; docs/vwn.md, "Node agent state, restart and heartbeats"). It heartbeats to
+the CE agents (``node_heartbeat``).
+
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
 GET /status.
 """
@@ -24,24 +30,28 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 
-from vgrid_runtime.clock import Clock, WallClock
-
-from . import cgroups, fairshare, proctree
 from vgrid_runtime.authn import authorize, caller, install_authentication
-from .confinement import Confinement, Jail
-from .jobpaths import PathError, check_plain, check_relative
+from vgrid_runtime.clock import Clock, WallClock
+from vgrid_runtime.httpclient import new_session
+from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
+from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.sqldb import open_engine, sqlite_url
+
+from . import cgroups, fairshare, node_heartbeat, node_recovery, proctree
+from .confinement import Confinement
+from .heartbeats import Heartbeats
+from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
+from .node_store import NodeStore
+from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
-from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
-from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
-from .outbox import Outbox
-from .vwn_states import ACTIVE, VWN_STATES, VWNState
-from vgrid_runtime.outcomes import Outcome
+from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
+from .vwn_process import OUT_FILE, is_wrapper, read_lines, start_time, wait_gone
+from .vwn_states import VWNState
 
 log = logging.getLogger(__name__)
 
@@ -53,117 +63,51 @@ JOIN_AND_EXEC = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || ex
 JOIN_FAILED = 97
 
 
-@dataclass
-class VWNRequest:
-    """Body of POST /vwns (docs/architecture.md, node agent)."""
-
-    job_id: str
-    key: str
-    executable: str
-    arguments: str = ""
-    environment: list[str] = field(default_factory=list)
-    std_input: str | None = None
-    std_output: str | None = None
-    std_error: str | None = None
-    input_sandbox: list[dict] = field(default_factory=list)
-    output_sandbox: list[str] = field(default_factory=list)
-    output_upload_url: str | None = None
-    callback_url: str | None = None
-    owner: dict | None = None        # {"dn", "vo", "fqans"}: who the job belongs to (pool account)
-    memory_mb: int | None = None     # the job's memory requirement (MB), else the node's share
-    heartbeat_url: str | None = None  # the CE agent's POST /node-heartbeats (contract 3)
-
-    def validate(self) -> str | None:
-        if not self.key:
-            return "field 'key': must not be empty"
-        for i, item in enumerate(self.input_sandbox):
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
-                    or not isinstance(item.get("url"), str):
-                return f"field 'input_sandbox[{i}]': expected {{\"name\": str, \"url\": str}}"
-        try:
-            Owner.from_json(self.owner)
-            for name in ("std_input", "std_output", "std_error"):
-                if getattr(self, name):
-                    check_relative(getattr(self, name), f"field '{name}':")
-            for i, name in enumerate(self.output_sandbox):
-                check_relative(name, f"field 'output_sandbox[{i}]':")
-            for i, item in enumerate(self.input_sandbox):
-                check_plain(item["name"], f"field 'input_sandbox[{i}]':")
-        except (PathError, ValueError) as exc:
-            return str(exc)
-        if self.memory_mb is not None and self.memory_mb < 1:
-            return f"field 'memory_mb': must be >= 1 (MB), got {self.memory_mb}"
-        return None
-
-
-@dataclass
-class VWN:
-    """One virtual worker node and its job."""
-
-    vwn: str
-    request: VWNRequest
-    state: VWNState                  # vwn_states.VWN_STATES; change it with to()
-    created: float
-    capped: bool
-    cap_reason: str | None
-    cpu_caps: list[list[float]] = field(default_factory=list)
-    pid: int | None = None           # the job's pid (once running)
-    exit_code: int | None = None
-    reason: str | None = None
-    outcome: Outcome | None = None   # why it ended (with reason): EXIT, WRAPPER_ERROR, ...
-    ended: float | None = None
-    cpu_time_s: float | None = None
-    proc: subprocess.Popen | None = None
-    monitor: threading.Thread | None = None
-    cancelled: bool = False
-    jail: Jail | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE
-
-    def to(self, new: VWNState) -> None:
-        """Change the state through ``VWN_STATES`` (IllegalTransition if not allowed)."""
-        self.state = VWN_STATES.transition(self.state, new, self.vwn)
-
-    def fail(self, outcome: Outcome, reason: str) -> None:
-        """Record why the VWN will end aborted (code and prose)."""
-        self.outcome, self.reason = outcome, reason
-
-    def record(self) -> dict:
-        r = self.request
-        return {"vwn": self.vwn, "job_id": r.job_id, "key": r.key, "state": self.state.value,
-                "pid": self.pid, "cpu_cap": self.cpu_caps[-1][1] if self.cpu_caps else None,
-                "cpu_caps": self.cpu_caps, "capped": self.capped, "cap_reason": self.cap_reason,
-                "exit_code": self.exit_code, "reason": self.reason,
-                "outcome": self.outcome.value if self.outcome else None, "created": self.created,
-                "ended": self.ended, "cpu_time_s": self.cpu_time_s,
-                **(self.jail.record() if self.jail else {})}
-
-
 class NodeAgent:
-    """The node agent's logic (no HTTP): VWN lifecycle, CPU caps, events."""
+    """The node agent's logic (no HTTP): VWN lifecycle, CPU caps, events, persistence.
+
+    Raises RuntimeError when another agent of the same node runs on the same work directory,
+    ``pool_accounts.AccountError`` when the pool accounts cannot be prepared.
+    """
 
     def __init__(self, config: NodeAgentConfig, clock: Clock | None = None,
                  driver: cgroups.CpuCgroups | None = None) -> None:
         self.config = config
         self.clock = clock or WallClock()
-        self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup,
-                                                     config.cgroup_parent)
         self._own_work_dir = config.work_dir is None
         self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._node_lock = node_recovery.lock_node(self.work_dir, config.node)
+        self.engine = open_engine(config.db_url or sqlite_url(self.work_dir / "node.db"))
+        self.store = NodeStore(self.engine, config.node)
+        self.store.prune(self.clock.now() - config.keep_ended_s)
+        self.vwns: dict[str, VWN] = {v.vwn: v for v in self.store.load()}
+        self.by_key: dict[str, str] = {v.request.key: v.vwn for v in self.vwns.values()}
+        resumed = [v for v in self.vwns.values() if v.active]
+        self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
+                                                     keep=node_recovery.claimed(resumed))
         self.conf = Confinement(config, self.work_dir,
-                                self.cg.node_dir if self.cg.version == "v2" else None)
+                                self.cg.node_dir if self.cg.version == "v2" else None,
+                                adopted=node_recovery.leases(resumed))
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events",
-                             tls=config.tls_files())
-        self.vwns: dict[str, VWN] = {}
-        self.by_key: dict[str, str] = {}
+                             tls=config.tls_files(), engine=self.engine,
+                             give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items,
+                             clock=self.clock)
         self._lock = threading.RLock()
-        self._counter = 0
         self._stopping = False
+        self._node_urls = self.store.targets()     # heartbeat URL -> our URL as its CE knows it
+        self.heartbeats = Heartbeats(config.heartbeat_s, lambda url: node_heartbeat.body(self, url),
+                                     lambda *a: node_heartbeat.kill_unknown(self, *a),
+                                     new_session(config.tls_files()), self.clock,
+                                     name=f"{config.node}-heartbeats")
+        for url in self._node_urls:
+            self.heartbeats.add(url)
         if not self.cg.capped:
             log.warning("node %s: VWNs will run UNCAPPED: %s", config.node, self.cg.reason)
+        if self._own_work_dir and not config.db_url:
+            log.warning("node %s: no work_dir configured: its VWNs will not survive a restart",
+                        config.node)
+        node_recovery.resume(self, resumed)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -183,9 +127,13 @@ class NodeAgent:
             return [v.record() for v in self.vwns.values()]
 
     def status(self) -> dict:
+        box = self.outbox.stats()
         return {"node": self.config.node, "capacity": self.config.capacity,
                 "vwns": len(self.active()), "cgroup": self.cg.describe(),
-                "confinement": self.conf.describe()}
+                "confinement": self.conf.describe(),
+                "adopted": sum(1 for v in self.active() if v.adopted),
+                "outbox": {"pending": box["pending"], "dropped": box["dropped"]},
+                "heartbeat": self.heartbeats.status()}
 
     def job_dir(self, vwn: str) -> Path:
         """The work directory of ``vwn`` (while it runs, or kept with ``keep_workdirs``)."""
@@ -197,25 +145,33 @@ class NodeAgent:
 
     # -- arrival ------------------------------------------------------------------------------
 
-    def create_vwn(self, req: VWNRequest) -> tuple[VWN, bool]:
-        """Start a VWN for ``req`` (idempotent on ``req.key``); returns (vwn, created).
+    def create_vwn(self, req: VWNRequest, node_url: str | None = None) -> tuple[VWN, bool]:
+        """Start a VWN for ``req`` (idempotent on ``req.key``, also across restarts); returns
+        (vwn, created). ``node_url``: this agent's URL as the caller called it (for heartbeats).
 
         The new VWN gets C/(N+1); the others are readjusted to the same share (seed 004, 5.1).
+        The VWN is in the database when this returns (ApiError 503 if it cannot be stored).
         """
         with self._lock:
             if self._stopping:
                 raise ApiError(503, f"node agent {self.config.node} is shutting down")
             if req.key in self.by_key:
                 return self.vwns[self.by_key[req.key]], False
-            self._counter += 1
-            name = f"vwn-{self.config.node}-{self._counter}"
+            name = f"vwn-{self.config.node}-{self._store_call(self.store.next_number)}"
             try:
                 jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
             except AccountError as exc:
                 raise ApiError(503, f"no pool account for the VWN: {exc}", key=req.key) from None
             share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
             v = VWN(name, req, VWNState.STARTING, self.clock.now(), self.cg.capped,
-                    None if self.cg.capped else self.cg.reason, jail=jail)
+                    None if self.cg.capped else self.cg.reason, jail=jail,
+                    agent_pid=os.getpid(), home=self.cg.home(name))
+            try:
+                self.store.insert(v)
+            except Exception as exc:  # noqa: BLE001 - e.g. a full disk: refuse, leave nothing
+                self.conf.close(jail, False)
+                raise ApiError(503, f"node agent {self.config.node} cannot record the VWN: "
+                               f"{type(exc).__name__}", key=req.key) from None
             self.vwns[name] = v
             self.by_key[req.key] = name
             try:
@@ -223,8 +179,25 @@ class NodeAgent:
             except cgroups.CgroupError as exc:
                 v.capped, v.cap_reason = False, f"cgroup not created: {exc}"
             self._readjust(share, arriving=v)
+            self._save(v)
+            if req.heartbeat_url:
+                node_heartbeat.add_target(self, req.heartbeat_url, node_url)
             self._launch(v)
             return v, True
+
+    def _store_call(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the database is unusable: say so, 503
+            raise ApiError(503, f"node agent {self.config.node}: database error "
+                                f"{type(exc).__name__}") from None
+
+    def _save(self, v: VWN) -> None:
+        """Record ``v``'s state; a database failure is logged (the VWN goes on)."""
+        try:
+            self.store.save(v)
+        except Exception as exc:  # noqa: BLE001
+            log.error("%s: cannot record its state %s: %s", v.vwn, v.state.value, exc)
 
     def _readjust(self, share: float | None, arriving: VWN | None = None) -> None:
         """Set every active VWN to ``share``; record it and emit ``caps`` for the others."""
@@ -241,6 +214,7 @@ class NodeAgent:
             v.cpu_caps.append([now, share])
             if v is not arriving:
                 self._emit(v, "caps")
+                self._save(v)
 
     def _spec(self, v: VWN) -> dict:
         r = v.request
@@ -264,16 +238,19 @@ class NodeAgent:
         procs = self.cg.procs_files(v.vwn) if v.capped else []
         argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
                 *self.conf.command(v.jail, procs, [python, "-m", "vwn_agents.wrapper", "-"])]
-        log_file = open(v.jail.vdir / "wrapper.log", "ab")
-        try:
-            v.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log_file,
-                                      stdin=subprocess.PIPE, start_new_session=True,
-                                      cwd=v.jail.workdir, env=env)
-        except OSError as exc:
-            v.fail(Outcome.WRAPPER_ERROR, f"cannot start the job wrapper: {exc}")
-            return
-        finally:
-            log_file.close()
+        # stdout: a file, not a pipe, so the wrapper's lines outlive the agent (vwn_process);
+        # its own session: a kill -9 of the agent does not reach it.
+        with open(v.jail.vdir / "wrapper.log", "ab") as log_file, \
+                open(v.jail.vdir / OUT_FILE, "ab") as out_file:
+            try:
+                v.proc = subprocess.Popen(argv, stdout=out_file, stderr=log_file,
+                                          stdin=subprocess.PIPE, start_new_session=True,
+                                          cwd=v.jail.workdir, env=env)
+            except OSError as exc:
+                v.fail(Outcome.WRAPPER_ERROR, f"cannot start the job wrapper: {exc}")
+                return
+        v.wrapper_pid, v.wrapper_start = v.proc.pid, start_time(v.proc.pid)
+        self._save(v)
         try:
             v.proc.stdin.write(json.dumps(spec).encode())
             v.proc.stdin.close()
@@ -283,19 +260,20 @@ class NodeAgent:
     # -- the VWN's life -----------------------------------------------------------------------
 
     def _run(self, v: VWN) -> None:
-        """Monitor thread: stage in, start the wrapper, read its lines, collect, stage out;
-        always finishes (the VWN ends and is reported)."""
+        """Monitor thread: stage in, start the wrapper (unless an earlier agent did), watch its
+        lines, collect, stage out; always finishes (the VWN ends and is reported)."""
         try:
-            try:
-                self.conf.prepare(v.jail, v.request.input_sandbox)
-            except (SandboxError, OSError) as exc:
-                v.fail(Outcome.WRAPPER_ERROR, str(exc))
-                return
-            with self._lock:
-                if v.cancelled or self._stopping:
+            if v.wrapper_pid is None:
+                try:
+                    self.conf.prepare(v.jail, v.request.input_sandbox)
+                except (SandboxError, OSError) as exc:
+                    v.fail(Outcome.WRAPPER_ERROR, str(exc))
                     return
-                self._start(v)
-            if v.proc is not None:
+                with self._lock:
+                    if v.cancelled or self._stopping:
+                        return
+                    self._start(v)
+            if v.wrapper_pid is not None and not v.end_recorded:
                 self._watch(v)
         except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported
             log.exception("%s: monitor failed", v.vwn)
@@ -305,22 +283,32 @@ class NodeAgent:
             self._finish(v)
 
     def _watch(self, v: VWN) -> None:
-        """Control lines from the wrapper (``running``, ``result``), then its exit."""
-        result = None
-        for line in v.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("event") == "running" and v.state is VWNState.STARTING:
-                with self._lock:
-                    v.to(VWNState.RUNNING)
-                    v.pid = msg.get("pid")
-                    self._emit(v, "running")
-            elif msg.get("event") == "result":
-                result = msg
-        code = v.proc.wait()
-        v.proc.stdout.close()
+        """Lines of the wrapper's output file (``running``, ``result``) until it exits; the
+        wrapper is our child, or an earlier agent's (adopted: watched through /proc)."""
+        result, code, ended = None, None, False
+        while result is None:
+            wait_s = 0.05 if v.state is VWNState.STARTING else 1.0
+            if v.proc is not None:                 # our child: a pidfd wait, then reap it
+                if v.wrapper_start is not None:
+                    wait_gone(v.proc.pid, v.wrapper_start, wait_s)
+                code = v.proc.poll()
+                ended = code is not None
+            else:
+                ended = wait_gone(v.wrapper_pid, v.wrapper_start, wait_s)
+            msgs, v.out_offset = read_lines(v.jail.vdir / OUT_FILE, v.out_offset)
+            for msg in msgs:
+                if msg.get("event") == "running" and v.state is VWNState.STARTING:
+                    with self._lock:
+                        v.to(VWNState.RUNNING)
+                        v.pid = msg.get("pid")
+                        self._emit(v, "running")
+                        self._save(v)
+                elif msg.get("event") == "result":
+                    result = msg
+            if ended:
+                break
+        if v.proc is not None:
+            code = v.proc.wait()
         self._collect(v, code, result)
         if v.outcome in (None, Outcome.EXIT) and not v.cancelled and result \
                 and result.get("exit_code") is not None:
@@ -337,7 +325,7 @@ class NodeAgent:
             v.fail(Outcome.WRAPPER_ERROR, f"{exc} (job exit code {v.exit_code})")
             v.exit_code = None
 
-    def _collect(self, v: VWN, code: int, result: dict | None) -> None:
+    def _collect(self, v: VWN, code: int | None, result: dict | None) -> None:
         """Set exit_code / reason from the wrapper's result line (or its exit status) and the
         limits the VWN hit (memory, disk quota)."""
         if v.cancelled:
@@ -348,9 +336,10 @@ class NodeAgent:
         elif verdict is not None:
             v.fail(*verdict)
         elif result is None:
+            status = "unknown: it ended while the node agent was down" if code is None else code
             v.fail(Outcome.WRAPPER_ERROR,
                    "cannot join the VWN's cgroup" if code == JOIN_FAILED else
-                   f"job wrapper ended without a result (exit status {code}); "
+                   f"job wrapper ended without a result (exit status {status}); "
                    f"see {v.jail.vdir / 'wrapper.log'}")
         elif result.get("error"):
             v.fail(Outcome.WRAPPER_ERROR, result["error"])
@@ -358,28 +347,36 @@ class NodeAgent:
             v.exit_code, v.outcome = result.get("exit_code"), Outcome.EXIT
 
     def _finish(self, v: VWN) -> None:
-        """The VWN has ended: remove its cgroup, readjust the others, report."""
+        """The VWN has ended: record how, remove its cgroup, report, readjust the others.
+
+        The outcome is in the database before the cleanup removes the wrapper's output file
+        (a restarted agent reports it from there, ``node_recovery``); the event is posted
+        after the cleanup (a receiver may rely on it) and before the end state is recorded."""
         with self._lock:
             try:
                 v.cpu_time_s = self.cg.cpu_usage_s(v.vwn) if v.capped else None
+            except (cgroups.CgroupError, OSError) as exc:
+                log.warning("%s: %s", v.vwn, exc)
+            if v.cancelled:
+                v.outcome, final = Outcome.CANCELLED, VWNState.CANCELLED
+            elif self._stopping and v.exit_code is None and v.outcome is None:
+                v.fail(Outcome.NODE_SHUTDOWN, f"node agent {self.config.node} shut down")
+                final = VWNState.ABORTED
+            elif v.outcome in (None, Outcome.EXIT):
+                v.outcome, final = Outcome.EXIT, VWNState.DONE
+            else:
+                final = VWNState.ABORTED
+            self._save(v)
+            try:
                 self.cg.remove(v.vwn)
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
             self.conf.close(v.jail, self.config.keep_workdirs)
-            if v.cancelled:
-                v.outcome = Outcome.CANCELLED
-                v.to(VWNState.CANCELLED)
-            elif self._stopping and v.exit_code is None and v.outcome is None:
-                v.fail(Outcome.NODE_SHUTDOWN, f"node agent {self.config.node} shut down")
-                v.to(VWNState.ABORTED)
-            elif v.outcome in (None, Outcome.EXIT):
-                v.outcome = Outcome.EXIT
-                v.to(VWNState.DONE)
-            else:
-                v.to(VWNState.ABORTED)
+            v.to(final)
             v.ended = self.clock.now()
             if v.state is not VWNState.CANCELLED:
                 self._emit(v, v.state.value)
+            self._save(v)
             self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
 
     def _emit(self, v: VWN, kind: str) -> None:
@@ -405,6 +402,7 @@ class NodeAgent:
             if not v.active:
                 return v
             v.cancelled, v.reason, v.outcome = True, reason, Outcome.CANCELLED
+            self._save(v)                          # a restarted agent finishes the kill
         self._kill(v)
         if v.monitor is not None:
             v.monitor.join(timeout=10)
@@ -413,6 +411,8 @@ class NodeAgent:
     def _kill(self, v: VWN) -> None:
         if v.proc is not None:
             proctree.kill_tree(v.proc.pid)
+        elif is_wrapper(v.wrapper_pid, v.wrapper_start, v.home if v.capped else None, v.vwn):
+            proctree.kill_tree(v.wrapper_pid)      # adopted: not our child
         self.cg.kill(v.vwn)
         self.conf.kill(v.jail)
 
@@ -429,6 +429,7 @@ class NodeAgent:
         for v in running:
             if v.monitor is not None:
                 v.monitor.join(timeout=10)
+        self.heartbeats.close()
         self.outbox.flush(flush_s)
         self.outbox.close()
         try:
@@ -436,6 +437,8 @@ class NodeAgent:
         except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
         self.conf.shutdown()
+        self.engine.dispose()
+        self._node_lock.close()
         if self._own_work_dir and not self.config.keep_workdirs:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -460,7 +463,8 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     @app.post("/vwns")
     def post_vwn():
         from_ce("create VWNs")
-        v, created = agent.create_vwn(parse_body(VWNRequest, "POST /vwns"))
+        v, created = agent.create_vwn(parse_body(VWNRequest, "POST /vwns"),
+                                      node_url=request.host_url.rstrip("/"))
         body = {"vwn": v.vwn, "cpu_cap": v.cpu_caps[-1][1] if v.cpu_caps else None,
                 "capped": v.capped, "cap_reason": v.cap_reason, "state": v.state.value}
         return jsonify(body), 201 if created else 200
@@ -482,7 +486,10 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
 
     @app.get("/status")
     def status():
-        return jsonify(agent.status())
+        body = agent.status()
+        if caller().authenticated and not caller().is_one_of(config.ce_dns):
+            del body["outbox"], body["heartbeat"]        # the CE agents' business only
+        return jsonify(body)
 
     return app
 

@@ -52,6 +52,20 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
     retry_initial_s: float = field(default=0.2, metadata={"help": "first event retry delay (s)"})
     retry_max_s: float = field(default=10.0, metadata={"help": "largest event retry delay (s)"})
+    db_url: str = field(default="", metadata={
+        "help": "database of the node's VWNs and undelivered events: a SQLAlchemy URL, or \"\" "
+                "for the SQLite file <work_dir>/node.db"})
+    outbox_give_up_s: float = field(default=3600.0, metadata={
+        "help": "an event still undeliverable this long after its first failure is dropped (s)"})
+    outbox_max_items: int = field(default=100000, metadata={
+        "help": "most undelivered events kept; beyond it the oldest is dropped"})
+    heartbeat_s: float = field(default=10.0, metadata={
+        "help": "interval of the heartbeats to the CE agents' heartbeat_url (s; 0 = off)"})
+    keep_ended_s: float = field(default=604800.0, metadata={
+        "help": "ended VWNs older than this are dropped from the database at start (s)"})
+    url: str = field(default="", metadata={
+        "help": "this node agent's URL as its CE agents call it, sent in heartbeats (\"\": the "
+                "URL the CE agent used in its VWN request)"})
 
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
@@ -72,6 +86,9 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):
             if getattr(self, name) < 0:
                 return f"field '{name}': must be >= 0 (0 = no limit), got {getattr(self, name)}"
+        if self.outbox_give_up_s <= 0 or self.outbox_max_items < 1 or self.heartbeat_s < 0:
+            return ("fields 'outbox_give_up_s', 'outbox_max_items': must be > 0; "
+                    "'heartbeat_s': must be >= 0")
         if not self.max_sandbox_mb > 0 or not self.max_body_mb > 0:
             return "fields 'max_sandbox_mb', 'max_body_mb': must be > 0"
         return None

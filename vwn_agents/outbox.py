@@ -1,74 +1,126 @@
-"""A small outbox for events: POST JSON to a URL, retried with backoff, in order per job.
+"""An outbox for events: POST JSON to a URL, retried with backoff, in order per job, persistent.
 
 The node agent sends VWN events to its CE agent through one, the CE agent sends job events to the
-broker through another. ``post(url, payload, order_key)`` returns at once; one background thread
+broker through another. ``post(url, payload, order_key)`` returns once the event is queued (and,
+with an ``engine``, committed to table ``outbox``: ``outbox_store``); one background thread
 delivers. Events with the same ``order_key`` (the job key) are delivered strictly in the order they
 were posted: a failing event holds back the later ones of its job, not those of other jobs.
 
-A connection error, a timeout, HTTP 5xx, 408 or 429 is retried after ``retry_initial_s``, doubling up
-to ``retry_max_s``, for ever (a restarted receiver gets the event). Any other 4xx means the
-receiver refuses the event: it is dropped and kept in ``dropped`` (so it cannot block its job).
-Undelivered events live in memory only: they are lost if the *sender* process dies.
+Retried after ``retry_initial_s``, doubling up to ``retry_max_s``: a connection error (refused,
+unreachable: a restarting receiver must still get its events), a timeout, HTTP 5xx, 408 or 429.
+Dropped -- logged, counted in ``dropped`` by reason, the last ones kept in ``drops`` -- are:
+
+* ``"refused"``: any other HTTP 4xx (the receiver will never take it; it must not block its job);
+* ``"bad-url"``: a URL requests cannot use (no scheme, ``http+unix://...``, no host);
+* ``"gave-up"``: still failing ``give_up_s`` seconds (of the clock passed in) after its first
+  failed attempt, counted across restarts;
+* ``"overflow"``: ``post`` found ``max_items`` events queued; the oldest one goes.
+
+With ``engine`` (a SQLAlchemy engine, contract 2 of docs/architecture.md) undelivered events
+survive the sender's ``kill -9`` and are reloaded, in order, by the next ``Outbox`` of the same
+``name``; delivery is then at least once (an event delivered just before the kill is sent again),
+so receivers are idempotent per event. Without ``engine`` they live in memory only.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 import requests
 
+from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.httpclient import new_session
+
+from .outbox_store import OutboxStore, StoredEvent
 
 log = logging.getLogger(__name__)
 
 RETRYABLE = {408, 429}
-
-
-@dataclass
-class _Item:
-    url: str
-    payload: dict
-    attempts: int = 0
-    last_error: str | None = None
+BAD_URL = (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+           requests.exceptions.InvalidSchema, requests.exceptions.URLRequired)
+DROP_REASONS = ("refused", "bad-url", "gave-up", "overflow")
+KEEP_DROPS = 100              # dropped events kept in ``drops`` for inspection
 
 
 class Outbox:
-    """Thread-backed, per-key ordered, retrying JSON POST queue.
+    """Thread-backed, per-key ordered, retrying, optionally persistent JSON POST queue.
 
-    ``timeout_s`` bounds one HTTP request. ``close()`` stops the thread (pending events are kept
-    and can be inspected with ``pending()``).
+    ``timeout_s`` bounds one HTTP request; ``tls``: ``vgrid_runtime.tls.TLSFiles`` or None (plain
+    HTTP); ``engine``: SQLAlchemy engine of the sender's database, or None (memory only);
+    ``give_up_s``: seconds of failures after which an event is dropped; ``max_items``: queue
+    bound; ``clock``: for ``give_up_s`` (default wall clock). ``close()`` stops the thread
+    (pending events are kept, in the database too, and can be inspected with ``pending()``).
     """
 
     def __init__(self, retry_initial_s: float = 0.2, retry_max_s: float = 10.0,
-                 timeout_s: float = 5.0, name: str = "outbox", tls=None) -> None:
+                 timeout_s: float = 5.0, name: str = "outbox", tls=None, engine=None,
+                 give_up_s: float = 3600.0, max_items: int = 100000,
+                 clock: Clock | None = None) -> None:
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
         self.timeout_s = timeout_s
-        self.dropped: list[dict] = []
+        self.give_up_s = give_up_s
+        self.max_items = max(1, max_items)
+        self.name = name
+        self.clock = clock or WallClock()
+        self.dropped: dict[str, int] = {}
+        self.drops: deque[dict] = deque(maxlen=KEEP_DROPS)
         self.delivered = 0
-        self._queues: OrderedDict[str, deque[_Item]] = OrderedDict()
+        self._store = OutboxStore(engine, name) if engine is not None else None
+        self._ids = itertools.count(1)          # events kept in memory only (negative row ids)
+        self._seqs = itertools.count(1)         # queueing order, for "the oldest"
+        self._queues: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
         self._next_try: dict[str, float] = {}
+        self._inflight: StoredEvent | None = None
+        self._count = 0
         self._cond = threading.Condition()
         self._stop = False
-        self._session = new_session(tls)   # tls: vgrid_runtime.tls.TLSFiles, or None (plain HTTP)
+        if self._store is not None:
+            for ev in self._store.load():
+                self._enqueue(ev)
+            if self._count:
+                log.info("outbox %s: %d undelivered event(s) reloaded", name, self._count)
+        self._session = new_session(tls)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def post(self, url: str, payload: dict, order_key: str = "") -> None:
-        """Queue ``payload`` for a JSON POST to ``url`` after the earlier events of ``order_key``."""
+        """Queue ``payload`` for a JSON POST to ``url`` after the earlier events of ``order_key``
+        (stored before this returns when persistent; if the database fails -- e.g. a full disk --
+        the event is kept in memory only, with an error in the log, never refused)."""
         with self._cond:
-            self._queues.setdefault(order_key, deque()).append(_Item(url, payload))
-            self._next_try.setdefault(order_key, 0.0)
+            if self._count >= self.max_items:
+                self._drop_oldest()
+            row = -next(self._ids)                 # negative: in memory only
+            if self._store is not None:
+                try:
+                    row = self._store.add(order_key, url, payload, self.clock.now())
+                except Exception as exc:  # noqa: BLE001 - deliver it anyway while we live
+                    log.error("outbox %s: cannot store an event of %s (%s); it is kept in memory "
+                              "only", self.name, order_key, exc)
+            self._enqueue(StoredEvent(row, order_key, url, payload))
             self._cond.notify_all()
+
+    def _enqueue(self, ev: StoredEvent) -> None:
+        ev.seq = next(self._seqs)
+        self._queues.setdefault(ev.order_key, deque()).append(ev)
+        self._next_try.setdefault(ev.order_key, 0.0)
+        self._count += 1
 
     def pending(self) -> list[dict]:
         """Undelivered events, ``{"url", "payload", "attempts", "last_error"}``, per key in order."""
         with self._cond:
             return [{"url": i.url, "payload": i.payload, "attempts": i.attempts,
                      "last_error": i.last_error} for q in self._queues.values() for i in q]
+
+    def stats(self) -> dict:
+        """``{"pending": n, "dropped": {reason: n}, "delivered": n, "persistent": bool}``."""
+        with self._cond:
+            return {"pending": self._count, "dropped": dict(self.dropped),
+                    "delivered": self.delivered, "persistent": self._store is not None}
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued event is delivered or dropped; False on timeout."""
@@ -89,9 +141,45 @@ class Outbox:
         self._thread.join(timeout=self.timeout_s + 1)
         self._session.close()
 
+    # -- dropping -----------------------------------------------------------------------------
+
+    def _drop_oldest(self) -> None:
+        """Drop the oldest queued event that is not being sent right now (max_items reached)."""
+        oldest = None
+        for q in self._queues.values():
+            for ev in itertools.islice(q, 2):
+                if ev is not self._inflight:
+                    if oldest is None or ev.seq < oldest.seq:
+                        oldest = ev
+                    break
+        if oldest is None:
+            return
+        q = self._queues[oldest.order_key]
+        q.remove(oldest)
+        self._forget(oldest, "overflow", f"more than {self.max_items} events queued")
+        if not q:
+            del self._queues[oldest.order_key]
+            del self._next_try[oldest.order_key]
+
+    def _forget(self, ev: StoredEvent, reason: str, error: str | None) -> None:
+        """Count and log a dropped event and delete its row (under the lock)."""
+        self._count -= 1
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        self.drops.append({"url": ev.url, "payload": ev.payload, "reason": reason, "error": error})
+        log.warning("outbox %s: event %s of %s to %s dropped (%s): %s", self.name,
+                    ev.payload.get("event"), ev.order_key, ev.url, reason, error)
+        self._remove_row(ev)
+
+    def _remove_row(self, ev: StoredEvent) -> None:
+        if self._store is not None and ev.id > 0:
+            try:
+                self._store.remove(ev.id)
+            except Exception as exc:  # noqa: BLE001 - the row is sent again after a restart
+                log.warning("outbox %s: cannot delete row %s: %s", self.name, ev.id, exc)
+
     # -- delivery thread ----------------------------------------------------------------------
 
-    def _due(self) -> tuple[str, _Item] | float | None:
+    def _due(self) -> tuple[str, StoredEvent] | float | None:
         """The next (key, head item) due now, else seconds to the next due one, else None."""
         now = time.monotonic()
         soonest = None
@@ -113,41 +201,62 @@ class Outbox:
                 if self._stop:
                     return
                 key, item = due
+                self._inflight = item
             outcome = self._send(item)
             with self._cond:
+                self._inflight = None
                 self._finish(key, item, outcome)
                 self._cond.notify_all()
 
-    def _send(self, item: _Item) -> str:
-        """'ok', 'drop' or 'retry' for one POST attempt."""
+    def _send(self, item: StoredEvent) -> str:
+        """'ok', 'retry', or the drop reason ('refused', 'bad-url') of one POST attempt."""
         item.attempts += 1
         try:
             resp = self._session.post(item.url, json=item.payload, timeout=self.timeout_s)
+        except BAD_URL as exc:
+            item.last_error = f"{type(exc).__name__}: {exc}"
+            return "bad-url"
         except requests.RequestException as exc:
-            item.last_error = str(exc)
+            item.last_error = f"{type(exc).__name__}: {exc}"
             return "retry"
+        except ValueError as exc:                  # e.g. a URL urllib3 cannot parse
+            item.last_error = f"{type(exc).__name__}: {exc}"
+            return "bad-url"
         if resp.status_code < 300:
             return "ok"
         item.last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
         if resp.status_code >= 500 or resp.status_code in RETRYABLE:
             return "retry"
-        return "drop"
+        return "refused"
 
-    def _finish(self, key: str, item: _Item, outcome: str) -> None:
-        q = self._queues[key]
+    def _finish(self, key: str, item: StoredEvent, outcome: str) -> None:
+        q = self._queues.get(key)
+        if q is None or not q or q[0] is not item:
+            return                                 # dropped (overflow) while in flight
         if outcome == "retry":
-            delay = min(self.retry_max_s, self.retry_initial_s * 2 ** (item.attempts - 1))
-            self._next_try[key] = time.monotonic() + delay
-            log.info("outbox: %s to %s failed (%s), retry in %.1f s", key, item.url,
-                     item.last_error, delay)
-            return
+            now = self.clock.now()
+            if item.first_failure is None:
+                item.first_failure = now
+            if now - item.first_failure < self.give_up_s:
+                delay = min(self.retry_max_s, self.retry_initial_s * 2 ** (item.attempts - 1))
+                self._next_try[key] = time.monotonic() + delay
+                if self._store is not None and item.id > 0:
+                    try:
+                        self._store.failed(item)
+                    except Exception as exc:  # noqa: BLE001 - the retry goes on in memory
+                        log.warning("outbox %s: cannot record a failure: %s", self.name, exc)
+                log.info("outbox %s: %s to %s failed (%s), retry in %.1f s", self.name, key,
+                         item.url, item.last_error, delay)
+                return
+            outcome = "gave-up"
+            item.last_error = f"still failing after {self.give_up_s:g} s: {item.last_error}"
         q.popleft()
         if outcome == "ok":
             self.delivered += 1
+            self._count -= 1
+            self._remove_row(item)
         else:
-            log.warning("outbox: %s refused by %s: %s; dropped", key, item.url, item.last_error)
-            self.dropped.append({"url": item.url, "payload": item.payload,
-                                 "error": item.last_error})
+            self._forget(item, outcome, item.last_error)
         self._next_try[key] = 0.0
         if not q:
             del self._queues[key]

@@ -205,14 +205,20 @@ class PoolAccounts:
         self.holders = self.dir / ".holders"
         self._lock = threading.Lock()
 
-    def prepare(self) -> None:
+    def prepare(self, readopt: list[tuple[Owner, str, str]] = ()) -> None:
         """Create the gridmapdir (0700 root), every missing account of the configured pools and
-        their gridmapdir files; AccountError (e.g. a mapped account that is root or missing)."""
+        their gridmapdir files; AccountError (e.g. a mapped account that is root or missing).
+
+        ``readopt``: ``(owner, old holder, new holder)`` of VWNs a restarted agent adopts: their
+        holders (named by the dead agent's pid) are renamed before stale holders are swept, so
+        the leases stay held (a holder already swept is linked again to the owner's lease)."""
         self.holders.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         for name in self.map.accounts():
             check_not_root(lookup(name) or _missing(name))
         with self._locked():
+            for owner, old, new in readopt:
+                self._readopt(owner, old, new)
             self._sweep_holders()
             for pool in self.map.pools():
                 for i in range(1, self.pool_size + 1):
@@ -230,6 +236,22 @@ class PoolAccounts:
             account = self._held(link) or self._take(link, target[1:])
             os.link(link, self.holders / holder)
             return check_not_root(account)
+
+    def _readopt(self, owner: Owner, old: str, new: str) -> None:
+        target = self.map.target_for(owner)
+        if not target.startswith(".") or old == new:
+            return
+        try:
+            os.replace(self.holders / old, self.holders / new)
+            return
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(self._link(owner, target), self.holders / new)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:                # the lease itself is gone: nothing to hold
+            pass
 
     def release(self, owner: Owner, holder: str) -> None:
         """VWN ``holder`` of ``owner`` ended; the lease goes with the owner's last VWN."""

@@ -6,11 +6,11 @@ node or CE agent alone.
 - ``POST /events`` and ``POST /jobs/<key>/events``: JSON events, kept in ``.events`` in arrival order;
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
   ``fail_puts`` likewise for the next n output uploads;
+- ``POST /node-heartbeats`` and ``POST /heartbeats``: heartbeats, kept in ``.heartbeats``;
+  the answer's ``unknown`` lists the heartbeat's VWN ids (``"vwn"``) and dispatch keys
+  (``"key"``) found in the set ``.unknown``;
 - ``PUT /jobs/<key>/output/<name>``: output sandbox files, kept in ``.outputs[(key, name)]``;
-- ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads);
-- ``POST /heartbeats`` (a broker's, for CE agents) and ``POST /node-heartbeats`` (a CE agent's,
-  for node agents): kept in ``.heartbeats``; answered ``{"unknown": [...]}`` with the listed
-  ``"key"`` (CE heartbeat jobs) or ``"vwn"`` (node heartbeat VWNs) values that are in ``.unknown``.
+- ``GET /files/<name>``: files put in ``.inputs[name]`` (input sandbox downloads).
 """
 from __future__ import annotations
 
@@ -54,16 +54,18 @@ class Receiver:
         app.add_url_rule("/jobs/<key>/events", "job_events", lambda key: record_event(),
                          methods=["POST"])
 
-        def record_heartbeat():
+        def record_heartbeat(entries: str, field: str):
             body = request.get_json(force=True)
             with self._cond:
                 self.heartbeats.append(body)
                 self._cond.notify_all()
-                listed = [e.get("key") for e in body.get("jobs", [])] + [e.get("vwn") for e in body.get("vwns", [])]
-                return jsonify({"unknown": [x for x in listed if x in self.unknown]})
+                unknown = [e.get(field) for e in body.get(entries) or [] if e.get(field) in self.unknown]
+            return jsonify({"unknown": unknown})
 
-        app.add_url_rule("/heartbeats", "heartbeats", record_heartbeat, methods=["POST"])
-        app.add_url_rule("/node-heartbeats", "node_heartbeats", record_heartbeat, methods=["POST"])
+        app.add_url_rule("/node-heartbeats", "node_heartbeats",
+                         lambda: record_heartbeat("vwns", "vwn"), methods=["POST"])
+        app.add_url_rule("/heartbeats", "heartbeats", lambda: record_heartbeat("jobs", "key"),
+                         methods=["POST"])
 
         @app.put("/jobs/<key>/output/<name>")
         def put_output(key, name):

@@ -18,7 +18,9 @@ moves both sandboxes, ``vwn_agents.sandbox``). Steps (as the gLite job wrapper d
    ``"Executable /nonexistent/foo not found"``.
 
 On its own stdout the wrapper writes one JSON line ``{"event": "running", "pid": P}`` once the
-executable has started; the node agent turns that and the result into events.
+executable has started; the node agent turns that and the result into events. The node agent makes
+that stdout a file of the VWN's private directory (``vwn_process``), so both lines outlive the
+agent and a restarted agent reads them.
 SIGTERM is forwarded to the job's process group.
 """
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The job wrapper's process as the node agent sees it: identity, output file, exit.
+
+The wrapper's stdout is the file ``<vdir>/wrapper.out`` (opened by the agent as root, inherited as
+descriptor 1: the pool account cannot write anywhere else in the VWN's private directory and the
+job, whose own stdout the wrapper redirects, cannot forge it). The wrapper writes one JSON line
+``{"event": "running", "pid": P}`` once the job started and one ``{"event": "result", ...}`` when
+it ended (``wrapper``). Both survive the agent: a restarted agent reads them again.
+
+A process is the VWN's wrapper when its pid exists, its start time (/proc/<pid>/stat field 22,
+clock ticks since boot) is the one recorded, and (capped VWNs) it is in the VWN's cgroup: a
+recycled pid is never taken for the wrapper.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from pathlib import Path
+
+OUT_FILE = "wrapper.out"
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks after boot); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields[0] == "Z":                       # a zombie has ended
+        return None
+    return int(fields[19])                      # fields after "comm": state is field 3
+
+
+def in_cgroup(pid: int, home: str, vwn: str) -> bool:
+    """True when ``pid`` is in a cgroup ``.../<home>/<vwn>`` of some hierarchy."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":", 2)[-1].endswith(f"/{home}/{vwn}") for line in lines)
+
+
+def is_wrapper(pid: int | None, start: int | None, home: str | None, vwn: str) -> bool:
+    """Is ``pid`` still the VWN's wrapper (see module doc)? ``home`` None: uncapped VWN."""
+    if pid is None or start is None or start_time(pid) != start:
+        return False
+    return home is None or in_cgroup(pid, home, vwn)
+
+
+def read_lines(path: Path, offset: int) -> tuple[list[dict], int]:
+    """The complete JSON lines of ``path`` after byte ``offset`` and the new offset (a partly
+    written last line is left for the next call; unparsable lines are skipped)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    out = []
+    for line in data[:end].splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            out.append(msg)
+    return out, offset + end
+
+
+def wait_gone(pid: int, start: int | None, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for a process that is not our child to end; True once it has
+    (a pidfd when the kernel has them, else /proc polling)."""
+    if start_time(pid) != start:
+        return True
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(timeout_s)
+        return start_time(pid) != start
+    try:
+        if start_time(pid) != start:           # the pid was reused between the checks
+            return True
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready) or start_time(pid) != start
+    finally:
+        os.close(fd)
