@@ -2,7 +2,6 @@
 flight on real node agents, and a restart with the same configuration and state directory."""
 from __future__ import annotations
 
-import inspect
 import itertools
 import signal
 import time
@@ -14,7 +13,6 @@ from vgrid_cli.services import ServiceGroup
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.ce_agent import CEAgentConfig, create_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as create_node_app
-from vwn_agents.outbox import Outbox
 from vgrid_runtime.wsgi import BackgroundServer
 
 from .waiting import gated_jdl, release, wait_until
@@ -188,8 +186,6 @@ def test_a_requeued_job_stays_queued_across_a_restart_and_restarts_in_a_fresh_vw
         node.close()
 
 
-@pytest.mark.skipif("engine" not in inspect.signature(Outbox).parameters,
-                    reason="this Outbox keeps its events in memory only (the persistent outbox: issue 11, helper 1)")
 def test_events_the_broker_had_not_taken_survive_a_kill_9_of_the_ce_agent(tmp_path, receiver, nodes):
     node_list = nodes(1)
     (tmp_path / "svc").mkdir()

@@ -28,11 +28,11 @@ import logging
 import threading
 import time
 
-from vgrid_runtime.httpclient import ServiceClient, ServiceError
 from vgrid_runtime.httpjson import ApiError
 from vgrid_runtime.outcomes import Outcome
 
 from .ce_jobs import ENDED, CEJobState
+from .heartbeats import HeartbeatClient, HeartbeatError
 from .node_client import NodeAgentClient, NodeAgentError
 
 log = logging.getLogger(__name__)
@@ -43,20 +43,6 @@ TICK_S = 0.2
 NEVER_HEARD_LOST_S = 30.0
 #: At most one log line per failing heartbeat URL per this many seconds (monotonic).
 LOG_EVERY_S = 60.0
-
-
-class HeartbeatError(ServiceError):
-    """A heartbeat POST failed (``ServiceError``: kind, status, url)."""
-
-
-class HeartbeatClient(ServiceClient):
-    """POSTs CE heartbeats to one broker heartbeat URL (the URL itself is the endpoint)."""
-
-    Error = HeartbeatError
-
-    def send(self, body: dict) -> dict:
-        """POST ``body``; the JSON answer (``{"unknown": [...]}``). Raises HeartbeatError."""
-        return self._call("POST", "", json=body)
 
 
 class CEHeartbeats:
@@ -236,7 +222,7 @@ class CEHeartbeats:
                                                    "last_attempt": None})
             target["last_attempt"] = now
             try:
-                answer = HeartbeatClient(url, agent.http, agent.config.node_timeout_s).send(body)
+                unknown = HeartbeatClient(url, agent.http, agent.config.node_timeout_s).beat(body)
             except HeartbeatError as exc:
                 target["last_error"] = exc.brief()
                 if time.monotonic() - self._logged.get(url, -1e9) >= LOG_EVERY_S:
@@ -244,8 +230,7 @@ class CEHeartbeats:
                     log.warning("heartbeat to %s failed: %s (logged at most once a minute)", url, exc)
                 continue
             target["last_success"], target["last_error"] = agent.clock.now(), None
-            unknown = answer.get("unknown")
-            self._cancel_unknown(url, unknown if isinstance(unknown, list) else [], every)
+            self._cancel_unknown(url, unknown, every)
 
     def _entry(self, job, now: float) -> dict:
         key = job.request.key

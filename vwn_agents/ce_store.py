@@ -23,6 +23,7 @@ from vgrid_runtime.sqldb import add_missing_columns
 
 from .ce_jobs import ENDED, CEJob, CEJobState, JobRequest
 from .ce_leases import lease_request_from_json
+from .outbox import Outbox
 
 _meta = MetaData()
 CE_JOBS = Table(
@@ -113,11 +114,6 @@ def _job(r, parse) -> CEJob:
 def open_outbox(config, tls, engine):
     """The CE agent's event outbox (``vwn_agents.outbox.Outbox``) with its undelivered events
     in ``engine`` (table ``outbox``), bounded and giving up after ``config.outbox_give_up_s``
-    -- with the keyword arguments this version of ``Outbox`` takes (an in-memory outbox
-    otherwise)."""
-    import inspect
-    from .outbox import Outbox
-    wanted = {"engine": engine, "give_up_s": config.outbox_give_up_s, "max_items": config.outbox_max_items}
-    known = inspect.signature(Outbox).parameters
+    (rows of box ``<ce_id>-events``: the name must stay the same across restarts)."""
     return Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events", tls=tls,
-                  **{k: v for k, v in wanted.items() if k in known})
+                  engine=engine, give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items)
