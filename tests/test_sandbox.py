@@ -91,6 +91,22 @@ def test_output_sandbox_size_limit(tmp_path, receiver, client):
     assert not [k for k in receiver.outputs if k[0] == "big"]
 
 
+def test_input_sandbox_download_outlasts_a_restarting_broker(tmp_path, receiver, client):
+    """Transient failures (here 503 twice, as a broker restarting answers) are retried from the
+    file's start within the patience; a refusal (404) is not retried; patience run out names it."""
+    receiver.inputs["in.dat"] = b"0123456789" * 100
+    receiver.fail_gets = 2
+    stage_in(client, [{"name": "in.dat", "url": f"{receiver.url}/files/in.dat"}], tmp_path, os.getuid(),
+             os.getgid(), MB, patience_s=30)
+    assert (tmp_path / "in.dat").read_bytes() == receiver.inputs["in.dat"] and receiver.fail_gets == 0
+    receiver.fail_gets = 1000
+    with pytest.raises(SandboxError) as err:
+        stage_in(client, [{"name": "y.dat", "url": f"{receiver.url}/files/in.dat"}], tmp_path, os.getuid(),
+                 os.getgid(), MB, patience_s=0.5)
+    receiver.fail_gets = 0
+    assert "HTTP 503" in str(err.value) and "retried for 0.5 s" in str(err.value)
+
+
 def test_input_sandbox_download_failure_names_the_file(tmp_path, receiver, client):
     with pytest.raises(SandboxError) as err:
         stage_in(client, [{"name": "x.dat", "url": f"{receiver.url}/files/nope"}], tmp_path, 0, 0, MB)

@@ -139,9 +139,10 @@ class Confinement:
         jail.unconfined.update(self.limits.missing)
         return jail
 
-    def prepare(self, jail: Jail, input_sandbox: list[dict]) -> None:
+    def prepare(self, jail: Jail, input_sandbox: list[dict], stop=lambda: False) -> None:
         """Make the private dir and the work directory (quota mounted, owned by the account,
-        0700) and stage the input sandbox in. SandboxError / OSError for the job's reason."""
+        0700) and stage the input sandbox in (transient failures retried for
+        ``transfer_patience_s`` or until ``stop()``). SandboxError / OSError for the job's reason."""
         shutil.rmtree(jail.vdir, ignore_errors=True)        # left by an earlier agent
         jail.vdir.mkdir(mode=0o700)
         self._unmount(jail)
@@ -158,7 +159,7 @@ class Confinement:
         os.chown(jail.workdir, jail.account.uid, jail.account.gid)
         os.chmod(jail.workdir, 0o700)
         stage_in(self.sandbox, input_sandbox, jail.workdir, jail.account.uid, jail.account.gid,
-                 int(self.config.max_sandbox_mb * MB))
+                 int(self.config.max_sandbox_mb * MB), self.config.transfer_patience_s, stop)
 
     def command(self, jail: Jail, cpu_procs: list[str], argv: list[str]) -> list[str]:
         """The cgroup.procs files to join (CPU's and the limits') and ``argv`` run as the

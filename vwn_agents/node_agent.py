@@ -265,7 +265,7 @@ class NodeAgent:
         try:
             if v.wrapper_pid is None:
                 try:
-                    self.conf.prepare(v.jail, v.request.input_sandbox)
+                    self.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or self._stopping)
                 except (SandboxError, OSError) as exc:
                     v.fail(Outcome.WRAPPER_ERROR, str(exc))
                     return

@@ -29,7 +29,7 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     python: str | None = field(default=None, metadata={
         "help": "Python interpreter for the job wrapper (default: the agent's)"})
     transfer_patience_s: float = field(default=300.0, metadata={
-        "help": "how long the node agent retries a transiently failing output upload (s)"})
+        "help": "how long the node agent retries a transiently failing sandbox download or upload (s)"})
     jobs_dir: str | None = field(default=None, metadata={
         "help": "root of the job work directories (default: <work_dir>/jobs, or a new "
                 "temporary directory when pool accounts cannot reach work_dir)"})

@@ -77,9 +77,11 @@ class SandboxClient(ServiceClient):
 
 
 def stage_in(client: SandboxClient, items: list[dict], workdir: Path, uid: int, gid: int,
-             max_bytes: int) -> None:
+             max_bytes: int, patience_s: float = TRANSFER_PATIENCE_S, stop=lambda: False) -> None:
     """Download every InputSandbox ``{"name", "url"}`` into ``workdir``, files owned by
-    ``uid``:``gid``, mode 0600; at most ``max_bytes`` in all. SandboxError, e.g.
+    ``uid``:``gid``, mode 0600; at most ``max_bytes`` in all. A transient failure (no answer,
+    timeout, HTTP 5xx, 408, 429: e.g. the broker restarting) is retried with backoff for
+    ``patience_s`` s or until ``stop()``, each retry from the file's start. SandboxError, e.g.
     ``InputSandbox x.dat: download from <url> failed: HTTP 404 ...``."""
     left = max_bytes
     for item in items:
@@ -94,13 +96,37 @@ def stage_in(client: SandboxClient, items: list[dict], workdir: Path, uid: int, 
             raise SandboxError(f"InputSandbox {name}: {exc.strerror}") from None
         try:
             os.fchown(fd, uid, gid)
-            left -= client.download(url, fd, left)
+            left -= _get_patiently(client, url, fd, left, patience_s, stop)
         except (ServiceError, OSError) as exc:
             raise SandboxError(f"InputSandbox {name}: download from {url} failed: {exc}") from None
         except SandboxError as exc:
             raise SandboxError(f"InputSandbox {name}: {exc}") from None
         finally:
             os.close(fd)
+
+
+def _transient(exc: ServiceError) -> bool:
+    """Worth retrying: no answer, or an answer saying "later" (5xx, 408, 429)."""
+    return exc.status is None or exc.status >= 500 or exc.status in (408, 429)
+
+
+def _get_patiently(client: SandboxClient, url: str, fd: int, max_bytes: int, patience_s: float,
+                   stop) -> int:
+    deadline = time.monotonic() + patience_s
+    delay = 0.2
+    while True:
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        try:
+            return client.download(url, fd, max_bytes)
+        except ServiceError as exc:
+            if not _transient(exc) or time.monotonic() + delay > deadline or stop():
+                if _transient(exc):
+                    raise ServiceError(exc.kind, f"{exc} (retried for {patience_s:g} s)", url,
+                                       exc.status) from None
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def open_output(workdir: Path, name: str) -> int | None:

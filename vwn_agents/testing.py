@@ -5,7 +5,7 @@ node or CE agent alone.
 
 - ``POST /events`` and ``POST /jobs/<key>/events``: JSON events, kept in ``.events`` in arrival order;
   ``fail_events`` (int) makes the next n POSTs answer 503 (to exercise retries);
-  ``fail_puts`` likewise for the next n output uploads;
+  ``fail_puts`` likewise for the next n output uploads, ``fail_gets`` for input downloads;
 - ``POST /node-heartbeats`` and ``POST /heartbeats``: heartbeats, kept in ``.heartbeats``;
   the answer's ``unknown`` lists the heartbeat's VWN ids (``"vwn"``) and dispatch keys
   (``"key"``) found in the set ``.unknown``;
@@ -31,6 +31,7 @@ class Receiver:
         self.inputs: dict[str, bytes] = {}
         self.fail_events = 0
         self.fail_puts = 0
+        self.fail_gets = 0
         self.heartbeats: list[dict] = []
         self.unknown: set[str] = set()
         self._cond = threading.Condition()
@@ -79,6 +80,10 @@ class Receiver:
 
         @app.get("/files/<name>")
         def get_file(name):
+            with self._cond:
+                if self.fail_gets > 0:
+                    self.fail_gets -= 1
+                    return jsonify({"error": {"message": "receiver told to fail"}}), 503
             if name not in self.inputs:
                 abort(404)
             return self.inputs[name]
