@@ -114,6 +114,7 @@ def site_settings(args) -> list[str]:
             (("broker", BrokerConfig), ("ce", CEAgentConfig), ("node", NodeAgentConfig))}
     wanted = [("node", "heartbeat_s", args.heartbeat), ("ce", "heartbeat_s", args.heartbeat),
               ("ce", "node_down_after_s", 3 * args.heartbeat),
+              ("broker", "stalled_resubmit_s", 5 * args.heartbeat),
               ("broker", "match_expiry_s", args.deadline), ("broker", "blacklist_s", 10.0)]
     out = [f"{k}.{o}={v}" for k, o, v in wanted if o in have[k]]
     return out + list(args.settings)
