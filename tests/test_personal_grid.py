@@ -161,3 +161,27 @@ def test_serve_refuses_options_of_the_run_once_demo(tmp_path):
     p = subprocess.run([sys.executable, "-m", "vgrid_cli", "demo", "--ready-file", str(tmp_path / "f")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "go with --serve" in p.stderr
+
+
+def _toml_values():
+    from hypothesis import strategies as st
+    scalar = st.one_of(st.booleans(), st.integers(-10**9, 10**9),
+                       st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
+    return st.one_of(scalar, st.lists(st.one_of(st.integers(-99, 99), st.text(max_size=5)), max_size=4))
+
+
+def test_merge_toml_sets_and_replaces_keys():
+    import tomllib
+
+    from hypothesis import given, strategies as st
+
+    from vgrid_cli.demo import merge_toml
+
+    keys = st.sampled_from(["port", "state_dir", "heartbeat_s", "node_lost_s", "ce_urls", "site"])
+
+    @given(base=st.dictionaries(keys, _toml_values(), max_size=4),
+           overrides=st.dictionaries(keys, _toml_values(), max_size=4))
+    def check(base, overrides):
+        text = merge_toml("", base) if base else ""
+        assert tomllib.loads(merge_toml(text, overrides)) == {**base, **overrides}
+    check()

@@ -131,7 +131,11 @@ def _toml_value(value) -> str:
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(str(value))
+    return '"' + "".join(_TOML_ESCAPES.get(c, c) for c in str(value)) + '"'
+
+
+#: A TOML basic string escapes the backslash, the quote and the control characters.
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', **{chr(i): f"\\u{i:04x}" for i in [*range(0x20), 0x7f]}}
 
 
 def site_pki(directory: Path, n_ces: int) -> DemoPKI:
