@@ -185,3 +185,42 @@ def test_merge_toml_sets_and_replaces_keys():
         text = merge_toml("", base) if base else ""
         assert tomllib.loads(merge_toml(text, overrides)) == {**base, **overrides}
     check()
+
+
+def test_a_stopped_site_starts_again_from_its_directory(tmp_path):
+    d = tmp_path / "site"
+
+    def serve(ready):
+        p = subprocess.Popen([sys.executable, "-m", "vgrid_cli", "demo", "--serve", "--plain-http",
+                              "--ready-file", str(ready), "--dir", str(d), "--ism-refresh", "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: ready.exists() or p.poll() is not None, "the site's ready file", timeout_s=120)
+        assert p.poll() is None, p.communicate()
+        return p, json.loads(ready.read_text())
+
+    def stop(p):
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=90)
+        assert p.returncode == 0, err
+        return err
+
+    first, doc = serve(tmp_path / "one.json")
+    assert doc["env"] == {"VGRID_BROKER_URL": doc["broker"]["url"]}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("X509_", "VGRID_"))}
+    env.update(doc["env"])
+    jdl = tmp_path / "true.jdl"
+    jdl.write_text('Executable = "/bin/true";\n')
+    job = vgrid(env, "submit", str(jdl)).stdout.strip()
+    wait_done(env, job)
+    stop(first)
+
+    again, doc2 = serve(tmp_path / "two.json")
+    try:
+        assert doc2["broker"]["url"] == doc["broker"]["url"]
+        assert [(c["url"], [n["url"] for n in c["nodes"]]) for c in doc2["ces"]] == \
+            [(c["url"], [n["url"] for n in c["nodes"]]) for c in doc["ces"]]
+        assert status(env, job)["state"] == "Done"          # the broker's state survived
+        wait_done(env, vgrid(env, "submit", str(jdl)).stdout.strip())
+    finally:
+        err = stop(again)
+    assert "restarting a personal grid" in err

@@ -9,6 +9,10 @@ site directory, so a service killed (even with SIGKILL) and restarted by hand wi
 command line (``/proc/PID/cmdline``, also written to ``<dir>/<name>.cmd``) comes back at the
 same URL with its state and rejoins the site.
 
+A site directory given with ``--dir`` is kept; ``vgrid demo --serve --dir D`` on a directory
+that holds a site made by an earlier run starts that site again from its config files (same
+ports, URLs, state and identities; ``site.json`` says how many CEs and whether TLS).
+
 Policy: the demo never kills or restarts a service on its own after one dies; it reports the
 death (and a restart by hand) on stderr and keeps the ready file's pids current.
 
@@ -37,8 +41,12 @@ from rich.console import Console
 
 from broker.client import BrokerClient, ClientError
 
-from .demo import ce_layout, site_pki, start_site
+from .demo import ce_layout, merge_toml, site_pki, start_site
+from .demo_pki import DemoPKI
 from .services import Service, ServiceError, ServiceGroup
+
+#: The file in the site directory that says what the site is: ``{"ces": N, "tls": bool}``.
+SITE_FILE = "site.json"
 
 #: Seconds the site may take until every service answers and the broker's ISM lists every CE.
 START_TIMEOUT_S = 90.0
@@ -208,6 +216,19 @@ class ProcessImage:
                 out.close()
 
 
+def restart_site(group: ServiceGroup, root: Path, n_ces: int, options: dict) -> str:
+    """Start again, from their config files in ``root`` (same ports, state and identities),
+    the services of a site made by an earlier run: node agents, CE agents, then the broker;
+    ``options`` (``--set``) are applied to the configs first. The broker URL."""
+    def spec(kind: str, name: str) -> tuple[str, str, str]:
+        return kind, name, merge_toml((root / f"{name}.toml").read_text(), options.get(kind, {}))
+
+    layout = ce_layout(n_ces)
+    group.start_many([spec("node", n) for ce in layout for n in ce["nodes"]])
+    group.start_many([spec("ce", ce["name"]) for ce in layout])
+    return group.start(*spec("broker", "broker")).url
+
+
 def _cmd_file(svc: Service) -> Path:
     return svc.log.with_suffix(".cmd")
 
@@ -217,7 +238,8 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
                       options: dict[str, dict] | None = None, poll_s: float = 1.0) -> int:
     """Run the personal grid until a signal; the exit status (0 after a clean stop, 1 when the
     site did not start). ``site_dir``: where the site lives (configs, logs, ready files, state
-    directories, PKI); it must not hold a site already; default a new temporary directory,
+    directories, PKI); a directory holding a site of an earlier run starts that site again
+    (its ``site.json`` wins over ``n_ces`` and ``tls``); default a new temporary directory,
     removed at the end. ``options``: config keys per service kind (:func:`parse_options`)."""
     err = Console(stderr=True)
     stopping = {"sig": None}
@@ -230,19 +252,24 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
         signal.signal(sig, _stop)
     temporary = site_dir is None
     root = Path(tempfile.mkdtemp(prefix="vgrid-site-") if temporary else site_dir).resolve()
+    layout = None
     if not temporary:
         root.mkdir(parents=True, exist_ok=True)
         if any(root.glob("*.toml")):
-            err.print(f"vgrid demo --serve: {root} already holds a site (its services can be "
-                      f"started by hand with the commands in {root}/*.cmd); use another --dir",
-                      highlight=False, markup=False)
-            return 2
+            try:
+                layout = json.loads((root / SITE_FILE).read_text())
+                n_ces, tls = int(layout["ces"]), bool(layout["tls"])
+            except (OSError, ValueError, KeyError, TypeError):
+                err.print(f"vgrid demo --serve: {root} holds service configs but no readable "
+                          f"{SITE_FILE}: not a site this command made; use another --dir",
+                          highlight=False, markup=False, soft_wrap=True)
+                return 2
     ok = 1
     try:
         with ServiceGroup(root, start_timeout_s=60.0) as group:
             try:
                 ok = _serve(group, root, n_ces, ready_file, tls, ism_refresh_s, match_expiry_s,
-                            options or {}, poll_s, err)
+                            options or {}, poll_s, err, again=layout is not None)
             except KeyboardInterrupt:
                 err.print("stopping the personal grid")
                 ok = 0
@@ -257,16 +284,21 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
 
 def _serve(group: ServiceGroup, root: Path, n_ces: int, ready_file: str | None, tls: bool,
            ism_refresh_s: float, match_expiry_s: float, options: dict, poll_s: float,
-           err: Console) -> int:
-    err.print(f"starting a personal grid in {root}: {n_ces} CE agent(s), {2 * n_ces} node agents "
-              "and the broker ...", highlight=False, soft_wrap=True)
-    pki = site_pki(root / "pki", n_ces) if tls else None
-    ports = PortPicker()
-    try:
-        url = start_site(group, n_ces, ism_refresh_s, root, match_expiry_s=match_expiry_s, pki=pki,
-                         port=ports, options=options)
-    finally:
-        ports.release()
+           err: Console, again: bool = False) -> int:
+    err.print(f"{'restarting' if again else 'starting'} a personal grid in {root}: {n_ces} CE "
+              f"agent(s), {2 * n_ces} node agents and the broker ...", highlight=False, soft_wrap=True)
+    if again:
+        pki = DemoPKI(root / "pki", user_dn="") if tls else None   # paths only: env, credentials
+        url = restart_site(group, root, n_ces, options)
+    else:
+        pki = site_pki(root / "pki", n_ces) if tls else None
+        ports = PortPicker()
+        try:
+            url = start_site(group, n_ces, ism_refresh_s, root, match_expiry_s=match_expiry_s, pki=pki,
+                             port=ports, options=options)
+        finally:
+            ports.release()
+        write_atomically(root / SITE_FILE, {"ces": n_ces, "tls": tls})
     for svc in group.services:
         _cmd_file(svc).write_text(shlex.join(svc.cmd) + "\n")
     env = {"VGRID_BROKER_URL": url, **(pki.env() if pki else {})}
