@@ -242,10 +242,10 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
     (its ``site.json`` wins over ``n_ces`` and ``tls``); default a new temporary directory,
     removed at the end. ``options``: config keys per service kind (:func:`parse_options`)."""
     err = Console(stderr=True)
-    stopping = {"sig": None}
 
     def _stop(signum, frame):  # noqa: ARG001 - signal handler signature
-        stopping["sig"] = signum
+        for again in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # one stop is enough: a
+            signal.signal(again, signal.SIG_IGN)                        # second must not cut it short
         raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -261,7 +261,8 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
                 n_ces, tls = int(layout["ces"]), bool(layout["tls"])
             except (OSError, ValueError, KeyError, TypeError):
                 err.print(f"vgrid demo --serve: {root} holds service configs but no readable "
-                          f"{SITE_FILE}: not a site this command made; use another --dir",
+                          f"{SITE_FILE} (not a site this command made, or one that never started "
+                          "completely): remove it or use another --dir",
                           highlight=False, markup=False, soft_wrap=True)
                 return 2
     ok = 1
@@ -273,8 +274,8 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
             except KeyboardInterrupt:
                 err.print("stopping the personal grid")
                 ok = 0
-            except (ServiceError, ClientError) as exc:
-                err.print(f"vgrid demo --serve: {exc}", highlight=False, markup=False)
+            except (ServiceError, ClientError, OSError) as exc:
+                err.print(f"vgrid demo --serve: {exc}", highlight=False, markup=False, soft_wrap=True)
                 ok = 1
     finally:
         if temporary:
