@@ -136,12 +136,15 @@ class Site:
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         self.restarted: list[subprocess.Popen] = []
         deadline = time.monotonic() + 180
-        while not self.ready.exists():
-            if self.demo.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit("vgrid demo --serve did not start: see " + str(root / "demo.log"))
-            time.sleep(0.2)
-        self.doc = json.loads(self.ready.read_text())
+        try:
+            while not self.ready.exists():
+                if self.demo.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("vgrid demo --serve did not start: see " + str(root / "demo.log"))
+                time.sleep(0.2)
+            self.doc = json.loads(self.ready.read_text())
+        except BaseException:          # also an interrupt: never leave the site running
+            self.stop()
+            raise
 
     def pid_of(self, path: tuple) -> int | None:
         """Current pid of the service at ``path`` (("broker",) / ("ce", i) / ("node", i, j))."""
@@ -360,8 +363,16 @@ class Progress:
             self.bar.stop()
 
 
+def _interrupted(signum, frame):  # noqa: ARG001 - signal handler signature
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)      # the site is being stopped: once is enough
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):     # stop the site (its own session) on the way out
+        signal.signal(sig, _interrupted)
     rng = random.Random(args.seed)
     root = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="vgrid-faults-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -444,4 +455,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("faults.py: interrupted; the site was stopped", file=sys.stderr)
+        sys.exit(130)
