@@ -10,16 +10,17 @@ It then waits until every acknowledged job is terminal or the deadline passes, s
 and prints one JSON document (docs/benchmarks.md, "faults"):
 
     acknowledged, not_acknowledged, states, done, aborted {outcome: {count, reasons}}, lost,
-    stuck, duplicated, resubmissions, runs, done_without_run, faults, wall_s, cpu_s
+    stuck, duplicated, resubmissions, dispatch_retries, runs, done_without_run, faults,
+    leftover_mounts, wall_s, cpu_s
 
 How runs are counted (works when jobs run as pool accounts): the harness makes a marker
 directory under /tmp (mode 1777, so any account can create files in it) and every job gets a
 unique tag in its Arguments; each run of the payload creates ``<tag>.<random token>.start`` at
 its start and ``.end`` at its end. Runs of a job = its ``.start`` files, counted after the site
-is stopped (so no VWN can still add one). The broker's history gives its attempts: one per
-entry into Waiting (the first one, and one per resubmission, deep or shallow). A job is
-**duplicated** when it ran more often than it had attempts: a run the broker did not ask for
-(e.g. an old VWN that kept running after its job was resubmitted elsewhere and ran again).
+is stopped (so no VWN can still add one). The broker's history gives its attempts that could
+run: one per dispatch a CE accepted (entry into Scheduled). A job is **duplicated** when it ran
+more often than that: a run the broker did not ask for (e.g. a VWN that kept running after
+its job was resubmitted elsewhere, or a reused dispatch key that started the job again).
 
 Exit status 0 only if lost == stuck == duplicated == 0.
 
@@ -297,22 +298,38 @@ def count_runs(markers: Path) -> tuple[dict, dict]:
 
 
 def attempts(job: dict) -> int:
-    """The broker's attempts of a job: entries into Waiting in its history (at least 1)."""
-    return max(1, sum(h.get("state") == "Waiting" for h in job.get("history") or []))
+    """The broker's attempts of a job that could run: dispatches a CE accepted, i.e. entries
+    into Scheduled in its history (at least 1)."""
+    return max(1, sum(h.get("state") == "Scheduled" for h in job.get("history") or []))
+
+
+def returns_to_waiting(job: dict) -> tuple[int, int]:
+    """(resubmissions, dispatch retries) of a job from its history: entries into Waiting from a
+    state where a CE held it (Scheduled, Running, Stalled: the job was sent back, deep or
+    shallow), and from Ready (the dispatch itself failed or found no CE)."""
+    resub = retries = 0
+    states = [h.get("state") for h in job.get("history") or []]
+    for before, now in zip(states, states[1:]):
+        if now == "Waiting":
+            resub += before in ("Scheduled", "Running", "Stalled")
+            retries += before == "Ready"
+    return resub, retries
 
 
 def summarise(acked: dict, refused: list, final: dict, starts: dict, ends: dict) -> dict:
     states: dict[str, int] = {}
     aborted: dict[str, dict] = {}
     lost, stuck, duplicated, done_without_run = [], [], [], []
-    resubmissions = 0
+    resubmissions = dispatch_retries = 0
     for tag, key in acked.items():
         job = final.get(key)
         if job is None:
             lost.append(key)
             continue
         states[job["state"]] = states.get(job["state"], 0) + 1
-        resubmissions += attempts(job) - 1
+        resub, retries = returns_to_waiting(job)
+        resubmissions += resub
+        dispatch_retries += retries
         if job["state"] not in TERMINAL:
             stuck.append({"key": key, "state": job["state"], "reason": job.get("reason")})
         if job["state"] == "Aborted":
@@ -328,7 +345,7 @@ def summarise(acked: dict, refused: list, final: dict, starts: dict, ends: dict)
             "states": states, "done": states.get("Done", 0), "aborted": aborted,
             "lost": len(lost), "lost_keys": lost[:10], "stuck": len(stuck), "stuck_jobs": stuck[:10],
             "duplicated": len(duplicated), "duplicated_jobs": duplicated[:10],
-            "resubmissions": resubmissions, "runs": {"started": sum(starts.get(t, 0) for t in acked),
+            "resubmissions": resubmissions, "dispatch_retries": dispatch_retries, "runs": {"started": sum(starts.get(t, 0) for t in acked),
                                                      "ended": sum(ends.get(t, 0) for t in acked)},
             "done_without_run": len(done_without_run)}
 

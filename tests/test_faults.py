@@ -43,8 +43,11 @@ def _faults_module():
 
 
 def _job(key, state, waitings=1, outcome=None, reason=None):
-    history = [{"state": "Submitted"}] + [{"state": s} for s in ["Waiting", "Ready", "Scheduled"] * waitings]
-    return {"key": key, "state": state, "history": history, "outcome": outcome, "reason": reason}
+    """A job dispatched ``waitings`` times (each accepted by a CE), after one dispatch retry."""
+    history = [{"state": s} for s in ["Submitted", "Waiting", "Ready", "Waiting"]]
+    history += [{"state": s} for s in ["Ready", "Scheduled", "Running", "Waiting"] * waitings][:-1]
+    return {"key": key, "state": state, "history": history + [{"state": state}],
+            "outcome": outcome, "reason": reason}
 
 
 def test_summary_counts_lost_stuck_duplicated_and_resubmissions(tmp_path):
@@ -63,7 +66,7 @@ def test_summary_counts_lost_stuck_duplicated_and_resubmissions(tmp_path):
     assert doc["acknowledged"] == 5 and doc["lost"] == 1 and doc["lost_keys"] == ["k4"]
     assert doc["stuck"] == 1 and doc["stuck_jobs"][0]["key"] == "k3"
     assert doc["duplicated"] == 1 and doc["duplicated_jobs"] == [{"key": "k3", "runs": 2, "attempts": 1}]
-    assert doc["resubmissions"] == 1 and doc["done"] == 2
+    assert doc["resubmissions"] == 1 and doc["dispatch_retries"] == 4 and doc["done"] == 2
     assert doc["aborted"] == {"node-lost": {"count": 1, "reasons": ["node x lost"]}}
     assert doc["runs"] == {"started": 6, "ended": 2} and doc["done_without_run"] == 0
 
