@@ -431,7 +431,7 @@ def main(argv=None) -> int:
                 progress("terminal", done)
                 if done == len(acked) and not faulter.is_alive():
                     break
-            time.sleep(2.0)
+            time.sleep(max(2.0, len(acked) / 200))     # a poll lists every job with its history
         stop.set()
         faulter.join(timeout=30)
         for _ in range(30):                       # the last word: the broker may just restart
