@@ -390,11 +390,21 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT):     # stop the site (its own session) on the way out
         signal.signal(sig, _interrupted)
-    rng = random.Random(args.seed)
     root = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="vgrid-faults-"))
     root.mkdir(parents=True, exist_ok=True)
     markers = Path(tempfile.mkdtemp(prefix="vgrid-faults-markers-", dir="/tmp"))
     os.chmod(markers, 0o1777)       # jobs run as pool accounts: any account may add a marker
+    try:
+        return run(args, root, markers)
+    finally:                        # also after an interrupt or a site that did not start
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(markers, ignore_errors=True)
+
+
+def run(args, root: Path, markers: Path) -> int:
+    """The run of :func:`main` in ``root`` with marker directory ``markers``; the exit status."""
+    rng = random.Random(args.seed)
     jdl_dir = root / "jdl"
     jdl_dir.mkdir(exist_ok=True)
     (jdl_dir / "faults_job.sh").write_text(JOB_SCRIPT)
@@ -464,9 +474,6 @@ def main(argv=None) -> int:
     if not broker_answered:
         result["lost"] = None   # unknown: nothing to compare with
     print(json.dumps(result, indent=2))
-    if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(markers, ignore_errors=True)
     ok = broker_answered and result["lost"] == 0 and result["stuck"] == 0 and result["duplicated"] == 0
     return 0 if ok else 1
 
