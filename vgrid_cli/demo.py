@@ -50,15 +50,29 @@ def _toml_list(items: list[str]) -> str:
 
 def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir: Path,
                bdii_url: str = "", match_expiry_s: float = 30.0, on_ces=None,
-               pki: DemoPKI | None = None) -> str:
+               pki: DemoPKI | None = None, port=None, options: dict[str, dict] | None = None) -> str:
     """Start node agents, CE agents and the broker; returns the broker URL.
 
     With ``bdii_url`` the broker's ISM reads that BDII instead of the CE agents; ``on_ces`` (a
     callable taking the CE agent URLs) runs before the broker starts, e.g. to feed the BDII.
     With ``pki`` (:func:`site_pki`) every service listens on its own loopback address over
-    mutual TLS and accepts only the callers its role allows.
+    mutual TLS and accepts only the callers its role allows. ``port`` (a callable: service
+    name, listen address -> TCP port) fixes each service's port in its config file (default:
+    port 0, a free port at each start); ``options`` (``{"broker"|"ce"|"node": {key: value}}``)
+    sets or replaces config keys of every service of that kind. State directories are
+    ``state_dir/<name>`` (node agents' ``work_dir``, CE agents' ``state_dir`` when the CE agent
+    config has that option, the broker's ``state_dir``).
     """
     layout = ce_layout(n_ces)
+    port = port or (lambda name, address: 0)
+    options = options or {}
+
+    def bind(name: str) -> str:
+        return pki.address(name) if pki is not None else "127.0.0.1"
+
+    def finish(kind: str, name: str, text: str) -> tuple[str, str, str]:
+        text = text.replace("port = 0\n", f"port = {int(port(name, bind(name)))}\n")
+        return kind, name, merge_toml(text, options.get(kind, {}))
 
     def secure(name: str, allow: str = "", dns: list[str] = ()) -> str:
         """TLS lines of service ``name``, and ``allow = [dns]`` (who may call its job API)."""
@@ -69,19 +83,19 @@ def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir:
     specs = []
     for ce in layout:
         for node in ce["nodes"]:
-            specs.append(("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
-                                        f'work_dir = "{state_dir / node}"\n'
-                                        + secure(node, "ce_dns", [pki.dn(ce["name"])] if pki else [])))
+            specs.append(finish("node", node, f'node = "{node}"\ncapacity = {ce["capacity"]}\nport = 0\n'
+                                f'work_dir = "{state_dir / node}"\n'
+                                + secure(node, "ce_dns", [pki.dn(ce["name"])] if pki else [])))
     nodes = {svc.name: svc.url for svc in group.start_many(specs)}
     specs = []
     for ce in layout:
         node_urls = [nodes[n] for n in ce["nodes"]]
-        specs.append(("ce", ce["name"],
-                      f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
-                      f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
-                      f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
-                      f'vos = ["dteam", "vgrid"]\nport = 0\nstate_dir = "{state_dir / ce["name"]}"\n'
-                      + secure(ce["name"], "broker_dns", [pki.dn("broker")] if pki else [])))
+        specs.append(finish("ce", ce["name"],
+                            f'ce_id = "{ce["name"]}.vgrid.local:8443/vgrid-vwn-long"\nsite = "VGRID-DEMO"\n'
+                            f'host = "{ce["name"]}.vgrid.local"\nqueue = "long"\nnodes = {_toml_list(node_urls)}\n'
+                            f'si00 = {ce["si00"]}\nram_mb = 2048\nmax_wallclock_s = 3600\n'
+                            f'vos = ["dteam", "vgrid"]\nport = 0\nstate_dir = "{state_dir / ce["name"]}"\n'
+                            + secure(ce["name"], "broker_dns", [pki.dn("broker")] if pki else [])))
     ce_urls = [svc.url for svc in group.start_many(specs)]
     if on_ces is not None:
         on_ces(ce_urls)
@@ -90,7 +104,30 @@ def start_site(group: ServiceGroup, n_ces: int, ism_refresh_s: float, state_dir:
                   + secure("broker"))
     if bdii_url:
         broker_cfg += f'bdii = "{bdii_url}"\n'
-    return group.start("broker", "broker", broker_cfg).url
+    return group.start(*finish("broker", "broker", broker_cfg)).url
+
+
+def merge_toml(text: str, overrides: dict) -> str:
+    """``text`` (top-level ``key = value`` lines) with the keys of ``overrides`` set to its values
+    (TOML strings, numbers, booleans and lists of them): lines of those keys are replaced."""
+    if not overrides:
+        return text
+    kept = [line for line in text.splitlines() if line.partition("=")[0].strip() not in overrides]
+    return "\n".join(kept + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]) + "\n"
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + "".join(_TOML_ESCAPES.get(c, c) for c in str(value)) + '"'
+
+
+#: A TOML basic string escapes the backslash, the quote and the control characters.
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', **{chr(i): f"\\u{i:04x}" for i in [*range(0x20), 0x7f]}}
 
 
 def site_pki(directory: Path, n_ces: int) -> DemoPKI:

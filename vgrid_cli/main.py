@@ -243,10 +243,33 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
 @click.option("--tls/--plain-http", "tls", default=True, show_default=True,
               help="mutual TLS with a CA, host certificates and a user proxy made for the run, "
                    "or plain HTTP on 127.0.0.1 (no authentication)")
+@click.option("--serve", is_flag=True,
+              help="a personal grid: start the site, submit nothing, run until SIGTERM/Ctrl-C")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help="--serve: write the site's URLs, pids and client environment here (JSON)")
+@click.option("--dir", "site_dir", type=click.Path(file_okay=False), default=None,
+              help="--serve: where the site lives (kept; default a temporary directory)")
+@click.option("--set", "settings", multiple=True, metavar="KIND.KEY=VALUE",
+              help="--serve: a config option of every broker, ce or node (repeatable)")
 @handle_errors
 def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_s: float, timeout_s: float,
-         out_dir: str | None, tls: bool) -> None:
-    """The main job: broker + CE agents + node agents on loopback, run every JDL to the end."""
+         out_dir: str | None, tls: bool, serve: bool, ready_file: str | None, site_dir: str | None,
+         settings: tuple[str, ...]) -> None:
+    """The main job: broker + CE agents + node agents on loopback, run every JDL to the end.
+
+    With --serve: a personal grid that stays up (docs/cli.md)."""
+    if serve:
+        from .personal import parse_options, run_personal_grid
+        if jobs_dir or as_json or bdii or out_dir:
+            fail("vgrid demo --serve takes none of --jobs, --json, --bdii, --out", 2)
+        try:
+            options = parse_options(settings)
+        except ValueError as exc:
+            fail(str(exc), 2)
+        raise SystemExit(run_personal_grid(n_ces=ces, site_dir=site_dir, ready_file=ready_file, tls=tls,
+                                           ism_refresh_s=ism_refresh_s, options=options))
+    if ready_file or site_dir or settings:
+        fail("--ready-file, --dir and --set go with --serve", 2)
     from .demo import run_demo
     ok = run_demo(n_ces=ces, jobs_dir=jobs_dir, as_json=as_json, use_bdii=bdii,
                   ism_refresh_s=ism_refresh_s, timeout_s=timeout_s, out_dir=out_dir, tls=tls)

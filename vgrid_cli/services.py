@@ -48,10 +48,46 @@ class ServiceError(RuntimeError):
 
 @dataclass
 class Service:
+    """One service of a group: ``process`` is the child the group started; ``cmd`` its command
+    line (also what a person uses to restart it by hand), ``ready`` its ready file."""
+
     name: str
     process: subprocess.Popen
     url: str
     log: Path
+    kind: str = ""
+    cmd: tuple[str, ...] = ()
+    ready: Path | None = None
+
+    def pids(self) -> list[int]:
+        """Live processes running this service: the child, and a process restarted by hand
+        from the same command line that wrote its pid into the ready file."""
+        found = [self.process.pid] if self.process.poll() is None else []
+        other = ready_pid(self.ready) if self.ready is not None else None
+        if other and other not in found and runs_command(other, self.cmd):
+            found.append(other)
+        return found
+
+
+def ready_pid(ready: Path) -> int | None:
+    """The pid a ``vgrid serve`` ready file names, or None (absent or unreadable)."""
+    try:
+        return int(json.loads(ready.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def runs_command(pid: int, cmd: tuple[str, ...]) -> bool:
+    """Whether process ``pid`` is alive (not a zombie) with command line ``cmd``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")[:-1]
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rpartition(")")[2].split()[0] == "Z":
+                return False
+    except OSError:
+        return False
+    return [a.decode(errors="replace") for a in argv] == list(cmd)
 
 
 class ServiceGroup:
@@ -88,9 +124,10 @@ class ServiceGroup:
         with log.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.workdir)
-        return kind, name, proc, ready, log, time.monotonic() + self.start_timeout_s
+        return kind, name, proc, ready, log, time.monotonic() + self.start_timeout_s, tuple(cmd)
 
-    def _wait_ready(self, kind, name, proc, ready: Path, log: Path, deadline: float) -> Service:
+    def _wait_ready(self, kind, name, proc, ready: Path, log: Path, deadline: float,
+                    cmd: tuple[str, ...]) -> Service:
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
@@ -99,11 +136,16 @@ class ServiceGroup:
                 raise ServiceError(f"{name} ({kind}) did not start; its log ends with:\n{tail}")
             time.sleep(0.05)
         info = json.loads(ready.read_text())
-        svc = Service(name, proc, info["url"], log)
+        svc = Service(name, proc, info["url"], log, kind, cmd, ready)
         self.services.append(svc)
         return svc
 
     def stop(self, svc: Service, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
+        """Stop the service's child and a process restarted by hand from its command line
+        (``sig``, then SIGKILL after ``grace_s``); the latter is not our child: polled, not waited."""
+        for pid in svc.pids():
+            if pid != svc.process.pid:
+                _stop_foreign(pid, svc.cmd, sig, grace_s)
         if svc.process.poll() is None:
             try:
                 os.killpg(svc.process.pid, sig)
@@ -132,3 +174,25 @@ class ServiceGroup:
             self.stop_all()
         finally:
             signal.signal(signal.SIGINT, old)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group ``pid`` leads (services run in their own session), else to
+    ``pid`` alone."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _stop_foreign(pid: int, cmd: tuple[str, ...], sig: int, grace_s: float) -> None:
+    """Stop a service process that is not our child (restarted by hand)."""
+    _signal_group(pid, sig)
+    deadline = time.monotonic() + grace_s
+    while runs_command(pid, cmd) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if runs_command(pid, cmd):
+        _signal_group(pid, signal.SIGKILL)
