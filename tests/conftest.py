@@ -23,3 +23,15 @@ def receiver():
     r = Receiver()
     yield r
     r.close()
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    """A fresh PostgreSQL database for a test module (its SQLAlchemy URL); skips, saying why,
+    where PostgreSQL is not installed (tests/pg_server.py)."""
+    from .pg_server import postgres_server, unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with postgres_server() as url:
+        yield url

@@ -57,3 +57,4 @@ def postgres_server():
         subprocess.run(as_pg + [f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
                        capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+

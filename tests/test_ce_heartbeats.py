@@ -7,7 +7,6 @@ import itertools
 import signal
 import time
 
-import pytest
 import requests
 
 from vgrid_cli.services import ServiceGroup
@@ -17,18 +16,11 @@ from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app
 
 from .test_ce_agent import site  # noqa: F401  (fixture)
+from .test_ce_agent_restart import submit
 from .test_security_mtls import ADDR, pki, tls, tls_fields, user  # noqa: F401  (pki is a fixture)
 from .waiting import SLACK, gated_jdl, release, wait_until
 
 _n = itertools.count(1)
-
-
-def submit(ce_url, receiver, jdl, key):
-    body = {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "jdl": jdl, "filename": "j.jdl",
-            "callback_url": f"{receiver.url}/jobs/{key}/events", "input_sandbox": [],
-            "heartbeat_url": f"{receiver.url}/heartbeats"}
-    r = requests.post(f"{ce_url}/jobs", json=body, timeout=10)
-    assert r.status_code == 202, r.text
 
 
 def ce_config(nodes, **extra) -> CEAgentConfig:

@@ -6,16 +6,6 @@ import pytest
 from broker.db import JobStore, StaleState
 from vgrid_runtime.job_states import IllegalTransition, JobState
 
-from .pg_server import postgres_server, unavailable_reason
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres_server() as url:
-        yield url
 
 
 def test_lifecycle_and_history_on_postgres(pg_url):

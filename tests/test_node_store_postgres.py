@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import socket
 
-import pytest
 import requests
 
 from vgrid_runtime.sqldb import open_engine
@@ -11,16 +10,6 @@ from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.node_agent import NodeAgentConfig, create_app
 from vwn_agents.outbox import Outbox
 
-from .pg_server import postgres_server, unavailable_reason
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with postgres_server() as url:
-        yield url
 
 
 def test_a_node_agent_on_postgres_remembers_its_vwns(pg_url, tmp_path, receiver):
