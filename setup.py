@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*", "vgrid_cli*", "vgrid_runtime*"]),
     install_requires=[
-        "cheroot>=10.0",
+        "cheroot>=11.1,<12",   # vgrid_runtime/connections.py relies on its connection manager internals
         "click>=8.1",
         "cryptography>=42",
         "flask>=3.0",

@@ -28,8 +28,8 @@ The peer's certificate chain still reaches the application as ``environ["vgrid.p
 (:class:`vgrid_runtime.tls.GridSSLAdapter.get_environ`, called once the handshake is done).
 Idea: nginx's ``client_header_timeout`` and Apache's mod_reqtimeout (header/body deadlines with a
 minimum rate). Uses cheroot internals (``ConnectionManager._selector``, ``_stop_requested``, ``_run``,
-``HTTPConnection(server, sock, makefile)``; written against cheroot 11.1, setup.py asks for
->= 10): tests/test_wsgi_slowloris.py fails if a cheroot upgrade changes them.
+``HTTPConnection(server, sock, makefile)``; written against cheroot 11.1, so setup.py pins
+``>=11.1,<12``): tests/test_wsgi_slowloris.py fails if a cheroot upgrade changes them.
 """
 from __future__ import annotations
 
