@@ -18,7 +18,8 @@ leaves the job wrappers running (their own sessions); the next agent adopts them
 the CE agents (``node_heartbeat``).
 
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
-GET /status.
+GET /status; POST /vwns/<vwn>/suspend and /resume (``node_suspend``: the VWN's cgroup frozen,
+``freezer``; a suspended VWN does not count in N).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, fairshare, node_heartbeat, node_recovery, proctree
+from . import cgroups, fairshare, freezer, node_heartbeat, node_recovery, node_suspend, proctree
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
@@ -51,7 +52,7 @@ from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
 from .vwn_process import OUT_FILE, is_wrapper, read_lines, start_time, wait_gone
-from .vwn_states import VWNState
+from .vwn_states import SHARING, VWNState
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class NodeAgent:
         resumed = [v for v in self.vwns.values() if v.active]
         self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
                                                      keep=node_recovery.claimed(resumed))
+        self.fz = freezer.open_freezer(config.node, config.cgroup, config.cgroup_parent, self.cg,
+                                       keep=node_recovery.claimed(resumed))
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))
@@ -115,6 +118,11 @@ class NodeAgent:
         with self._lock:
             return [v for v in self.vwns.values() if v.active]
 
+    def sharing(self) -> list[VWN]:
+        """The VWNs that hold a CPU share (N of C/(N+1)): active and not suspended."""
+        with self._lock:
+            return [v for v in self.vwns.values() if v.state in SHARING]
+
     def get(self, vwn: str) -> VWN:
         with self._lock:
             if vwn not in self.vwns:
@@ -130,7 +138,7 @@ class NodeAgent:
         box = self.outbox.stats()
         return {"node": self.config.node, "capacity": self.config.capacity,
                 "vwns": len(self.active()), "cgroup": self.cg.describe(),
-                "confinement": self.conf.describe(),
+                "confinement": self.conf.describe(), "freezer": self.fz.describe(),
                 "adopted": sum(1 for v in self.active() if v.adopted),
                 "outbox": {"pending": box["pending"], "dropped": box["dropped"]},
                 "heartbeat": self.heartbeats.status()}
@@ -162,7 +170,7 @@ class NodeAgent:
                 jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
             except AccountError as exc:
                 raise ApiError(503, f"no pool account for the VWN: {exc}", key=req.key) from None
-            share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
+            share = fairshare.vwn_cap(self.config.capacity, len(self.sharing()))
             v = VWN(name, req, VWNState.STARTING, self.clock.now(), self.cg.capped,
                     None if self.cg.capped else self.cg.reason, jail=jail,
                     agent_pid=os.getpid(), home=self.cg.home(name))
@@ -178,6 +186,7 @@ class NodeAgent:
                 self.cg.create(name)
             except cgroups.CgroupError as exc:
                 v.capped, v.cap_reason = False, f"cgroup not created: {exc}"
+            node_suspend.create(self, v)
             self._readjust(share, arriving=v)
             self._save(v)
             if req.heartbeat_url:
@@ -202,7 +211,7 @@ class NodeAgent:
     def _readjust(self, share: float | None, arriving: VWN | None = None) -> None:
         """Set every active VWN to ``share``; record it and emit ``caps`` for the others."""
         now = self.clock.now()
-        for v in self.active():
+        for v in self.sharing():
             if v.capped:
                 try:
                     self.cg.set_cap(v.vwn, share)
@@ -235,7 +244,7 @@ class NodeAgent:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONPATH": PACKAGE_PARENT,
                "PYTHONDONTWRITEBYTECODE": "1"}
-        procs = self.cg.procs_files(v.vwn) if v.capped else []
+        procs = (self.cg.procs_files(v.vwn) if v.capped else []) + node_suspend.procs_files(self, v)
         argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
                 *self.conf.command(v.jail, procs, [python, "-m", "vwn_agents.wrapper", "-"])]
         # stdout: a file, not a pipe, so the wrapper's lines outlive the agent (vwn_process);
@@ -369,6 +378,7 @@ class NodeAgent:
             self._save(v)
             try:
                 self.cg.remove(v.vwn)
+                self.fz.remove(v.vwn)
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
             self.conf.close(v.jail, self.config.keep_workdirs)
@@ -377,7 +387,7 @@ class NodeAgent:
             if v.state is not VWNState.CANCELLED:
                 self._emit(v, v.state.value)
             self._save(v)
-            self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
+            self._readjust(fairshare.equal_shares(self.config.capacity, len(self.sharing())))
 
     def _emit(self, v: VWN, kind: str) -> None:
         r = v.request
@@ -409,6 +419,7 @@ class NodeAgent:
         return v
 
     def _kill(self, v: VWN) -> None:
+        self.fz.kill(v.vwn)                        # a suspended VWN: SIGKILL, then thaw
         if v.proc is not None:
             proctree.kill_tree(v.proc.pid)
         elif is_wrapper(v.wrapper_pid, v.wrapper_start, v.home if v.capped else None, v.vwn):
@@ -434,6 +445,7 @@ class NodeAgent:
         self.outbox.close()
         try:
             self.cg.close()
+            self.fz.close()
         except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
         self.conf.shutdown()
@@ -483,6 +495,8 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     def delete_vwn(vwn):
         from_ce(f"delete VWN {vwn}")
         return jsonify(agent.delete_vwn(vwn).record())
+
+    node_suspend.install_routes(app, agent, from_ce)
 
     @app.get("/status")
     def status():
