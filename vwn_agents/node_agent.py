@@ -18,8 +18,7 @@ leaves the job wrappers running (their own sessions); the next agent adopts them
 the CE agents (``node_heartbeat``).
 
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
-GET /status; POST /vwns/<vwn>/suspend and /resume (``node_suspend``: the VWN's cgroup frozen,
-``freezer``; a suspended VWN does not count in N).
+GET /status; POST /vwns/<vwn>/suspend and /resume (``node_suspend``: freeze, thaw).
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, fairshare, freezer, node_heartbeat, node_recovery, node_suspend, proctree
+from . import cgroups, fairshare, node_heartbeat, node_recovery, node_suspend, proctree
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
@@ -87,8 +86,7 @@ class NodeAgent:
         resumed = [v for v in self.vwns.values() if v.active]
         self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
                                                      keep=node_recovery.claimed(resumed))
-        self.fz = freezer.open_freezer(config.node, config.cgroup, config.cgroup_parent, self.cg,
-                                       keep=node_recovery.claimed(resumed))
+        self.fz = node_suspend.open_freezer(config, self.cg, node_recovery.claimed(resumed))
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))
@@ -118,8 +116,7 @@ class NodeAgent:
         with self._lock:
             return [v for v in self.vwns.values() if v.active]
 
-    def sharing(self) -> list[VWN]:
-        """The VWNs that hold a CPU share (N of C/(N+1)): active and not suspended."""
+    def sharing(self) -> list[VWN]:      # the VWNs holding a CPU share: N of C/(N+1)
         with self._lock:
             return [v for v in self.vwns.values() if v.state in SHARING]
 
@@ -209,7 +206,7 @@ class NodeAgent:
             log.error("%s: cannot record its state %s: %s", v.vwn, v.state.value, exc)
 
     def _readjust(self, share: float | None, arriving: VWN | None = None) -> None:
-        """Set every active VWN to ``share``; record it and emit ``caps`` for the others."""
+        """Set every sharing (not suspended) VWN to ``share``; record it and emit ``caps`` for the others."""
         now = self.clock.now()
         for v in self.sharing():
             if v.capped:
@@ -378,9 +375,9 @@ class NodeAgent:
             self._save(v)
             try:
                 self.cg.remove(v.vwn)
-                self.fz.remove(v.vwn)
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
+            node_suspend.remove(self, v)
             self.conf.close(v.jail, self.config.keep_workdirs)
             v.to(final)
             v.ended = self.clock.now()
@@ -445,9 +442,9 @@ class NodeAgent:
         self.outbox.close()
         try:
             self.cg.close()
-            self.fz.close()
         except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
+        node_suspend.close(self)
         self.conf.shutdown()
         self.engine.dispose()
         self._node_lock.close()

@@ -25,9 +25,33 @@ from vgrid_runtime.httpjson import ApiError
 
 from . import fairshare
 from .cgroups import CgroupError
+from .freezer import Freezer, open_freezer as _open
 from .vwn_states import VWNState
 
 log = logging.getLogger(__name__)
+
+
+def open_freezer(config, cpu, keep: frozenset[str]) -> Freezer:
+    """The node's ``freezer.Freezer`` (``config``: NodeAgentConfig; ``cpu``: its CPU driver;
+    ``keep``: cgroups of adopted VWNs the stale sweep must spare)."""
+    return _open(config.node, config.cgroup, config.cgroup_parent, cpu, keep=keep)
+
+
+def remove(agent, v) -> None:
+    """Remove ``v``'s freezer cgroup once it ended; never raises (logged)."""
+    try:
+        agent.fz.remove(v.vwn)
+    except (CgroupError, OSError) as exc:
+        log.warning("%s: %s", v.vwn, exc)
+    agent.fz.missing.pop(v.vwn, None)
+
+
+def close(agent) -> None:
+    """Remove the node's freezer directory at shutdown; never raises (logged)."""
+    try:
+        agent.fz.close()
+    except (CgroupError, OSError) as exc:
+        log.warning("node %s: %s", agent.config.node, exc)
 
 
 def create(agent, v) -> None:
