@@ -213,3 +213,4 @@ def _usage(path: Path) -> float:
     if path.name == "cpuacct.usage":
         return int(text) / 1e9
     return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
+
