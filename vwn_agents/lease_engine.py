@@ -16,8 +16,8 @@ bodies, events and URLs. How a CE agent uses it (it owns the HTTP front end; thi
 By default a job is a best-effort lease of one VM (one node's CPU share of ``cpu`` = 100 per
 core, ``memory_mb``) for ``duration_s`` (its wall-clock limit: when the reservation ends the
 VWN is deleted). ``start_s`` makes it an advance reservation; ``immediate=True`` an immediate
-lease. Node agents cannot suspend VWNs, so preempted best-effort jobs are cancelled and
-requeued. Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
+lease. Preempted best-effort jobs are cancelled and requeued, unless ``suspend_vwns``: then a
+suspendable lease's VWNs are frozen and thawed in place (``node_enactment``). Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
 software.
 
 Every start attempt gets fresh VWN keys (``vwn_key``: ``<key>``, ``<key>-r2`` ...); ``job_of``
