@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .cgroups import (CgroupError, _kill_loop, _mkdir, _read, _read_pids, _rmdir, _write, own_cgroups,
                       read_mounts, sweep_stale)
+from .proctree import is_running
 
 
 class Freezer:
@@ -168,8 +169,27 @@ def open_freezer(node: str, mode: str, parent: str, cpu, mounts_file: str = "/pr
                 _mkdir(d)
                 if not (d / "freezer.state").exists():
                     raise CgroupError(f"{d / 'freezer.state'} does not exist")
+                _thaw_stale(d.parent, node, keep)
                 sweep_stale(d.parent, node, keep)
                 return Freezer("v1", d)
             except CgroupError as exc:
                 reasons.append(str(exc))
     return Freezer("none", reason="no freezer cgroup: " + "; ".join(reasons or ["not tried"]))
+
+
+def _thaw_stale(parent_dir: Path, node: str, keep: frozenset[str]) -> None:
+    """Thaw the VWN freezer cgroups of ``node``'s dead agents that ``keep`` does not claim, so
+    that ``sweep_stale`` can kill their tasks (v1 frozen tasks die only once thawed)."""
+    try:
+        dirs = [d for d in parent_dir.iterdir() if d.is_dir()]
+    except OSError:
+        return
+    for d in dirs:
+        owner, _, pid = d.name.rpartition("-")
+        if owner != node or not pid.isdigit() or is_running(int(pid)):
+            continue
+        try:
+            for child in [c for c in d.iterdir() if c.is_dir() and f"{d.name}/{c.name}" not in keep]:
+                _write(child / "freezer.state", "THAWED")
+        except (CgroupError, OSError):
+            continue

@@ -86,7 +86,7 @@ class NodeAgent:
         resumed = [v for v in self.vwns.values() if v.active]
         self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
                                                      keep=node_recovery.claimed(resumed))
-        self.fz = node_suspend.open_freezer(config, self.cg, node_recovery.claimed(resumed))
+        self.fz = node_suspend.open_freezer(config, self.cg, resumed)
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))

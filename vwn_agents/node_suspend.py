@@ -31,9 +31,11 @@ from .vwn_states import VWNState
 log = logging.getLogger(__name__)
 
 
-def open_freezer(config, cpu, keep: frozenset[str]) -> Freezer:
+def open_freezer(config, cpu, adopted: list) -> Freezer:
     """The node's ``freezer.Freezer`` (``config``: NodeAgentConfig; ``cpu``: its CPU driver;
-    ``keep``: cgroups of adopted VWNs the stale sweep must spare)."""
+    ``adopted``: the VWNs a restarted agent adopts, whose freezer cgroups
+    ``<node>-<agent pid>/<vwn>`` the stale sweep spares -- uncapped ones too)."""
+    keep = frozenset(f"{config.node}-{v.agent_pid}/{v.vwn}" for v in adopted if v.agent_pid)
     return _open(config.node, config.cgroup, config.cgroup_parent, cpu, keep=keep)
 
 
