@@ -363,6 +363,14 @@ class JobStore:
                 raise UnknownJob(key)
         return self.get(key)
 
+    def note(self, key: str, now: float, reason: str, **fields: Any) -> Job:
+        """Add a history row (the job's current state, ``now``, ``reason``) without changing the
+        state, and set ``fields``: e.g. its VWN suspended / resumed. UnknownJob."""
+        job = self.update_fields(key, now, **fields)
+        with self._session.begin() as s:
+            s.add(HistoryRow(key=key, state=job.state.value, time=now, reason=reason))
+        return self.get(key)
+
     def heard(self, times: dict[str, float]) -> None:
         """Set ``last_heard`` of each job key in ``times`` to its time (broker clock, s): what
         its CE reported last (an earlier time too: the CE knows when its node last spoke); one

@@ -125,6 +125,13 @@ def test_a_user_cannot_drive_a_node_agent_or_a_ce_agent(pki, site):
     r = alice.post(f"{site['node']}/vwns", json=body, timeout=10)
     assert r.status_code == 403 and "may not create VWNs" in r.json()["error"]["message"]
     assert alice.get(f"{site['node']}/vwns", timeout=10).status_code == 403
+    for verb in ("suspend", "resume"):        # only the CE agents suspend or resume a VWN
+        r = alice.post(f"{site['node']}/vwns/vwn-x-1/{verb}", timeout=10)
+        assert r.status_code == 403 and f"may not {verb} VWN" in r.json()["error"]["message"], r.text
+        r = new_session(tls(d, "broker")).post(f"{site['node']}/vwns/vwn-x-1/{verb}", timeout=10)
+        assert r.status_code == 403, r.text
+        r = new_session(tls(d, "ce")).post(f"{site['node']}/vwns/vwn-x-1/{verb}", timeout=10)
+        assert r.status_code == 404, r.text      # the CE agent passes the rule: unknown VWN
     r = alice.post(f"{site['ce']}/jobs", json={"job_id": "x", "key": "k", "jdl": JDL}, timeout=10)
     assert r.status_code == 403
     r = alice.post(f"{site['ce']}/node-events", json={"key": "k", "event": "done"}, timeout=10)

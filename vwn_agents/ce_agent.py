@@ -299,7 +299,7 @@ class CEAgent(CEPublishing):
     def node_event(self, event: dict) -> CEJob:
         """Apply a VWN event from a node agent and forward it to the broker."""
         key, kind = event.get("key"), event.get("event")
-        if kind not in ("running", "caps", "done", "aborted"):
+        if kind not in ("running", "caps", "done", "aborted", "suspended", "resumed"):
             raise ApiError(400, f"field 'event': unknown event {kind!r}", field="event")
         owner = self.leases.job_of(str(key)) if self.leases else None
         if owner is not None:           # a lease VWN: <key>, or <key>-r2 ... after a restart

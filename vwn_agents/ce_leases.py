@@ -31,8 +31,11 @@ from .leasing.model import LeaseState
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842
 
-#: Lease-engine options the CE agent always sets: node agents cannot suspend a VWN.
+#: Lease-engine options the CE agent sets: without ``suspend_vwns`` preempted leases are not
+#: suspended (their VWNs are deleted and restarted); with it a suspended lease resumes where its
+#: frozen VWNs are (no migration: issue 14).
 LIVE_OVERRIDES = {"suspension": "none"}
+SUSPEND_OVERRIDES = {"migration": "no"}
 
 #: The reason of a job whose preempted lease goes back to the queue (``Outcome.REQUEUED``).
 REQUEUED_REASON = ("preempted by an advance reservation: its VWN was deleted; it restarts in a new VWN "
@@ -118,7 +121,8 @@ class LeaseScheduling:
         self.default_memory_mb = max(1, config.ram_mb // self.k)
         self.max_wallclock_s = config.max_wallclock_s
         base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
-        lease_cfg = base.with_options(**LIVE_OVERRIDES)
+        suspend = bool(getattr(config, "suspend_vwns", False))
+        lease_cfg = base.with_options(**(SUSPEND_OVERRIDES if suspend else LIVE_OVERRIDES))
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
         probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
         self.engine = LeaseEngine(site, lease_cfg, clock, session=session,
@@ -126,7 +130,7 @@ class LeaseScheduling:
                                   node_down_after_s=config.node_down_after_s,
                                   probe_timeout_s=probe_s,
                                   request_timeout_s=config.node_timeout_s,
-                                  on_start=on_start) if site else None
+                                  on_start=on_start, suspend_vwns=suspend) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------
@@ -199,7 +203,7 @@ class LeaseScheduling:
         return {"id": st["lease_id"], "state": st["state"], "start_s": st["start_s"],
                 "end_s": st["end_s"], "nodes": st["nodes"], "vwns": st["vwns"],
                 "reason": st["reason"] or None, "start_error": st["start_error"],
-                "attempts": st["attempts"]}
+                "attempts": st["attempts"], "frozen": st.get("frozen", False)}
 
     @staticmethod
     def outcome(req: JobLeaseRequest, st: dict) -> tuple[Outcome, str] | None:
@@ -221,7 +225,7 @@ class LeaseScheduling:
             return Outcome.WALLCLOCK_LIMIT, (f"killed at its wall-clock limit: the lease's {req.duration_s:g} s "
                                              f"({limit}) ended and its VWN was deleted")
         if st["start_s"] is not None and state in (LeaseState.QUEUED, LeaseState.SCHEDULED,
-                                                  LeaseState.SUSPENDED):
+                                                  LeaseState.SUSPENDED) and not st.get("frozen"):
             return Outcome.PREEMPTED, "preempted by an advance reservation: its VWN was deleted"
         return None
 

@@ -16,8 +16,8 @@ bodies, events and URLs. How a CE agent uses it (it owns the HTTP front end; thi
 By default a job is a best-effort lease of one VM (one node's CPU share of ``cpu`` = 100 per
 core, ``memory_mb``) for ``duration_s`` (its wall-clock limit: when the reservation ends the
 VWN is deleted). ``start_s`` makes it an advance reservation; ``immediate=True`` an immediate
-lease. Node agents cannot suspend VWNs, so preempted best-effort jobs are cancelled and
-requeued. Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
+lease. Preempted best-effort jobs are cancelled and requeued, unless ``suspend_vwns``: then a
+suspendable lease's VWNs are frozen and thawed in place (``node_enactment``). Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
 software.
 
 Every start attempt gets fresh VWN keys (``vwn_key``: ``<key>``, ``<key>-r2`` ...); ``job_of``
@@ -108,7 +108,7 @@ class LeaseEngine:
     def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
                  clock=None, session=None, default_duration_s: float = 86400.0,
                  node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0,
-                 request_timeout_s: float = 10.0, on_start=None) -> None:
+                 request_timeout_s: float = 10.0, on_start=None, suspend_vwns: bool = False) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
@@ -120,7 +120,7 @@ class LeaseEngine:
         self.node_down_after_s = node_down_after_s
         self.probe_timeout_s = probe_timeout_s
         self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session,
-                                            timeout=request_timeout_s)
+                                            timeout=request_timeout_s, suspend=suspend_vwns)
         self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
         self.default_duration_s = default_duration_s
         self.on_start = on_start        # on_start(job key, attempt, node URL): before each POST /vwns
@@ -152,7 +152,8 @@ class LeaseEngine:
             job_key, attempt = found
             lease = self._by_key[job_key]
             current = (attempt == self.enactment.attempts.get(lease.id, 0)
-                       and lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED))
+                       and (lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED)
+                            or lease.id in self.enactment.frozen))
             return job_key, current
 
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
@@ -302,7 +303,8 @@ class LeaseEngine:
             return {"lease_id": lease.id, "state": lease.state.value, "nodes": nodes,
                     "vwns": [v for _, v in vwns], "start_s": lease.start_s, "end_s": lease.end_s,
                     "reason": lease.reject_reason, "start_error": self.enactment.start_errors.get(lease.id),
-                    "attempts": self.enactment.attempts.get(lease.id, 0)}
+                    "attempts": self.enactment.attempts.get(lease.id, 0),
+                    "frozen": lease.id in self.enactment.frozen}
 
     def outlook(self, cpu: int = 100, memory_mb: int = 512, duration_s: float | None = None) -> dict:
         """What one more one-VM best-effort lease (``cpu`` hundredths of a core, ``memory_mb``

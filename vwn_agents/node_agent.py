@@ -18,7 +18,7 @@ leaves the job wrappers running (their own sessions); the next agent adopts them
 the CE agents (``node_heartbeat``).
 
 HTTP (Flask, see ``create_app``): POST /vwns, GET /vwns, GET /vwns/<vwn>, DELETE /vwns/<vwn>,
-GET /status.
+GET /status; POST /vwns/<vwn>/suspend and /resume (``node_suspend``: freeze, thaw).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, fairshare, node_heartbeat, node_recovery, proctree
+from . import cgroups, fairshare, node_heartbeat, node_recovery, node_suspend, proctree
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
@@ -51,7 +51,7 @@ from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
 from .vwn_process import OUT_FILE, is_wrapper, read_lines, start_time, wait_gone
-from .vwn_states import VWNState
+from .vwn_states import SHARING, VWNState
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class NodeAgent:
         resumed = [v for v in self.vwns.values() if v.active]
         self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
                                                      keep=node_recovery.claimed(resumed))
+        self.fz = node_suspend.open_freezer(config, self.cg, resumed)
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))
@@ -115,6 +116,10 @@ class NodeAgent:
         with self._lock:
             return [v for v in self.vwns.values() if v.active]
 
+    def sharing(self) -> list[VWN]:      # the VWNs holding a CPU share: N of C/(N+1)
+        with self._lock:
+            return [v for v in self.vwns.values() if v.state in SHARING]
+
     def get(self, vwn: str) -> VWN:
         with self._lock:
             if vwn not in self.vwns:
@@ -130,7 +135,7 @@ class NodeAgent:
         box = self.outbox.stats()
         return {"node": self.config.node, "capacity": self.config.capacity,
                 "vwns": len(self.active()), "cgroup": self.cg.describe(),
-                "confinement": self.conf.describe(),
+                "confinement": self.conf.describe(), "freezer": self.fz.describe(),
                 "adopted": sum(1 for v in self.active() if v.adopted),
                 "outbox": {"pending": box["pending"], "dropped": box["dropped"]},
                 "heartbeat": self.heartbeats.status()}
@@ -162,7 +167,7 @@ class NodeAgent:
                 jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
             except AccountError as exc:
                 raise ApiError(503, f"no pool account for the VWN: {exc}", key=req.key) from None
-            share = fairshare.vwn_cap(self.config.capacity, len(self.active()))
+            share = fairshare.vwn_cap(self.config.capacity, len(self.sharing()))
             v = VWN(name, req, VWNState.STARTING, self.clock.now(), self.cg.capped,
                     None if self.cg.capped else self.cg.reason, jail=jail,
                     agent_pid=os.getpid(), home=self.cg.home(name))
@@ -178,6 +183,7 @@ class NodeAgent:
                 self.cg.create(name)
             except cgroups.CgroupError as exc:
                 v.capped, v.cap_reason = False, f"cgroup not created: {exc}"
+            node_suspend.create(self, v)
             self._readjust(share, arriving=v)
             self._save(v)
             if req.heartbeat_url:
@@ -200,9 +206,9 @@ class NodeAgent:
             log.error("%s: cannot record its state %s: %s", v.vwn, v.state.value, exc)
 
     def _readjust(self, share: float | None, arriving: VWN | None = None) -> None:
-        """Set every active VWN to ``share``; record it and emit ``caps`` for the others."""
+        """Set every sharing (not suspended) VWN to ``share``; record it and emit ``caps`` for the others."""
         now = self.clock.now()
-        for v in self.active():
+        for v in self.sharing():
             if v.capped:
                 try:
                     self.cg.set_cap(v.vwn, share)
@@ -235,7 +241,7 @@ class NodeAgent:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONPATH": PACKAGE_PARENT,
                "PYTHONDONTWRITEBYTECODE": "1"}
-        procs = self.cg.procs_files(v.vwn) if v.capped else []
+        procs = (self.cg.procs_files(v.vwn) if v.capped else []) + node_suspend.procs_files(self, v)
         argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
                 *self.conf.command(v.jail, procs, [python, "-m", "vwn_agents.wrapper", "-"])]
         # stdout: a file, not a pipe, so the wrapper's lines outlive the agent (vwn_process);
@@ -371,13 +377,14 @@ class NodeAgent:
                 self.cg.remove(v.vwn)
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
+            node_suspend.remove(self, v)
             self.conf.close(v.jail, self.config.keep_workdirs)
             v.to(final)
             v.ended = self.clock.now()
             if v.state is not VWNState.CANCELLED:
                 self._emit(v, v.state.value)
             self._save(v)
-            self._readjust(fairshare.equal_shares(self.config.capacity, len(self.active())))
+            self._readjust(fairshare.equal_shares(self.config.capacity, len(self.sharing())))
 
     def _emit(self, v: VWN, kind: str) -> None:
         r = v.request
@@ -409,6 +416,7 @@ class NodeAgent:
         return v
 
     def _kill(self, v: VWN) -> None:
+        self.fz.kill(v.vwn)                        # a suspended VWN: SIGKILL, then thaw
         if v.proc is not None:
             proctree.kill_tree(v.proc.pid)
         elif is_wrapper(v.wrapper_pid, v.wrapper_start, v.home if v.capped else None, v.vwn):
@@ -436,6 +444,7 @@ class NodeAgent:
             self.cg.close()
         except (cgroups.CgroupError, OSError) as exc:
             log.warning("node %s: %s", self.config.node, exc)
+        node_suspend.close(self)
         self.conf.shutdown()
         self.engine.dispose()
         self._node_lock.close()
@@ -483,6 +492,8 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     def delete_vwn(vwn):
         from_ce(f"delete VWN {vwn}")
         return jsonify(agent.delete_vwn(vwn).record())
+
+    node_suspend.install_routes(app, agent, from_ce)
 
     @app.get("/status")
     def status():

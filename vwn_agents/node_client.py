@@ -1,8 +1,8 @@
 """The one client of the node agent's HTTP API (docs/architecture.md, "node agent").
 
 ``NodeAgentClient(base_url, session=None, timeout_s=10.0)``: ``create_vwn`` (POST /vwns),
-``vwns`` (GET /vwns), ``vwn`` (GET /vwns/<vwn>), ``delete_vwn`` (DELETE /vwns/<vwn>), ``status``
-(GET /status). Every failure raises ``NodeAgentError`` with a ``kind``
+``vwns`` (GET /vwns), ``vwn`` (GET /vwns/<vwn>), ``delete_vwn`` (DELETE /vwns/<vwn>),
+``suspend_vwn`` / ``resume_vwn`` (POST /vwns/<vwn>/suspend, /resume), ``status`` (GET /status). Every failure raises ``NodeAgentError`` with a ``kind``
 (``vgrid_runtime.httpclient.ErrorKind``: unreachable, timeout, http, bad-answer) and the HTTP
 ``status`` when the node agent answered. Used by the CE agent (fair-share placement, cancel)
 and by ``node_enactment.NodeAgentEnactment`` (the lease engine's nodes).
@@ -32,7 +32,7 @@ class VWNCreated(TypedDict, total=False):
 
 
 class VWNRecord(TypedDict, total=False):
-    """A VWN record: ``state`` is starting | running | done | aborted | cancelled; ``created``,
+    """A VWN record: ``state`` is starting | running | suspended | done | aborted | cancelled; ``created``,
     ``ended`` in clock seconds, ``cpu_time_s`` in seconds, ``cpu_caps`` ``[[t, fraction], ...]``."""
 
     vwn: str
@@ -75,6 +75,17 @@ class NodeAgentClient(ServiceClient):
         """DELETE /vwns/<vwn>: kill its process tree, remove its cgroup; the record (state
         cancelled unless it had ended). Raises NodeAgentError (HTTP 404 for an unknown VWN)."""
         return self._call("DELETE", f"/vwns/{vwn}")
+
+    def suspend_vwn(self, vwn: str) -> VWNRecord:
+        """POST /vwns/<vwn>/suspend: freeze the VWN's cgroup (state suspended; 200 also when it
+        already was). Raises NodeAgentError: HTTP 404 unknown VWN, 409 not running, 501 no
+        freezer on the node, 503 not frozen in time."""
+        return self._call("POST", f"/vwns/{vwn}/suspend", required=("state",))
+
+    def resume_vwn(self, vwn: str) -> VWNRecord:
+        """POST /vwns/<vwn>/resume: thaw the VWN's cgroup (state running; 200 also when it
+        already was). Raises NodeAgentError: HTTP 404, 409 not suspended, 501, 503."""
+        return self._call("POST", f"/vwns/{vwn}/resume", required=("state",))
 
     def status(self, timeout_s: float | None = None) -> dict:
         """GET /status: ``{"node","capacity","vwns","cgroup":{...}}``; ``timeout_s`` overrides

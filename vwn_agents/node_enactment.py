@@ -2,8 +2,13 @@
 
 ``NodeAgentEnactment`` turns the scheduler's VM starts and stops into node agent calls through
 ``node_client.NodeAgentClient`` (docs/architecture.md): ``POST {node}/vwns`` per VM to start,
-``DELETE {node}/vwns/<vwn>`` to stop. The node agent API has no suspend/resume, so
-``supports_suspend`` is False and the scheduler cancels and requeues preempted leases instead.
+``DELETE {node}/vwns/<vwn>`` to stop. With ``suspend=False`` (default) ``supports_suspend`` is
+False and the scheduler cancels and requeues preempted leases instead. With ``suspend=True`` a
+preempted suspendable lease's VWNs are frozen in place (``POST {node}/vwns/<vwn>/suspend`` when
+its VM reservation ends, ``vms_paused``) and thawed when it resumes (``resume_vms``: ``/resume``;
+the next ``start_vms`` of that lease then starts nothing, it already runs). A VWN that cannot be
+frozen (no freezer, node down) is deleted, and a lease resumed on other nodes than its frozen
+VWNs' (live migration: issue 14) has them deleted: either way it restarts in new VWNs.
 Node-agent "done"/"aborted" events reach it through ``report_end(lease_id, time)``.
 """
 from __future__ import annotations
@@ -26,9 +31,11 @@ class NodeAgentEnactment:
     A failed start raises ``NodeAgentError`` to the caller of the scheduler.
     """
 
-    supports_suspend = False
-
-    def __init__(self, node_urls: list[str], payload, session=None, timeout: float = 10.0) -> None:
+    def __init__(self, node_urls: list[str], payload, session=None, timeout: float = 10.0,
+                 suspend: bool = False) -> None:
+        self.supports_suspend = suspend
+        self.frozen: set[int] = set()     # leases whose VWNs are suspended (frozen) on their nodes
+        self.resumed: set[int] = set()    # leases thawed by resume_vms, not yet "started" again
         self.node_urls = node_urls
         self.payload = payload
         self.session = session or new_session()
@@ -54,6 +61,9 @@ class NodeAgentEnactment:
         which ``payload`` reads to give the VWNs fresh keys). No answer, a timeout or a 5xx
         marks the node failing since ``now`` (``failing_since``); an answer clears it. Raises
         NodeAgentError (its text is kept in ``start_errors[lease.id]``)."""
+        if lease.id in self.resumed:               # thawed by resume_vms: it runs already
+            self.resumed.discard(lease.id)
+            return
         self.attempts[lease.id] = self.attempts.get(lease.id, 0) + 1
         started = []
         for vm, node in enumerate(mapping):
@@ -86,6 +96,8 @@ class NodeAgentEnactment:
             return exc.answered
 
     def stop_vms(self, lease: Lease, now: float) -> None:
+        self.frozen.discard(lease.id)
+        self.resumed.discard(lease.id)
         for node, vwn in self.vwns.pop(lease.id, []):
             try:
                 self.client(node).delete_vwn(vwn)
@@ -94,13 +106,40 @@ class NodeAgentEnactment:
                     self.failing_since.setdefault(node, now)
 
     def vms_paused(self, lease: Lease, now: float) -> None:
-        self.stop_vms(lease, now)
+        """Freeze the lease's VWNs (``suspend``), else delete them (module doc)."""
+        if not self.supports_suspend:
+            self.stop_vms(lease, now)
+            return
+        for node, vwn in self.vwns.get(lease.id, []):
+            try:
+                self.client(node).suspend_vwn(vwn)
+            except NodeAgentError as exc:
+                self.answered(node, exc.answered, now)
+                self.stop_vms(lease, now)          # not frozen: it restarts when resumed
+                return
+        self.frozen.add(lease.id)
 
     def suspended(self, lease: Lease, now: float) -> None:
-        pass
+        pass                                       # frozen VWNs stay where they are
 
     def resume_vms(self, lease: Lease, mapping: tuple, now: float) -> None:
-        raise NotImplementedError("node agents cannot resume VMs")
+        """Thaw the lease's frozen VWNs when ``mapping`` is where they are; otherwise delete
+        them (module doc). Never raises (a failure deletes them: start_vms starts new ones)."""
+        if lease.id not in self.frozen:
+            return
+        held = self.vwns.get(lease.id, [])
+        if tuple(node for node, _ in held) != tuple(mapping):
+            self.stop_vms(lease, now)
+            return
+        for node, vwn in held:
+            try:
+                self.client(node).resume_vwn(vwn)
+            except NodeAgentError as exc:
+                self.answered(node, exc.answered, now)
+                self.stop_vms(lease, now)
+                return
+        self.frozen.discard(lease.id)
+        self.resumed.add(lease.id)
 
     def start_transfer(self, res, now: float) -> None:
         pass

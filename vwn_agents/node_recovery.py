@@ -1,10 +1,11 @@
 """A node agent's restart: it adopts the VWNs its database says are active, never kills them.
 
-For every VWN recorded as starting or running (``node_store``), the new agent:
+For every VWN recorded as starting, running or suspended (``node_store``), the new agent:
 
 * keeps its cgroups (the stale-cgroup sweep spares what a row claims, ``claimed``) in the node
   directory ``<node>-<earlier agent pid>`` they were made in, and its pool-account lease (its
-  gridmapdir holder is renamed to the new agent's pid, ``leases``);
+  gridmapdir holder is renamed to the new agent's pid, ``leases``); a suspended VWN stays frozen
+  (its freezer cgroup is set to the recorded state, ``node_suspend.adopt``);
 * if the job wrapper never started (the agent died during stage-in), kills whatever may be in
   the VWN's cgroups and starts it again from the beginning;
 * if the wrapper still runs -- same pid, same start time, in the VWN's cgroup
@@ -27,6 +28,7 @@ from typing import IO
 
 from vgrid_runtime.outcomes import Outcome
 
+from . import node_suspend
 from .vwn_model import VWN
 from .vwn_process import is_wrapper
 
@@ -64,6 +66,7 @@ def resume(agent, active: list[VWN]) -> dict[str, int]:
             agent.cg.adopt(v.vwn, v.home)
         if v.jail is not None:
             agent.conf.adopt(v.jail, v.home)
+        node_suspend.adopt(agent, v)                 # frozen again if recorded suspended
         if v.wrapper_pid is None:
             agent.cg.kill(v.vwn)                     # a wrapper started but not recorded
             if v.jail is not None:
