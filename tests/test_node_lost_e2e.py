@@ -38,7 +38,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_node_that_never_returns_costs_a_deep_resubmission_not_a_job(tmp_path):
-    opts = {"node": {"heartbeat_s": HEARTBEAT_S}, "ce": {"heartbeat_s": HEARTBEAT_S},
+    # a cgroup parent of its own: no other node agent named like these sweeps the dead agent's cgroups
+    opts = {"node": {"heartbeat_s": HEARTBEAT_S, "cgroup_parent": "vgrid-node-lost-test"},
+            "ce": {"heartbeat_s": HEARTBEAT_S},
             "broker": {"stalled_resubmit_s": 60.0}}
     with ServiceGroup(tmp_path) as group:
         ports = PortPicker()          # fixed ports: a restarted node agent keeps its URL
