@@ -160,3 +160,17 @@ def test_unknown_axis_or_policy_exits_2(tmp_path):
     assert r.exit_code == 2
     r = CliRunner().invoke(sweep_cmd, ["--out", str(tmp_path), "--policies", "fifo"])
     assert r.exit_code == 2
+
+
+def test_paper_direction_moml_serves_more_local_requests_than_nop():
+    """Seed 002 Table I's direction (NOP - MOML local rejection rate > 0) on small fixed-seed
+    workloads (300 requests in 1.4 days, the paper's arrival rate): MOML never rejects more local
+    requests than NOP on the same workload, and rejects fewer in total."""
+    diffs = []
+    for value in (30, 50, 70):
+        for seed in (1, 2):
+            nop, moml = (sweep.run_one(sweep.Run("local", value, p, seed, jobs=300, days=1.4)) for p in ("nop", "moml"))
+            assert moml["local_rejection_rate"] <= nop["local_rejection_rate"], (value, seed)
+            assert nop["preemptions"] == 0
+            diffs.append(nop["local_rejection_rate"] - moml["local_rejection_rate"])
+    assert sum(diffs) > 0
