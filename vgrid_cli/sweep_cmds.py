@@ -58,8 +58,9 @@ def _ints(text: str) -> tuple:
 @click.option("--max-runs", type=click.IntRange(min=0), default=None, help="compute at most N missing rows, then stop")
 @click.option("--no-plots", is_flag=True, help="do not draw the PNGs")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option("--markdown", is_flag=True, help="print Table I and the means per point as Markdown tables")
 def sweep_cmd(out_dir, axes, policies, seeds, jobs, days, nodes, model_mean_runtime, workers, max_runs, no_plots,
-              as_json) -> None:
+              as_json, markdown) -> None:
     """Run seed 002's preemption-policy sweep (Table I, Figures 6-8) on Lublin workloads, resumably."""
     axes_t = tuple(a.strip() for a in axes.split(",") if a.strip())
     pol_t = tuple(p.strip().lower() for p in policies.split(",") if p.strip())
@@ -91,6 +92,8 @@ def sweep_cmd(out_dir, axes, policies, seeds, jobs, days, nodes, model_mean_runt
         summary["figures"] = [str(p) for p in write_figures(rows, out)]
     if as_json:
         click.echo(json.dumps(summary, indent=1))
+    elif markdown:
+        click.echo(_markdown(summary))
     else:
         _print(summary)
     if summary["missing"]:
@@ -128,7 +131,8 @@ def _summary(rows, axes, planned: int, computed: int, wall: float) -> dict:
     return {"planned": planned, "present": len(rows), "missing": planned - len(rows), "computed_now": computed,
             "wall_s": round(wall, 2), "cpu_s": round(sum(float(r["cpu_s"]) for r in rows), 2),
             "table1_nop_minus_moml": table1,
-            "means": [{"axis": a, "value": v, "policy": p, **m} for (a, v, p), m in sorted(means.items())]}
+            "means": [{"axis": a, "value": v, "policy": p, **m} for (a, v, p), m in
+                      sorted(means.items(), key=lambda kv: (kv[0][0], kv[0][1], sweep.POLICIES.index(kv[0][2])))]}
 
 
 def _print(s: dict) -> None:
@@ -146,3 +150,30 @@ def _print(s: dict) -> None:
     console.print(t)
     console.print(f"{s['present']}/{s['planned']} runs present, {s['computed_now']} computed now "
                   f"in {s['wall_s']} s wall; CPU of all present runs {s['cpu_s']} s")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def _markdown(s: dict) -> str:
+    """Table I (NOP - MOML, percentage points) and, per axis, the means over seeds per point."""
+    out = ["| swept | decrease in local rejection rate, NOP - MOML, mean (95 % CI) | decrease in external rejection "
+           "rate, NOP - MOML, mean (95 % CI) | pairs |", "|---|---|---|---|"]
+    for axis, d in s["table1_nop_minus_moml"].items():
+        cells = ["-" if d[k] is None else f"{_pct(d[k]['mean'])} ({_pct(d[k]['ci_low'])}, {_pct(d[k]['ci_high'])})"
+                 for k in ("local_rejection_decrease", "external_rejection_decrease")]
+        n = d["local_rejection_decrease"]["n"] if d["local_rejection_decrease"] else 0
+        out.append(f"| {axis} | {cells[0]} | {cells[1]} | {n} |")
+    for axis in s["table1_nop_minus_moml"]:
+        out += ["", f"**{axis}** (means over seeds)", "",
+                "| % | policy | local rej. % | external rej. % | utilization eq. (11) % | preemptions "
+                "| BE makespan eq. (13) h | runs |", "|---|---|---|---|---|---|---|---|"]
+        for m in s["means"]:
+            if m["axis"] != axis:
+                continue
+            mk = "-" if m["makespan_external_s"] is None else f"{m['makespan_external_s'] / 3600:.1f}"
+            out.append(f"| {m['value']} | {m['policy'].upper()} | {_pct(m['local_rejection_rate'])} "
+                       f"| {_pct(m['external_rejection_rate'])} | {_pct(m['utilization_eq11'])} "
+                       f"| {m['preemptions']:.1f} | {mk} | {m['runs']} |")
+    return "\n".join(out)
