@@ -118,13 +118,15 @@ def test_the_example_config_is_the_sweeps():
 
 @pytest.mark.parametrize("axis,value,policy,mix", [("best-effort", 30, "moml", "15,15,35,35"),
                                                    ("deadline", 20, "mov", "40,40,10,10"),
-                                                   ("local", 50, "mlip", "25,25,25,25")])
+                                                   ("local", 50, "mlip", "25,25,25,25"),
+                                                   ("arrival", 50, "nop", "25,25,25,25")])
 def test_a_row_equals_vgrid_simulate_on_the_same_workload(tmp_path, axis, value, policy, mix):
     run = sweep.Run(axis, value, policy, seed=4, jobs=90, days=0.5)
     row = sweep.run_one(run)
     local = f"{value}%" if axis == "local" else "30"
     lwf = tmp_path / "w.lwf"
-    r = CliRunner().invoke(workload_group, ["lublin", "--seed", "4", "--jobs", "90", "--days", "0.5", "--local", local,
+    days = "1.0" if axis == "arrival" else "0.5"       # half the arrival rate: twice the span
+    r = CliRunner().invoke(workload_group, ["lublin", "--seed", "4", "--jobs", "90", "--days", days, "--local", local,
                                             "--mix", mix, "--exact-mean-runtime", "--out", str(lwf)])
     assert r.exit_code == 0, r.output
     def requests(text):   # the CLI adds a <description> line (the model's knobs); the requests are equal
@@ -156,7 +158,7 @@ def test_paired_difference_by_hand():
 
 
 def test_unknown_axis_or_policy_exits_2(tmp_path):
-    r = CliRunner().invoke(sweep_cmd, ["--out", str(tmp_path), "--axes", "arrival"])
+    r = CliRunner().invoke(sweep_cmd, ["--out", str(tmp_path), "--axes", "rate"])
     assert r.exit_code == 2
     r = CliRunner().invoke(sweep_cmd, ["--out", str(tmp_path), "--policies", "fifo"])
     assert r.exit_code == 2

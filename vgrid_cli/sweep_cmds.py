@@ -44,8 +44,8 @@ def _ints(text: str) -> tuple:
 @click.command("sweep-preemption")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="directory of sweep.csv (resumed if present), sweep_summary.json and the PNGs")
-@click.option("--axes", default="best-effort,deadline,local", show_default=True,
-              help="swept characteristics (seed 002 Section 7.2): best-effort, deadline, local")
+@click.option("--axes", default="best-effort,deadline,local,arrival", show_default=True,
+              help="swept characteristics: best-effort, deadline, local (seed 002 Section 7.2), arrival (rate)")
 @click.option("--policies", default="nop,mov,mlip,moml", show_default=True, help="preemption policies")
 @click.option("--seeds", default="1-3", show_default=True, help="workload seeds, e.g. 1-5 or 1,4,9")
 @click.option("--jobs", type=click.IntRange(min=3), default=3000, show_default=True, help="requests per workload")

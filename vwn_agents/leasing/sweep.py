@@ -10,7 +10,10 @@ Lublin-Feitelson workload at a time (Table I, Figures 6-8):
 * ``deadline``: the percentage of deadline-constrained external requests, 10-50 %, the rest
   best-effort; local requests one third;
 * ``local``: the percentage of local requests, 20-70 % of the workload; the four external types
-  25 % each.
+  25 % each;
+* ``arrival`` (vgrid, issue 13's "sweep over arrival rate"): the arrival rate in percent of the
+  paper's 3,000 requests per 14 days, 50-150 % (``days`` x 100 / value); local one third, the
+  external types 25 % each.
 
 One :class:`Run` is (axis, value, policy, seed, workload size); its :meth:`Run.key` is a hash of
 all of these and of the engine constants (:data:`SECTION_7_2`), so a result row is valid exactly
@@ -41,7 +44,7 @@ from .traces import read_lwf_xml
 
 #: The swept axes and their values (seed 002 Section 7.2 / Figures 6-8 (a), (b), (c)), percent.
 AXES = {"best-effort": (10, 20, 30, 40, 50), "deadline": (10, 20, 30, 40, 50),
-        "local": (20, 30, 40, 50, 60, 70)}
+        "local": (20, 30, 40, 50, 60, 70), "arrival": (50, 75, 100, 125, 150)}
 POLICIES = ("nop", "mov", "mlip", "moml")
 #: Engine options of Section 7.2: VM images replicated (no transfers), conservative backfilling,
 #: B = 6.36 MB/s, r = 8.12 MB/s, t_p = 5 ms, delta = 2.3 s; memory snapshots on a shared file
@@ -79,6 +82,8 @@ class Run:
         ValueError for an unknown axis."""
         if self.axis == "local":
             return f"{self.value}%", dict(UNIFORM_MIX)
+        if self.axis == "arrival":
+            return round(self.jobs / 3), dict(UNIFORM_MIX)
         if self.axis == "best-effort":
             be = float(self.value)
         elif self.axis == "deadline":
@@ -93,7 +98,8 @@ class Run:
         """The LWF text of this run's workload (what ``vgrid workload lublin`` writes for the same
         seed, size, ``--local`` and ``--mix``)."""
         local, mix = self.local_and_mix()
-        reqs = section_7_2_requests(self.seed, self.jobs, self.days, self.nodes, local, mix,
+        days = self.days * 100 / self.value if self.axis == "arrival" else self.days
+        reqs = section_7_2_requests(self.seed, self.jobs, days, self.nodes, local, mix,
                                     exact_mean_runtime=self.exact_mean_runtime)
         return to_lwf(reqs, self.nodes, f"lublin-seed{self.seed}")
 

@@ -2,8 +2,8 @@
 
 ``write_figures(rows, out_dir, prefix)`` draws one PNG per metric -- local and external rejection
 rate (Table I), utilization eq. (11) (Figure 6), number of preemptions (Figure 7), mean makespan of
-best-effort external leases eq. (13) (Figure 8) -- each with three panels, (a) % best-effort
-external, (b) % deadline-constrained external, (c) % local requests, and a line per policy (mean
+best-effort external leases eq. (13) (Figure 8) -- each with a panel per swept axis, (a) % best-effort
+external, (b) % deadline-constrained external, (c) % local requests, (d) arrival rate, and a line per policy (mean
 over seeds, error bars min-max). Returns the paths written. Rows are the CSV's (strings or numbers).
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ FIGURES = {  # file stem -> (metric, y label, scale)
 }
 XLABEL = {"best-effort": "(a) best-effort external requests (%)",
           "deadline": "(b) deadline-constrained external requests (%)",
-          "local": "(c) local requests (% of workload)"}
+          "local": "(c) local requests (% of workload)",
+          "arrival": "(d) arrival rate (% of 3,000 per 14 days)"}
 
 
 def _series(rows, axis, policy, metric):
