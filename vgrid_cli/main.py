@@ -48,6 +48,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "simulate-grid": ("vgrid_cli.gridsim_cmds", "simulate_grid_cmd"),
     "report": ("vgrid_cli.gridsim_cmds", "report_cmd"),
     "workload": ("vgrid_cli.workload_cmds", "workload_group"),
+    "sweep-preemption": ("vgrid_cli.sweep_cmds", "sweep_cmd"),
 }
 
 
