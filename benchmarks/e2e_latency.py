@@ -3,9 +3,9 @@ node agent processes on loopback (issue 12, "A lean job wrapper"; docs/benchmark
 
 Starts the embedded site of ``vgrid demo`` (``vgrid_cli.demo.start_site``: ``--ces`` CE agents,
 two node agents each, one broker; plain HTTP on 127.0.0.1, default configuration unless
-``--option kind.key=value``), then for each in-flight level N of ``--inflight`` (default 1, 10,
-100) runs ``--rounds`` rounds: N jobs submitted at once (N client threads), waited for until
-all are Done. Latencies come from the broker's own job history (both ends stamped by the
+``--option kind.key=value``), runs two warm-up jobs (not counted), then for each in-flight level N
+of ``--inflight`` (default 1, 10, 100) runs max(1, ``--jobs`` // N) rounds: N jobs submitted at
+once (up to 32 client threads), waited for until all are Done. Latencies come from the broker's own job history (both ends stamped by the
 broker's clock, so client polling does not blur them): Running time - Submitted time and Done
 time - Submitted time. CPU: user+system seconds of the service processes (broker, CE agents,
 node agents, and the reaped job wrappers, children of the node agents) over the level, read
@@ -17,7 +17,7 @@ between consecutive history entries}, "wall_s", "cpu_s": {"broker",
 "ce", "node", "total"}, "cpu_ms_per_job"}], "wrapper_start_ms"}``. Exit status 1 when a job does
 not reach Done within ``--timeout`` s or a service does not start (the reason on stderr).
 
-    .venv/bin/python benchmarks/e2e_latency.py [--inflight 1,10,100] [--rounds 5] [--ces 2]
+    .venv/bin/python benchmarks/e2e_latency.py [--inflight 1,10,100] [--jobs 30] [--ces 2]
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def run_level(client: BrokerClient, n: int, rounds: int, timeout_s: float, pids:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inflight", default="1,10,100", help="comma-separated jobs in flight")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per level")
+    ap.add_argument("--jobs", type=int, default=30,
+                    help="jobs per level: max(1, jobs // N) rounds of N jobs in flight")
     ap.add_argument("--ces", type=int, default=2, help="CE agents (2 node agents each)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a round may take")
     ap.add_argument("--option", action="append", default=[],
@@ -138,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                     pids[svc.kind].extend(svc.pids())
                 client = BrokerClient(url)
                 client.jobs()                    # the broker answers
+                run_level(client, 1, 2, args.timeout, pids)   # warm-up (first ISM, first VWNs), not counted
                 out = {"benchmark": "e2e_latency", "ces": args.ces, "nodes": 2 * args.ces,
                        "options": options, "levels": []}
                 for n in levels:
-                    out["levels"].append(run_level(client, n, args.rounds, args.timeout, pids))
+                    out["levels"].append(run_level(client, n, max(1, args.jobs // n), args.timeout, pids))
         except ServiceError as exc:
             print(f"e2e_latency: a service did not start: {exc}", file=sys.stderr)
             return 1
