@@ -310,11 +310,16 @@ class JobStore:
                 t, k = after
                 q = q.where(or_(JobRow.submitted_at > t, and_(JobRow.submitted_at == t, JobRow.key > k)))
             rows = list(s.scalars(q))
-        more = len(rows) > limit
-        rows = rows[:limit]
-        jobs = {j.key: j for j in self.list(keys=[r.key for r in rows])} if rows else {}
+            more = len(rows) > limit
+            rows = rows[:limit]
+            hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
+            if rows:              # one query for the page's history (ix on job_history.key)
+                for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
+                                   .order_by(HistoryRow.id)):
+                    hist[h.key].append(h)
+            jobs = [self._to_job(r, hist[r.key]) for r in rows]
         last = rows[-1] if more else None
-        return [jobs[r.key] for r in rows if r.key in jobs], (last.submitted_at, last.key) if last else None
+        return jobs, (last.submitted_at, last.key) if last else None
 
     # -- writing -------------------------------------------------------------------------------
     def create(self, jdl: str, filename: str, now: float, key: str | None = None, kind: str = "job",
