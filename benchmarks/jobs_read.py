@@ -6,7 +6,8 @@ compatible resources", three history rows each), submits ``--jobs`` jobs, then r
 kind with ``--clients`` threads for ``--requests`` requests per client:
 
 - ``page``: ``GET /jobs?limit=100`` (the first page, what ``vgrid status`` shows first);
-- ``all``: every page of ``GET /jobs?limit=1000`` (what the unpaginated list used to answer);
+- ``all``: every page of ``GET /jobs?limit=1000`` (what the unpaginated list used to answer;
+  one request per client);
 - ``job``: ``GET /jobs/<random key>``;
 - ``job_etag``: the same with ``If-None-Match`` of the tag seen before (304, no body).
 
@@ -59,19 +60,19 @@ def run_kind(url: str, kind: str, keys: list[str], tags: dict, clients: int, per
         s, rng = session(), random.Random(i)
         t = time.perf_counter()
         if kind == "page":
-            r = s.get(f"{url}/jobs", params={"limit": 100}, timeout=60)
+            r = s.get(f"{url}/jobs", params={"limit": 100}, timeout=300)
         elif kind == "all":
             after = None
             while True:
                 r = s.get(f"{url}/jobs", params={"limit": 1000, **({"after": after} if after else {})},
-                          timeout=60)
+                          timeout=300)
                 after = r.json().get("next") if r.status_code == 200 else None
                 if after is None:
                     break
         else:
             key = rng.choice(keys)
             headers = {"If-None-Match": tags[key]} if kind == "job_etag" else {}
-            r = s.get(f"{url}/jobs/{key}", headers=headers, timeout=60)
+            r = s.get(f"{url}/jobs/{key}", headers=headers, timeout=300)
         ms = (time.perf_counter() - t) * 1000
         if r.status_code not in (200, 304):
             raise SystemExit(f"jobs_read: {kind}: HTTP {r.status_code} {r.text[:200]}")
@@ -106,19 +107,21 @@ def main(argv: list[str] | None = None) -> int:
                 s = requests.Session()
                 with ThreadPoolExecutor(max_workers=8) as pool:
                     keys = list(pool.map(lambda _: s.post(f"{url}/jobs", data={
-                        "jdl": '[ Executable = "/bin/true"; ]', "filename": "r.jdl"}, timeout=60).json()["key"],
+                        "jdl": '[ Executable = "/bin/true"; ]', "filename": "r.jdl"}, timeout=300).json()["key"],
                         range(args.jobs)))
                 deadline = time.monotonic() + 300       # every job ended: their tags are final
-                while s.get(f"{url}/jobs", params={"state": "Submitted,Waiting,Ready", "limit": 1},
-                            timeout=60).json()["jobs"]:
+                busy = {"Submitted", "Waiting", "Ready"}      # (a broker without filters lists all)
+                while any(j["state"] in busy for j in s.get(
+                        f"{url}/jobs", params={"state": ",".join(busy), "limit": 1}, timeout=300).json()["jobs"]):
                     if time.monotonic() > deadline:
                         raise SystemExit("jobs_read: jobs still waiting after 300 s")
                     time.sleep(0.2)
-                tags = {k: s.get(f"{url}/jobs/{k}", timeout=60).headers.get("ETag", "") for k in keys[:200]}
+                tags = {k: s.get(f"{url}/jobs/{k}", timeout=300).headers.get("ETag", "") for k in keys[:200]}
                 keys = list(tags)
                 out = {"benchmark": "jobs_read", "jobs": args.jobs, "clients": args.clients, "kinds": {}}
                 for kind in args.kinds.split(","):
-                    out["kinds"][kind] = run_kind(url, kind, keys, tags, args.clients, args.requests, pid)
+                    per_client = 1 if kind == "all" else args.requests     # "all" reads every job
+                    out["kinds"][kind] = run_kind(url, kind, keys, tags, args.clients, per_client, pid)
         except ServiceError as exc:
             print(f"jobs_read: the broker did not start: {exc}", file=sys.stderr)
             return 1
