@@ -47,8 +47,9 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     pids_max: int = field(default=512, metadata={"help": "tasks per VWN (pids.max; 0 = none)"})
     disk_quota_mb: int = field(default=1024, metadata={
         "help": "disk quota of a work directory, a loop-mounted ext4 image (MB; 0 = none)"})
-    spare_disk_images: int = field(default=1, metadata={
-        "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none)"})
+    spare_disk_images: int = field(default=0, metadata={
+        "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none; "
+                "opt-in: see docs/vwn.md, a known failure with agent restarts)"})
     max_sandbox_mb: float = field(default=100.0, metadata={
         "help": "largest input, and output, sandbox of a job (MB, each in total)"})
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
