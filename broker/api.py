@@ -5,6 +5,7 @@ syntax error answers 400 with ``file``, ``line`` and ``column``; nothing is stor
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -18,7 +19,7 @@ from vgrid_runtime.httpjson import install_safe_json, limit_bodies
 from vgrid_runtime.storage import install_storage_errors
 from vgrid_runtime.tls import TLSFiles
 
-from . import authz, heartbeats, idempotency, resubmission
+from . import authz, heartbeats, idempotency, listing, resubmission
 from .db import Job, UnknownJob
 from .transfers import BrokerError
 from .service import Broker
@@ -141,16 +142,26 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         return (jsonify({"id": broker.job_id(job.key), "key": job.key, "state": job.state.value}),
                 201 if created else 200)
 
+    @app.errorhandler(listing.BadQuery)
+    def _bad_query(exc: listing.BadQuery):
+        return error(str(exc), 400, field=exc.field)
+
     @app.get("/jobs")
     def list_jobs():
-        keys = request.args.get("ids")
-        keys_list = [broker.key_of(k) for k in keys.split(",") if k] if keys else None
-        jobs = broker.list_jobs(keys_list, owner_dn=authz.listing_owner(caller(), admins))
-        return jsonify({"jobs": [job_json(broker, j) for j in jobs]})
+        """One page (broker.listing): ``{"jobs": [...], "next": cursor | null}``."""
+        q = listing.parse_query(request.args, broker.key_of)
+        owner = authz.listing_filter(caller(), admins, q.owner)
+        jobs, last = broker.jobs_page(states=q.states, owner_dn=owner, since=q.since,
+                                      keys=q.keys, after=q.after, limit=q.limit)
+        return jsonify({"jobs": [job_json(broker, j) for j in jobs],
+                        "next": listing.encode_cursor(*last) if last else None})
 
     @app.get("/jobs/<key>")
     def get_job(key: str):
-        return jsonify(job_json(broker, owned(key, "read")))
+        """The job record with a strong ETag (a hash of the record): 304 on If-None-Match."""
+        resp = jsonify(job_json(broker, owned(key, "read")))
+        resp.set_etag(hashlib.sha256(resp.get_data()).hexdigest()[:32])
+        return resp.make_conditional(request)
 
     @app.post("/jobs/<key>/cancel")
     def cancel(key: str):

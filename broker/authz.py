@@ -70,6 +70,20 @@ def listing_owner(who: Caller, admins: list[str]) -> str | None:
     return who.dn
 
 
+def listing_filter(who: Caller, admins: list[str], requested: str | None) -> str | None:
+    """The owner DN ``GET /jobs?owner=...`` filters on (None: every job). ``requested``: None
+    (the default rule, :func:`listing_owner`), ``"me"`` (the caller's own jobs; everyone's in
+    plain-HTTP mode, where there is no identity) or a DN: the caller's own, or any DN for an
+    administrator (or in plain-HTTP mode); NotAllowed for a user asking for another owner."""
+    if requested is None:
+        return listing_owner(who, admins)
+    if requested == "me":
+        return who.dn if who.identity is not None else None
+    if who.identity is None or who.is_one_of(admins) or requested == who.dn:
+        return requested
+    raise NotAllowed(f"list the jobs of {requested} (not theirs)")
+
+
 def may_report(who: Caller, job: Job) -> bool:
     """Events of ``job``: only the CE agent it was dispatched to."""
     return who.identity is None or who.serves(job.ce_url)

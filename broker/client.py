@@ -152,9 +152,24 @@ class BrokerClient:
     def job(self, key: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{key}").json()
 
-    def jobs(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
-        params = {"ids": ",".join(keys)} if keys else None
-        return self._call("GET", "/jobs", params=params).json()["jobs"]
+    def jobs(self, keys: list[str] | None = None, **filters: Any) -> list[dict[str, Any]]:
+        """Every job record the caller may see (with ``keys``: only those), following the
+        pages of ``GET /jobs`` (``broker.listing``); ``filters``: ``state``, ``owner``,
+        ``since``, ``limit`` (page size) as the query string takes them."""
+        return [j for page in self.job_pages(keys, **filters) for j in page]
+
+    def job_pages(self, keys: list[str] | None = None, **filters: Any):
+        """Yield the pages (lists of job records) of ``GET /jobs`` one request at a time,
+        following ``next`` until it is null; raises ClientError."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        if keys:
+            params["ids"] = ",".join(keys)
+        while True:
+            doc = self._call("GET", "/jobs", params=params).json()
+            yield doc["jobs"]
+            if not doc.get("next"):
+                return
+            params["after"] = doc["next"]
 
     def cancel(self, key: str) -> dict[str, Any]:
         return self._call("POST", f"/jobs/{key}/cancel").json()

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, select, update
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
@@ -78,7 +78,13 @@ class JobRow(Base):
     stalled_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
-    __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),)
+    __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),
+                      # every listing is ordered by (submitted_at, key): GET /jobs pages, the
+                      # matcher's Waiting pass, the heartbeat sweeps (issue 12)
+                      Index("ix_jobs_order", "submitted_at", "key"),
+                      Index("ix_jobs_state_order", "state", "submitted_at", "key"),
+                      Index("ix_jobs_owner_order", "owner_dn", "submitted_at", "key"),
+                      Index("ix_jobs_parent_order", "parent_key", "submitted_at", "key"))
 
 
 class CEHeartbeatRow(Base):
@@ -202,7 +208,11 @@ _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_
                   "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
                   "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
-_ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",)
+_ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",
+                  "CREATE INDEX IF NOT EXISTS ix_jobs_order ON jobs (submitted_at, key)",
+                  "CREATE INDEX IF NOT EXISTS ix_jobs_state_order ON jobs (state, submitted_at, key)",
+                  "CREATE INDEX IF NOT EXISTS ix_jobs_owner_order ON jobs (owner_dn, submitted_at, key)",
+                  "CREATE INDEX IF NOT EXISTS ix_jobs_parent_order ON jobs (parent_key, submitted_at, key)")
 
 
 class JobStore:
@@ -277,6 +287,39 @@ class JobStore:
                                    .order_by(HistoryRow.id)):
                     hist[h.key].append(h)
             return [self._to_job(r, hist[r.key]) for r in rows]
+
+    def page(self, *, states: Iterable[JobState] | None = None, owner_dn: str | None = None,
+             since: float | None = None, keys: Iterable[str] | None = None,
+             after: tuple[float, str] | None = None, limit: int = 100
+             ) -> tuple[list[Job], tuple[float, str] | None]:
+        """One page of ``GET /jobs`` (:mod:`broker.listing`): at most ``limit`` jobs in
+        ``(submitted_at, key)`` order strictly after ``after``, filtered like :meth:`list`
+        (``since``: submitted at or after, s), with history; and the ``(submitted_at, key)``
+        to continue after, None on the last page. Served by the ``ix_jobs_*_order`` indexes."""
+        with self._session() as s:
+            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key).limit(limit + 1)
+            if states is not None:
+                q = q.where(JobRow.state.in_([st.value for st in states]))
+            if owner_dn is not None:
+                q = q.where(JobRow.owner_dn == owner_dn)
+            if since is not None:
+                q = q.where(JobRow.submitted_at >= since)
+            if keys is not None:
+                q = q.where(JobRow.key.in_(list(keys)))
+            if after is not None:
+                t, k = after
+                q = q.where(or_(JobRow.submitted_at > t, and_(JobRow.submitted_at == t, JobRow.key > k)))
+            rows = list(s.scalars(q))
+            more = len(rows) > limit
+            rows = rows[:limit]
+            hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
+            if rows:              # one query for the page's history (ix on job_history.key)
+                for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
+                                   .order_by(HistoryRow.id)):
+                    hist[h.key].append(h)
+            jobs = [self._to_job(r, hist[r.key]) for r in rows]
+        last = rows[-1] if more else None
+        return jobs, (last.submitted_at, last.key) if last else None
 
     # -- writing -------------------------------------------------------------------------------
     def create(self, jdl: str, filename: str, now: float, key: str | None = None, kind: str = "job",

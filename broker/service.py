@@ -390,9 +390,9 @@ class Broker:
     def get(self, key: str) -> Job:
         return self.store.get(key)
 
-    def list_jobs(self, keys: list[str] | None = None, owner_dn: str | None = None) -> list[Job]:
-        """Jobs with ``keys`` (all when None), only ``owner_dn``'s when given."""
-        return self.store.list(keys=keys, owner_dn=owner_dn)
+    def jobs_page(self, **query: Any) -> tuple[list[Job], tuple[float, str] | None]:
+        """One page of ``GET /jobs``: :meth:`broker.db.JobStore.page` (filters, keyset cursor)."""
+        return self.store.page(**query)
 
     def cancel(self, key: str) -> Job:
         """Cancel a job that has not ended (for a compound request: every node that has not

@@ -15,6 +15,8 @@ from vgrid_runtime.clock import WallClock
 from .broker_site import start_broker
 from .paths import SHARED_JDL
 
+SIMPLE_JDL = '[ Executable = "/bin/true"; ]'
+
 
 def ce_ad(ce_id, cpus, si00, waiting=0, running=0, vos=("dteam",)):
     return {"GlueCEUniqueID": ce_id, "GlueCEStateStatus": "Production", "GlueCEInfoTotalCPUs": cpus,
@@ -258,3 +260,35 @@ def test_missing_dag_node_file_is_a_local_error_with_location(site, tmp_path):
     dag.write_text('[ Type = "dag";\n  nodes = [ a = [ file = "missing.jdl"; ]; dependencies = {}; ]; ]\n')
     res = run_cli("submit", str(dag), "--broker", url)
     assert res.returncode == 2 and f"{dag}:2:" in res.stderr and "missing.jdl" in res.stderr
+
+
+def test_cli_status_reads_every_page_with_filters(site, tmp_path):
+    url, broker = site
+    broker.stop()  # keep them Waiting
+    keys = [requests.post(f"{url}/jobs", data={"jdl": SIMPLE_JDL, "filename": "j.jdl"}, timeout=10).json()["key"]
+            for _ in range(5)]
+    cancelled = keys[0]
+    assert requests.post(f"{url}/jobs/{cancelled}/cancel", timeout=10).status_code == 200
+    import json
+    res = run_cli("status", "--json", "--broker", url, env_url=url)
+    assert res.returncode == 0, res.stderr
+    assert sorted(j["key"] for j in json.loads(res.stdout)["jobs"]) == sorted(keys)
+    res = run_cli("status", "--json", "--state", "Waiting", "--limit", "3", env_url=url)
+    got = json.loads(res.stdout)["jobs"]
+    assert res.returncode == 0 and len(got) == 3 and cancelled not in {j["key"] for j in got}
+    assert [j["key"] for j in got] == [k for k in keys if k != cancelled][:3]  # oldest first
+    bad = run_cli("status", "--state", "Sleeping", env_url=url)
+    assert bad.returncode != 0 and "not a job state" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_client_follows_next_across_pages(site):
+    url, broker = site
+    broker.stop()
+    keys = [requests.post(f"{url}/jobs", data={"jdl": SIMPLE_JDL, "filename": "j.jdl"}, timeout=10).json()["key"]
+            for _ in range(7)]
+    from broker.client import BrokerClient
+    client = BrokerClient(url)
+    pages = list(client.job_pages(limit=3))
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [j["key"] for p in pages for j in p] == keys
+    assert [j["key"] for j in client.jobs(keys[2:4])] == keys[2:4]

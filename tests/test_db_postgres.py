@@ -73,3 +73,24 @@ def test_resubmission_and_heartbeat_columns_on_postgres(pg_url):
     old = store.get(job.key)
     assert (old.attempt, old.dispatch_key, old.failed_ces) == (0, job.key, [])
     store.close()
+
+
+def test_pages_and_listing_indexes_on_postgres(pg_url):
+    """GET /jobs pages (JobStore.page) on PostgreSQL: the keyset order holds with ties on
+    submitted_at and with jobs added mid-walk; a second open re-runs the index statements."""
+    store = JobStore(pg_url)
+    try:
+        first = [j.key for j in store.create_many([dict(jdl="[]", filename="p.jdl") for _ in range(5)], 100.0)]
+        seen, after = [], None
+        while True:
+            jobs, after = store.page(after=after, limit=2, since=100.0)
+            seen += [j.key for j in jobs]
+            if len(seen) == 2:   # added while walking: one after the cursor, one before it
+                store.create_many([dict(jdl="[]", filename="p.jdl")], 101.0)
+                store.create_many([dict(jdl="[]", filename="p.jdl")], 100.0)
+            if after is None:
+                break
+        assert len(seen) == len(set(seen)) and set(first) <= set(seen)
+        JobStore(pg_url).close()
+    finally:
+        store.close()

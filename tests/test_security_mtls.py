@@ -319,3 +319,20 @@ def test_events_of_a_past_attempt_are_ignored_for_services_only(pki, site):
     r = new_session(tls(d, "ce")).post(f"{site['broker']}/jobs/{key}/events", json=event, timeout=10)
     assert r.status_code == 200 and r.json()["ignored"] == "past attempt"
     assert r.json()["current"] == f"{key}.1" and site["store"].get(key).state.value == "Waiting"
+
+
+def test_listing_filters_by_owner_only_for_the_owner_or_an_admin(pki, site):
+    d, dns = pki
+    key = submit(d, site, "alice.proxy").json()["key"]
+    alice, bob, carol = user(d, "alice.proxy"), user(d, "bob.proxy"), user(d, "carol.proxy")
+    url = f"{site['broker']}/jobs"
+    r = bob.get(url, params={"owner": dns["alice"]}, timeout=10)
+    assert r.status_code == 403 and "not theirs" in r.json()["error"]["message"]
+    assert key not in {j["key"] for j in bob.get(url, params={"owner": "me"}, timeout=10).json()["jobs"]}
+    mine = alice.get(url, params={"owner": "me", "limit": 1000}, timeout=10).json()
+    assert key in {j["key"] for j in mine["jobs"]} and {j["owner"]["dn"] for j in mine["jobs"]} == {dns["alice"]}
+    own = alice.get(url, params={"owner": dns["alice"]}, timeout=10)
+    assert own.status_code == 200
+    admin = carol.get(url, params={"owner": dns["alice"], "limit": 1000}, timeout=10).json()
+    assert key in {j["key"] for j in admin["jobs"]}
+    assert {j["owner"]["dn"] for j in admin["jobs"]} == {dns["alice"]}

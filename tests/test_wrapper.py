@@ -108,3 +108,42 @@ def test_environment_expansion(tmp_path):
     assert env["B"] == "12:" + wrapper.DEFAULT_PATH and env["C"] == "."
     assert env["HOME"] == str(tmp_path) and env["GLITE_WMS_JOBID"] == "id"
     assert "PYTHONPATH" not in env       # a clean environment, not the agent's
+
+
+def test_the_wrapper_starts_lean_stdlib_only_without_site():
+    """Issue 12: the node agent starts ``python -S -m vwn_agents.wrapper``; importing it must
+    not pull in site-packages (requests, Flask, SQLAlchemy) nor the heavier stdlib modules the
+    wrapper does without (subprocess, shutil, pathlib)."""
+    import os
+    from vwn_agents.node_agent import PACKAGE_PARENT
+    from vwn_agents.vwn_process import WRAPPER_ARGS
+    assert WRAPPER_ARGS[:3] == ("-S", "-m", "vwn_agents.wrapper")
+    code = "import sys, json; import vwn_agents.wrapper; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_PARENT})
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    for heavy in ("requests", "flask", "sqlalchemy", "werkzeug", "urllib3", "site",
+                  "subprocess", "shutil", "pathlib", "vgrid_runtime"):
+        assert heavy not in loaded, f"{heavy} is imported by the wrapper"
+
+
+def test_a_script_without_interpreter_line_is_an_exec_error(tmp_path):
+    (tmp_path / "job").mkdir()
+    script = tmp_path / "job" / "noshebang.bin"
+    script.write_bytes(b"\x7fELF-not-really")
+    result, lines = run_wrapper(tmp_path, executable="noshebang.bin")
+    assert result["exit_code"] is None and "noshebang.bin" in result["error"] and not lines
+
+
+def test_the_node_agent_compiles_the_wrappers_bytecode():
+    """The pool account cannot write __pycache__ and the wrapper runs with
+    PYTHONDONTWRITEBYTECODE: the node agent writes the .pyc when it starts."""
+    import importlib.util
+    import os
+    from vwn_agents.vwn_process import compile_wrapper
+    pyc = importlib.util.cache_from_source(wrapper.__file__)
+    if os.path.exists(pyc):
+        os.unlink(pyc)
+    compile_wrapper()
+    assert os.path.getsize(pyc) > 0 and os.path.getmtime(pyc) >= os.path.getmtime(wrapper.__file__)

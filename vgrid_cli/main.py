@@ -110,16 +110,32 @@ def submit(jdl_file: str, broker_url: str | None, attempts: int) -> None:
 @click.argument("job_ids", nargs=-1)
 @broker_opt
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--state", "states", multiple=True, help="only jobs in this gLite state (repeatable)")
+@click.option("--owner", default=None, help="'me', or a DN (administrators: anyone's jobs)")
+@click.option("--since", type=float, default=None,
+              help="only jobs submitted at or after this broker-clock time (s)")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="print at most this many jobs (default: every page)")
 @handle_errors
-def status(job_ids: tuple[str, ...], broker_url: str | None, as_json: bool) -> None:
-    """State of the given jobs (all jobs of the broker when none is given)."""
+def status(job_ids: tuple[str, ...], broker_url: str | None, as_json: bool, states: tuple[str, ...],
+           owner: str | None, since: float | None, limit: int | None) -> None:
+    """State of the given jobs (all jobs the broker shows you when none is given, read page by
+    page from GET /jobs, oldest first, filtered by --state/--owner/--since)."""
     if job_ids:
         url = split_job_id(job_ids[0], broker_url)[0]
         keys = [split_job_id(j, broker_url)[1] for j in job_ids]
         client = BrokerClient(url)
         jobs = [client.job(k) for k in keys]
     else:
-        jobs = BrokerClient(broker_url).jobs()
+        jobs = []
+        pages = BrokerClient(broker_url).job_pages(
+            state=",".join(states) or None, owner=owner, since=since,
+            limit=min(limit, 1000) if limit else None)
+        for page in pages:
+            jobs.extend(page)
+            if limit and len(jobs) >= limit:
+                jobs = jobs[:limit]
+                break
     if as_json:
         click.echo(json.dumps({"jobs": jobs}, indent=2))
     else:

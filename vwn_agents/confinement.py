@@ -27,6 +27,7 @@ from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.outcomes import Outcome
 
 from . import quota
+from .quota_spares import SpareImages
 from .cgroups import CgroupError
 from .limits import ResourceLimits, open_limits
 from .pool_accounts import Account, AccountMap, Owner, PoolAccounts
@@ -102,10 +103,18 @@ class Confinement:
                                                   cpu_dir, keep=frozenset(
                                                       f"{h}/{v}" for _, _, v, h in adopted if h))
         self.quota_reason = quota.probe(self.private) if config.disk_quota_mb else None
+        keep = config.spare_disk_images
+        self.spares = (SpareImages(self.private / ".spares", config.disk_quota_mb, keep)
+                       if config.disk_quota_mb and not self.quota_reason and keep > 0 else None)
         self.sandbox = SandboxClient(new_session(config.tls_files()))   # the node host certificate in TLS mode
         for ctrl, why in {**self.limits.missing, "disk": self.quota_reason}.items():
             if why:
                 log.warning("node %s: no %s limit: %s", config.node, ctrl, why)
+
+    def stop(self) -> None:
+        """Stop making spare quota images (``quota_spares``)."""
+        if self.spares is not None:
+            self.spares.close()
 
     def describe(self) -> dict:
         return {"limits": self.limits.describe(),
@@ -150,7 +159,9 @@ class Confinement:
         jail.workdir.mkdir(mode=0o700)
         if self.config.disk_quota_mb and not self.quota_reason:
             try:
-                quota.attach(jail.vdir / "disk.img", jail.workdir, self.config.disk_quota_mb)
+                image = jail.vdir / "disk.img"
+                spare = self.spares is not None and self.spares.take(image)
+                quota.attach(image, jail.workdir, self.config.disk_quota_mb, formatted=spare)
                 jail.disk_quota_mb = self.config.disk_quota_mb
             except quota.QuotaUnavailable as exc:
                 jail.unconfined["disk"] = f"no loop-mounted disk quota: {exc}"

@@ -50,7 +50,8 @@ from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
-from .vwn_process import OUT_FILE, is_wrapper, read_lines, start_time, wait_gone
+from .vwn_process import (OUT_FILE, WRAPPER_ARGS, compile_wrapper, is_wrapper, read_lines,
+                          start_time, wait_gone)
 from .vwn_states import SHARING, VWNState
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class NodeAgent:
                  driver: cgroups.CpuCgroups | None = None) -> None:
         self.config = config
         self.clock = clock or WallClock()
+        compile_wrapper()
         self._own_work_dir = config.work_dir is None
         self.work_dir = Path(config.work_dir or tempfile.mkdtemp(prefix=f"vgrid-{config.node}-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -243,7 +245,7 @@ class NodeAgent:
                "PYTHONDONTWRITEBYTECODE": "1"}
         procs = (self.cg.procs_files(v.vwn) if v.capped else []) + node_suspend.procs_files(self, v)
         argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
-                *self.conf.command(v.jail, procs, [python, "-m", "vwn_agents.wrapper", "-"])]
+                *self.conf.command(v.jail, procs, [python, *WRAPPER_ARGS])]
         # stdout: a file, not a pipe, so the wrapper's lines outlive the agent (vwn_process);
         # its own session: a kill -9 of the agent does not reach it.
         with open(v.jail.vdir / "wrapper.log", "ab") as log_file, \
@@ -293,7 +295,7 @@ class NodeAgent:
         wrapper is our child, or an earlier agent's (adopted: watched through /proc)."""
         result, code, ended = None, None, False
         while result is None:
-            wait_s = 0.05 if v.state is VWNState.STARTING else 1.0
+            wait_s = 0.01 if v.state is VWNState.STARTING else 1.0   # "running" seen within 10 ms
             if v.proc is not None:                 # our child: a pidfd wait, then reap it
                 if v.wrapper_start is not None:
                     wait_gone(v.proc.pid, v.wrapper_start, wait_s)
@@ -438,6 +440,7 @@ class NodeAgent:
             if v.monitor is not None:
                 v.monitor.join(timeout=10)
         self.heartbeats.close()
+        self.conf.stop()
         self.outbox.flush(flush_s)
         self.outbox.close()
         try:

@@ -47,6 +47,9 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     pids_max: int = field(default=512, metadata={"help": "tasks per VWN (pids.max; 0 = none)"})
     disk_quota_mb: int = field(default=1024, metadata={
         "help": "disk quota of a work directory, a loop-mounted ext4 image (MB; 0 = none)"})
+    spare_disk_images: int = field(default=0, metadata={
+        "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none; "
+                "opt-in: see docs/vwn.md, a known failure with agent restarts)"})
     max_sandbox_mb: float = field(default=100.0, metadata={
         "help": "largest input, and output, sandbox of a job (MB, each in total)"})
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
@@ -83,6 +86,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
             return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
         if not 1 <= self.pool_size <= 999:
             return f"field 'pool_size': must be 1..999, got {self.pool_size}"
+        if not 0 <= self.spare_disk_images <= 16:
+            return f"field 'spare_disk_images': must be 0..16, got {self.spare_disk_images}"
         for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):
             if getattr(self, name) < 0:
                 return f"field '{name}': must be >= 0 (0 = no limit), got {getattr(self, name)}"

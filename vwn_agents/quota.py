@@ -31,9 +31,9 @@ def _run(argv: list[str], what: str) -> None:
         raise QuotaUnavailable(f"{what}: {(proc.stderr or proc.stdout).strip() or proc.returncode}")
 
 
-def attach(image: Path, mountpoint: Path, size_mb: int) -> None:
-    """Create the ``size_mb`` MB image and mount it on the (existing, empty) ``mountpoint``;
-    QuotaUnavailable naming the step that failed (nothing is left behind)."""
+def format_image(image: Path, size_mb: int) -> None:
+    """Create the sparse ``size_mb`` MB image file ``image`` (must not exist) and format it
+    (ext4, no journal, no reserved blocks); QuotaUnavailable naming the step (nothing left)."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         raise QuotaUnavailable(f"{', '.join(missing)} not installed")
@@ -42,10 +42,23 @@ def attach(image: Path, mountpoint: Path, size_mb: int) -> None:
             fh.truncate(size_mb * 1_000_000)
         _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "nodiscard", str(image)],
              "mkfs.ext4")
-        _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(mountpoint)], "loop mount")
     except (QuotaUnavailable, OSError) as exc:
         image.unlink(missing_ok=True)
         raise QuotaUnavailable(str(exc)) from None
+
+
+def attach(image: Path, mountpoint: Path, size_mb: int, formatted: bool = False) -> None:
+    """Create the ``size_mb`` MB image (unless ``formatted``: ``image`` is a fresh image from
+    :func:`format_image`, e.g. a spare of :mod:`vwn_agents.quota_spares`) and mount it on the
+    (existing, empty) ``mountpoint``; QuotaUnavailable naming the step that failed (nothing is
+    left behind)."""
+    if not formatted:
+        format_image(image, size_mb)
+    try:
+        _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(mountpoint)], "loop mount")
+    except QuotaUnavailable:
+        image.unlink(missing_ok=True)
+        raise
     lost = mountpoint / "lost+found"
     if lost.is_dir():
         lost.rmdir()

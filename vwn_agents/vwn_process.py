@@ -19,6 +19,21 @@ import time
 from pathlib import Path
 
 OUT_FILE = "wrapper.out"
+#: How the node agent starts the wrapper, after the interpreter: ``-S``, no site (site-packages
+#: and the editable-install finder cost ~20 ms a job); it needs only the stdlib and PYTHONPATH.
+WRAPPER_ARGS = ("-S", "-m", "vwn_agents.wrapper", "-")
+
+
+def compile_wrapper() -> None:
+    """Write the wrapper's .pyc (the pool accounts cannot, and the wrapper runs with
+    PYTHONDONTWRITEBYTECODE: compiling it would cost every job ~10 ms). Never raises (a
+    read-only install keeps whatever .pyc it has)."""
+    import py_compile
+    from . import wrapper
+    try:
+        py_compile.compile(wrapper.__file__, doraise=True)
+    except (OSError, py_compile.PyCompileError):
+        pass
 
 
 def start_time(pid: int) -> int | None:

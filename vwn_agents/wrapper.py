@@ -30,14 +30,17 @@ import os
 import re
 import resource
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from .jobpaths import PathError, check_relative
+
+# Start cost (issue 12, "a lean job wrapper"): the node agent runs ``python -S -m
+# vwn_agents.wrapper -`` (no site, so no site-packages, no editable-install finder); this module
+# imports only the stdlib modules above -- no subprocess (the job is started with
+# ``os.posix_spawn``), no shutil, no pathlib, nothing from site-packages (requests, Flask,
+# SQLAlchemy): tests/test_wrapper.py checks ``sys.modules`` after the import.
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -52,7 +55,7 @@ def expand_vars(value: str, env: dict[str, str]) -> str:
                   lambda m: env.get(m.group(1) or m.group(2), ""), value)
 
 
-def job_environment(entries: list[str], workdir: Path, job_id: str) -> dict[str, str]:
+def job_environment(entries: list[str], workdir, job_id: str) -> dict[str, str]:
     """The job's environment: a clean base plus the JDL ``Environment`` entries ("K=V")."""
     env = {"PATH": DEFAULT_PATH, "HOME": str(workdir), "PWD": str(workdir),
            "TMPDIR": str(workdir), "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -73,66 +76,83 @@ def split_arguments(arguments: str) -> list[str]:
         raise WrapperError(f"Arguments {arguments!r}: {exc}") from None
 
 
-def resolve_executable(executable: str, workdir: Path, env: dict[str, str]) -> str:
+def _which(name: str, path: str) -> str | None:
+    """The first executable file ``name`` in the directories of ``path`` (like ``shutil.which``)."""
+    for d in path.split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def resolve_executable(executable: str, workdir, env: dict[str, str]) -> str:
     """Absolute path of the program to run; raises WrapperError naming the Executable."""
     if not executable:
         raise WrapperError("Executable is empty")
     if os.path.isabs(executable):
-        path = Path(executable)
+        path = executable
     else:
-        path = workdir / executable
-        if path.is_file():
-            path.chmod(path.stat().st_mode | 0o100)     # a sandbox file, made executable
-        elif "/" not in executable and shutil.which(executable, path=env["PATH"]):
-            return shutil.which(executable, path=env["PATH"])
+        path = os.path.join(str(workdir), executable)
+        if os.path.isfile(path):
+            os.chmod(path, os.stat(path).st_mode | 0o100)     # a sandbox file, made executable
+        elif "/" not in executable and _which(executable, env["PATH"]):
+            return _which(executable, env["PATH"])
     try:
-        if not path.exists():
+        if not os.path.exists(path):
             raise WrapperError(f"Executable {executable} not found")
-        executable_file = not path.is_dir() and os.access(path, os.X_OK)
+        executable_file = not os.path.isdir(path) and os.access(path, os.X_OK)
     except PermissionError:                              # a directory the account cannot cross
         executable_file = False
     if not executable_file:
         raise WrapperError(f"Executable {executable}: Permission denied")
-    return str(path)
+    return path
 
 
-def _open_std(workdir: Path, name: str | None, mode: str, what: str):
+def _open_std(workdir, name: str | None, flags: int, what: str) -> int:
+    """A file descriptor for the job's stdin/stdout/stderr (``/dev/null`` without a name)."""
     if not name:
-        return subprocess.DEVNULL
+        return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
-        path = workdir / check_relative(name, what)
+        path = os.path.join(str(workdir), check_relative(name, what))
     except PathError as exc:
         raise WrapperError(str(exc)) from None
-    if mode == "rb" and not path.is_file():
+    if not flags & os.O_WRONLY and not os.path.isfile(path):
         raise WrapperError(f"{what} {name} not found in the work directory")
     try:
-        return open(path, mode)
+        return os.open(path, flags | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise WrapperError(f"{what} {name}: {exc.strerror}") from None
 
 
-def run_job(spec: dict, workdir: Path) -> dict:
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
+def run_job(spec: dict, workdir) -> dict:
     """Steps 2-3: run the executable; returns ``{"exit_code", "signal", "wall_s", "cpu_s"}``."""
     env = job_environment(spec.get("environment") or [], workdir, spec.get("job_id", ""))
     argv = [resolve_executable(spec.get("executable", ""), workdir, env)]
     argv += split_arguments(spec.get("arguments", ""))
-    stdin = _open_std(workdir, spec.get("std_input"), "rb", "StdInput")
-    stdout = _open_std(workdir, spec.get("std_output"), "ab", "StdOutput")
-    same = spec.get("std_error") and spec.get("std_error") == spec.get("std_output")
-    stderr = stdout if same else _open_std(workdir, spec.get("std_error"), "ab", "StdError")
-    start = time.monotonic()
+    fds: list[int] = []
     try:
-        proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=stdin, stdout=stdout,
-                                stderr=stderr, start_new_session=True)
-    except OSError as exc:
-        raise WrapperError(f"Executable {spec.get('executable')}: {exc.strerror}") from None
+        fds.append(_open_std(workdir, spec.get("std_input"), os.O_RDONLY, "StdInput"))
+        fds.append(_open_std(workdir, spec.get("std_output"), _APPEND, "StdOutput"))
+        same = spec.get("std_error") and spec.get("std_error") == spec.get("std_output")
+        fds.append(fds[1] if same else _open_std(workdir, spec.get("std_error"), _APPEND, "StdError"))
+        start = time.monotonic()
+        os.chdir(str(workdir))    # the wrapper's own directory too: posix_spawn has no cwd
+        try:                      # its own session (process group); SIGPIPE/SIGXFSZ default
+            pid = os.posix_spawn(argv[0], argv, env, setsid=True,
+                                 setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(fds)])
+        except OSError as exc:
+            raise WrapperError(f"Executable {spec.get('executable')}: {exc.strerror}") from None
     finally:
-        for fh in {id(f): f for f in (stdin, stdout, stderr)}.values():
-            if hasattr(fh, "close"):
-                fh.close()
-    _forward_sigterm(proc)
-    print(json.dumps({"event": "running", "pid": proc.pid}), flush=True)
-    code = proc.wait()
+        for fd in set(fds):
+            os.close(fd)
+    _forward_sigterm(pid)
+    print(json.dumps({"event": "running", "pid": pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     sig = -code if code < 0 else None
     return {"exit_code": 128 + sig if sig else code, "signal": sig,
@@ -140,10 +160,10 @@ def run_job(spec: dict, workdir: Path) -> dict:
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
 
 
-def _forward_sigterm(proc: subprocess.Popen) -> None:
+def _forward_sigterm(pid: int) -> None:
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     signal.signal(signal.SIGTERM, handler)
@@ -152,9 +172,9 @@ def _forward_sigterm(proc: subprocess.Popen) -> None:
 def run(spec: dict) -> dict:
     """Steps 1-4 for one job; never raises for a job problem (it goes into ``error``)."""
     result = {"exit_code": None, "error": None, "signal": None, "wall_s": None, "cpu_s": None}
-    workdir = Path(spec["workdir"])
+    workdir = spec["workdir"]
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(workdir, exist_ok=True)
         result.update(run_job(spec, workdir))
     except WrapperError as exc:
         result["error"] = str(exc)
@@ -170,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m vwn_agents.wrapper SPEC.json|-", file=sys.stderr)
         return 2
     try:
-        spec = json.loads(sys.stdin.read() if argv[0] == "-" else Path(argv[0]).read_text())
+        if argv[0] == "-":
+            spec = json.loads(sys.stdin.read())
+        else:
+            with open(argv[0]) as f:
+                spec = json.loads(f.read())
     except (OSError, ValueError) as exc:
         print(f"vwn_agents.wrapper: cannot read {argv[0]}: {exc}", file=sys.stderr)
         return 2
@@ -178,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     if not spec.get("result_file"):
         print(json.dumps({"event": "result", **result}), flush=True)
         return 0
-    out = Path(spec["result_file"])
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
+    out = spec["result_file"]
+    tmp = os.path.splitext(out)[0] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(result))
     os.replace(tmp, out)
     return 0
 

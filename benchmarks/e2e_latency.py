@@ -1,0 +1,156 @@
+"""submit -> Running and submit -> Done for ``/bin/true`` through real broker, CE agent and
+node agent processes on loopback (issue 12, "A lean job wrapper"; docs/benchmarks.md).
+
+Starts the embedded site of ``vgrid demo`` (``vgrid_cli.demo.start_site``: ``--ces`` CE agents,
+two node agents each, one broker; plain HTTP on 127.0.0.1, default configuration unless
+``--option kind.key=value``), runs two warm-up jobs (not counted), then for each in-flight level N
+of ``--inflight`` (default 1, 10, 100) runs max(1, ``--jobs`` // N) rounds: N jobs submitted at
+once (up to 32 client threads), waited for until all are Done. Latencies come from the broker's own job history (both ends stamped by the
+broker's clock, so client polling does not blur them): Running time - Submitted time and Done
+time - Submitted time. CPU: user+system seconds of the service processes (broker, CE agents,
+node agents, and the reaped job wrappers, children of the node agents) over the level, read
+from /proc, beside the wall time.
+
+Prints one JSON line: ``{"benchmark": "e2e_latency", "ces", "nodes", "levels": [{"inflight",
+"jobs", "running_ms": {"p50","p99","max"}, "done_ms": {...}, "stages_p50_ms": {"A>B": ms
+between consecutive history entries}, "wall_s", "cpu_s": {"broker",
+"ce", "node", "total"}, "cpu_ms_per_job"}], "wrapper_start_ms"}``. Exit status 1 when a job does
+not reach Done within ``--timeout`` s or a service does not start (the reason on stderr).
+
+    .venv/bin/python benchmarks/e2e_latency.py [--inflight 1,10,100] [--jobs 30] [--ces 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker.client import BrokerClient  # noqa: E402
+from vgrid_cli.demo import start_site  # noqa: E402
+from vgrid_cli.services import ServiceError, ServiceGroup  # noqa: E402
+from vwn_agents.vwn_process import WRAPPER_ARGS  # noqa: E402
+
+JDL = '[ Executable = "/bin/true"; ]'
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """utime+stime+cutime+cstime of ``pid`` in seconds (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / TICK
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def summary(ms: list[float]) -> dict:
+    return {"p50": round(statistics.median(ms), 1), "p99": round(pct(ms, 0.99), 1),
+            "max": round(max(ms), 1)}
+
+
+def wrapper_start_ms(n: int = 20) -> float:
+    """Median wall time of the job wrapper running ``/bin/true`` the way the node agent starts
+    it (``python`` + ``vwn_agents.vwn_process.WRAPPER_ARGS``, spec on stdin), in ms."""
+    root = Path(__file__).resolve().parent.parent
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    with tempfile.TemporaryDirectory() as d:
+        spec = json.dumps({"workdir": d, "executable": "/bin/true"}).encode()
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, *WRAPPER_ARGS], input=spec,
+                           env=env, stdout=subprocess.DEVNULL, check=True, cwd=d)
+            times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def run_level(client: BrokerClient, n: int, rounds: int, timeout_s: float, pids: dict) -> dict:
+    running, done, stages = [], [], {}
+    cpu0 = {k: sum(proc_cpu(p) for p in v) for k, v in pids.items()}
+    t0 = time.monotonic()
+    for _ in range(rounds):
+        with ThreadPoolExecutor(max_workers=min(n, 32)) as pool:
+            keys = list(pool.map(lambda _: client.submit_text(JDL, "true.jdl")["key"], range(n)))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            jobs = client.jobs(keys, limit=1000)
+            states = {j["state"] for j in jobs}
+            if states == {"Done"} and len(jobs) == n:
+                break
+            if states & {"Aborted", "Cancelled"} or time.monotonic() > deadline:
+                bad = [(j["key"], j["state"], j["reason"]) for j in jobs if j["state"] != "Done"][:5]
+                raise SystemExit(f"e2e_latency: jobs did not reach Done: {bad}")
+            time.sleep(0.05)
+        for j in jobs:
+            t = {h["state"]: h["time"] for h in j["history"]}
+            running.append((t["Running"] - t["Submitted"]) * 1000)
+            done.append((t["Done"] - t["Submitted"]) * 1000)
+            hist = j["history"]
+            for a, b in zip(hist, hist[1:]):
+                stages.setdefault(f'{a["state"]}>{b["state"]}', []).append((b["time"] - a["time"]) * 1000)
+    wall = time.monotonic() - t0
+    cpu = {k: round(sum(proc_cpu(p) for p in v) - cpu0[k], 3) for k, v in pids.items()}
+    cpu["total"] = round(sum(cpu.values()), 3)
+    return {"inflight": n, "jobs": n * rounds, "running_ms": summary(running),
+            "done_ms": summary(done),
+            "stages_p50_ms": {k: round(statistics.median(v), 1) for k, v in stages.items()},
+            "wall_s": round(wall, 3), "cpu_s": cpu,
+            "cpu_ms_per_job": round(cpu["total"] * 1000 / (n * rounds), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inflight", default="1,10,100", help="comma-separated jobs in flight")
+    ap.add_argument("--jobs", type=int, default=30,
+                    help="jobs per level: max(1, jobs // N) rounds of N jobs in flight")
+    ap.add_argument("--ces", type=int, default=2, help="CE agents (2 node agents each)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds a round may take")
+    ap.add_argument("--option", action="append", default=[],
+                    help="kind.key=value (kind: broker, ce, node) set in every such config")
+    args = ap.parse_args(argv)
+    options: dict[str, dict] = {}
+    for opt in args.option:
+        name, _, value = opt.partition("=")
+        kind, _, key = name.partition(".")
+        options.setdefault(kind, {})[key] = json.loads(value)
+    levels = [int(x) for x in args.inflight.split(",") if x]
+    with tempfile.TemporaryDirectory(prefix="vgrid-e2e-") as d:
+        try:
+            with ServiceGroup(Path(d)) as group:
+                url = start_site(group, n_ces=args.ces, ism_refresh_s=1.0, state_dir=Path(d),
+                                 options=options)
+                pids = {"broker": [], "ce": [], "node": []}
+                for svc in group.services:
+                    pids[svc.kind].extend(svc.pids())
+                client = BrokerClient(url)
+                client.jobs()                    # the broker answers
+                run_level(client, 1, 2, args.timeout, pids)   # warm-up (first ISM, first VWNs), not counted
+                out = {"benchmark": "e2e_latency", "ces": args.ces, "nodes": 2 * args.ces,
+                       "options": options, "levels": []}
+                for n in levels:
+                    out["levels"].append(run_level(client, n, max(1, args.jobs // n), args.timeout, pids))
+        except ServiceError as exc:
+            print(f"e2e_latency: a service did not start: {exc}", file=sys.stderr)
+            return 1
+    out["wrapper_start_ms"] = wrapper_start_ms()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
