@@ -5,9 +5,10 @@ same candidate CEs, so the filtering phase (Requirements + VO rule, Rank values,
 published jobs) runs once per class and ISM snapshot; per job only the selection phase runs:
 
 - SFETE: the class keeps its candidates in a sorted list of ``(sfete, position)``; before each
-  choice it re-reads only the feedback counters that moved (``FeedbackCounters.changed_since``)
-  and re-sorts those entries, so a choice costs O(log CEs + CEs whose count moved) instead of
-  O(CEs). Ties are the leading entries with the minimum score, in ISM order.
+  choice it re-reads the feedback counters of the entries tied at the front only (counters
+  only grow between refreshes, so a stored score is a lower bound) and re-sorts the stale
+  ones, so a choice costs O(ties + moved entries x log CEs) instead of O(CEs). Ties are the
+  leading entries with the minimum score, in ISM order; a refresh re-reads every counter.
 - Max Rank: the tied best candidates are computed once (Rank does not change with N_j).
 - Fuzzy Rank: the cumulative weights are computed once; one draw per job.
 
@@ -18,8 +19,8 @@ so for the same seed the chosen CEs are the same as the per-job matcher's
 the clock (``time()``) or with the dispatch counters (``VGridDispatchedSinceRefresh`` in the
 JDL) take the per-job path.
 
-The signature (:func:`signature`): the canonical text (jdl printer) of Requirements and Rank
-and of every job attribute they name (transitively; the whole record when they use ``eval``
+The signature (:func:`signature`): Requirements and Rank and every job attribute they name
+(as expression trees compared structurally, i.e. by their canonical jdl-printer text) (transitively; the whole record when they use ``eval``
 or a subscript), the evaluated FeteRank / FuzzyRank, the owner's VO and FQANs (or the JDL's
 VirtualOrganisation when there is no owner), and the excluded CEs.
 """
@@ -66,13 +67,14 @@ def text_signature(desc: "jdlmod.JobDescription") -> tuple | None:
     be matched on its own (its match reads the clock or the dispatch counters).
 
     Shape: ``(body, fete_rank, fuzzy_rank, virtual_organisation)`` where ``body`` is a sorted
-    tuple of ``(attribute, canonical text or None)`` for Requirements, Rank and what they name,
-    or the canonical text of the whole record."""
+    tuple of ``(attribute, expression node or None)`` for Requirements, Rank and what they name
+    (nodes hash and compare structurally, positions ignored: equal iff their canonical texts
+    are), or the canonical text of the whole record."""
     low = desc.text.lower()
     if "time(" in low or DISPATCHED.lower() in low:
         return None
     attrs = desc.record.attrs
-    seen: dict[str, str | None] = {}
+    seen: dict[str, jn.Node | None] = {}
     need = ["requirements", "rank"]
     wide = False
     while need and not wide:
@@ -80,7 +82,7 @@ def text_signature(desc: "jdlmod.JobDescription") -> tuple | None:
         if name in seen:
             continue
         d = attrs.get(name)
-        seen[name] = None if d is None else d.expr.text()
+        seen[name] = None if d is None else d.expr   # hashed and compared structurally
         if d is not None:
             more, wide = _names(d.expr)
             need.extend(more)
@@ -135,29 +137,33 @@ class TaskQueue:
         c = self.capacities[i]
         return sfete_rank(self.published[i], self.counts[i], c) if c > 0 else math.inf
 
-    def _sync(self, feedback) -> None:
-        """Bring N_j up to date from ``feedback`` (only the counters that moved, when known)."""
+    def _sync(self, feedback) -> int:
+        """Bring the front of ``order`` up to date with ``feedback``; the number of tied best
+        entries (each with its current score).
+
+        Between two ISM refreshes a counter only grows, so a stored score is never above the
+        current one: only the entries tied at the front need checking (a stale one is re-sorted
+        and the front looked at again). A refresh or reset (``changed_since`` answers None) or
+        feedback without a version re-reads every counter."""
         version = getattr(feedback, "version", None)
-        keys = None
-        if self.version is not None and version is not None:
-            keys = feedback.changed_since(self.version)
+        full = self.version is None or version is None or feedback.changed_since(self.version) is None
         self.version = version
-        if keys is None:
-            get = feedback.get
-            self.counts = [get(k) for k in self.keys]
-            self.scores = [self._sfete(i) for i in range(len(self.keys))]
-            self.order = sorted(zip(self.scores, range(len(self.keys))))
-            return
-        for k in set(keys):
-            for i in self.index.get(k, ()):
-                n = feedback.get(k)
-                if n == self.counts[i]:
-                    continue
-                old = (self.scores[i], i)
-                del self.order[bisect_left(self.order, old)]
-                self.counts[i] = n
+        get, keys, order = feedback.get, self.keys, self.order
+        if full:
+            self.counts = [get(k) for k in keys]
+            self.scores = [self._sfete(i) for i in range(len(keys))]
+            self.order = order = sorted(zip(self.scores, range(len(keys))))
+        while True:
+            best = order[0][0]
+            ties = bisect_right(order, (best, math.inf))
+            stale = [i for _, i in order[:ties] if get(keys[i]) != self.counts[i]]
+            if not stale:
+                return ties
+            for i in stale:
+                del order[bisect_left(order, (self.scores[i], i))]
+                self.counts[i] = get(keys[i])
                 self.scores[i] = self._sfete(i)
-                insort(self.order, (self.scores[i], i))
+                insort(order, (self.scores[i], i))
 
     def choose(self, feedback, rng) -> Candidate | None:
         """The chosen candidate for the next job of this class (None: no candidate)."""
@@ -166,9 +172,7 @@ class TaskQueue:
             return None
         self.jobs += 1
         if isinstance(self.policy, SfeteSelection):
-            self._sync(feedback)
-            best = self.order[0][0]
-            ties = bisect_right(self.order, (best, math.inf))
+            ties = self._sync(feedback)
             pos = self.order[0][1] if ties == 1 else self.order[rng.choice(range(ties))][1]
         elif self.ties is not None:
             pos = self.ties[0] if len(self.ties) == 1 else rng.choice(self.ties)
