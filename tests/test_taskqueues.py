@@ -127,3 +127,40 @@ def test_signature_reads_what_the_match_reads():
     d = parse('[ Executable = "/bin/a"; Requirements = eval("other.X > 1"); ]')
     e = parse('[ Executable = "/bin/b"; Requirements = eval("other.X > 1"); ]')
     assert text_signature(d) != text_signature(e)
+
+
+def test_live_broker_matches_each_class_once(tmp_path):
+    """A real broker on loopback dispatching to two receivers: 12 jobs (each its own JDL text)
+    in 2 classes are matched with 2 filtering runs, and SFETE spreads them evenly over the two
+    equal CEs (the feedback counters move between the jobs of a class)."""
+    import requests
+
+    from broker.service import BrokerSettings
+    from vgrid_runtime.clock import SimulatedClock
+
+    from .broker_site import start_broker
+    from .test_broker_api import ce_ad, wait_state
+    from .test_broker_blacklist import FakeCE
+
+    ces = [FakeCE(), FakeCE()]
+    ads = [{**ce_ad(f"ce-{i}:8443/vgrid-vwn-long", 4, 1000), "GlueCEInfoContactString": [ce.url]}
+           for i, ce in enumerate(ces)]
+    server, broker = start_broker(tmp_path, ads, SimulatedClock(1000.0),
+                                  BrokerSettings(match_interval_s=0.05))
+    try:
+        keys = []
+        for i in range(12):
+            req = "other.GlueCEInfoTotalCPUs >= 2" if i % 2 else "other.GlueHostBenchmarkSI00 > 10"
+            jdl = f'Executable = "/bin/true"; Arguments = "{i}"; Requirements = {req};'
+            keys.append(requests.post(f"{server.url}/jobs", data={"jdl": jdl, "filename": "t.jdl"},
+                                      timeout=5).json()["key"])
+        jobs = [wait_state(server.url, k, {"Scheduled", "Aborted"}) for k in keys]
+        assert {j["state"] for j in jobs} == {"Scheduled"}
+        assert broker.queues.matched == 2 and broker.queues.per_job == 0
+        assert [c.submissions for c in ces] == [6, 6]
+    finally:
+        broker.stop()
+        server.close()
+        for ce in ces:
+            ce.server.close()
+        broker.store.close()
