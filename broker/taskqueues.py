@@ -42,8 +42,10 @@ from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSe
 
 #: Signatures of at most this many JDL texts are remembered (then the memo restarts).
 MAX_TEXTS = 4096
-#: At most this many classes are kept per snapshot (then they restart).
+#: At most this many classes, holding at most MAX_ROWS candidates together, are kept per
+#: snapshot (then they restart: memory stays bounded when every job is its own class).
 MAX_CLASSES = 4096
+MAX_ROWS = 1_000_000
 
 
 def _names(expr: jn.Node) -> tuple[set[str], bool]:
@@ -206,6 +208,7 @@ class TaskQueues:
         self._lock = threading.Lock()
         self._snapshot: tuple | None = None
         self._queues: dict[tuple, TaskQueue] = {}
+        self._rows = 0      # candidates held by the classes of this snapshot
         self._texts: dict[str, tuple | None] = {}
         self.matched = 0    # classes matched (filtering runs) since creation
         self.per_job = 0    # jobs that took the per-job path
@@ -240,15 +243,16 @@ class TaskQueues:
                                           fqans=tuple(fqans), exclude=exclude))
             key = part + (vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
             if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
-                self._snapshot, self._queues = (ads, blacklist), {}
+                self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
             queue = self._queues.get(key)
             if queue is None:
                 rows = mm.filtered(desc, ads, blacklist, now=now, vo=vo, fqans=tuple(fqans),
                                    memo_key=("taskqueue",) + key[:-1])
                 if exclude:
                     rows = [r for r in rows if ad_value(r[1], CE_ID) not in exclude]
-                if len(self._queues) >= MAX_CLASSES:
-                    self._queues.clear()
+                if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
+                    self._queues, self._rows = {}, 0
+                self._rows += len(rows)
                 queue = self._queues[key] = TaskQueue(rows, mm.policy_for(desc))
                 self.matched += 1
             return queue.choose(mm.feedback, mm.rng)

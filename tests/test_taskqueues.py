@@ -99,6 +99,22 @@ def test_class_matcher_agrees_with_per_job_matcher(work):
     assert run("classes", *work) == run("per-job", *work)
 
 
+def test_agreement_holds_when_the_classes_restart():
+    """With room for 2 classes only (they restart often) the choices are still the same."""
+    import broker.taskqueues as tq
+    saved = tq.MAX_CLASSES
+    tq.MAX_CLASSES = 2
+    try:
+        for seed in range(40):
+            r = random.Random(seed)
+            steps = [(r.randrange(len(POOL)), r.randrange(4), r.choice([None] + VOS), r.random() < 0.5,
+                      [r.randrange(12)] if r.random() < 0.2 else [], r.randrange(40)) for _ in range(50)]
+            work = (seed, r.randint(1, 12), r.choice(["sfete", "max", "fuzzy"]), steps)
+            assert run("classes", *work) == run("per-job", *work)
+    finally:
+        tq.MAX_CLASSES = saved
+
+
 def test_one_class_is_matched_once_per_snapshot():
     feedback = FeedbackCounters()
     mm = Matchmaker(feedback, rng=random.Random(1))
