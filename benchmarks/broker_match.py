@@ -122,7 +122,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, tmp: Pat
     broker = Broker(store, ism, mm, clock, tmp / f"{path}-sandboxes", BrokerSettings())
     if path == "per_job":
         broker.queues = PerJob(mm)
-    chosen: list[str] = []
+    chosen: list[tuple[str, str]] = []   # (job key, CE id) in dispatch order
     spent = [0.0]
     real_choose = broker.queues.choose
 
@@ -134,7 +134,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, tmp: Pat
             spent[0] += time.process_time() - t
 
     def dispatch(job, desc, ce_id, url):   # the stub: record the choice, then Scheduled
-        chosen.append(ce_id)
+        chosen.append((job.key, ce_id))
         broker.move(job, JobState.SCHEDULED, clock.now(), ce_id=ce_id, ce_url=url,
                     dispatch_attempts=job.dispatch_attempts + 1, last_heard=clock.now())
         return True
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             if per > 0:
                 per_job = run("per_job", ads, per, a.classes, a.seed, Path(tmp))
                 out["per_job_path"] = {k: v for k, v in per_job.items() if not k.startswith("_")}
-                out["same_choices"] = per_job["_chosen"] == classes["_chosen"][:per]
+                first = {f"bm{i:08d}" for i in range(per)}   # the jobs both paths saw, in order
+                out["same_choices"] = per_job["_chosen"] == [c for c in classes["_chosen"] if c[0] in first]
                 out["choose_speedup"] = round(per_job["choose_us"] / max(classes["choose_us"], 1e-9), 1)
             print(json.dumps(out), flush=True)
             if per > 0 and not out["same_choices"]:
