@@ -260,6 +260,17 @@ class Matchmaker:
             candidates = [c for c in candidates if ad_value(c.ad, CE_ID) not in exclude]
         return MatchResult(candidates, group.policy)
 
+    def filtered(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
+                 blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
+                 fqans: tuple[str, ...] = (), memo_key) -> list[tuple]:
+        """The filtering phase alone (for :mod:`broker.taskqueues`): ``[(key, ad, rank,
+        published jobs, C_j)]`` of the ads that pass ``job``'s Requirements and VO rule, in
+        ISM order (``key``: the feedback counter's key). ``memo_key`` (hashable) names the
+        job's class: ads evaluated under it on an earlier snapshot are reused when unchanged."""
+        with self._lock:
+            g = self._filter(job, ads, blacklist, True, now, memo_key, vo, fqans)
+        return list(zip(g.ids, g.ads, g.ranks, g.published, g.capacities))
+
     def _filter(self, job, ads, blacklist, reusable: bool, now: float, key: str,
                 vo: str | None, fqans: tuple[str, ...]) -> _Group:
         """The Requirements + VO filtering phase, with Rank, for one JDL on ``ads``."""

@@ -30,6 +30,7 @@ from .db import DuplicateSubmission, Job, JobStore, StaleState, new_key
 from .sandbox_store import SandboxStore
 from .transfers import BrokerError, safe_name, transfer_secret
 from .matchmaker import CE_ID, MatchResult, Matchmaker
+from .taskqueues import TaskQueues
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
 from vgrid_runtime.outcomes import Outcome
@@ -71,6 +72,7 @@ class Broker:
         self.sandbox_dir = Path(sandbox_dir)
         self.sandboxes = SandboxStore(self.sandbox_dir)   # input stored with its job, atomically
         self.settings = settings
+        self.queues = TaskQueues(matchmaker)   # Waiting jobs' classes, matched once per snapshot
         self.http = http or new_session()   # shared by its CEAgentClients
         self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
         self._stop = threading.Event()
@@ -220,9 +222,8 @@ class Broker:
         except StaleState:
             return False  # cancelled or claimed meanwhile
         desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
-        result = self.matchmaker.match(desc, self.ism.candidates(), now=now, vo=job.owner_vo,
-                                       fqans=tuple(job.owner_fqans), exclude=set(job.failed_ces))
-        chosen = self.matchmaker.select(result)
+        chosen = self.queues.choose(desc, self.ism.candidates(), now=now, vo=job.owner_vo,
+                                    fqans=tuple(job.owner_fqans), exclude=frozenset(job.failed_ces))
         if chosen is None:
             if now - (job.waiting_since or job.submitted_at) >= self.settings.match_expiry_s:
                 tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "

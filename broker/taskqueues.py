@@ -1,0 +1,258 @@
+"""Task queues: Waiting jobs grouped by matching signature, each class matched once per snapshot.
+
+The idea is DIRAC's task queues (issue 12): jobs whose match reads the same inputs get the
+same candidate CEs, so the filtering phase (Requirements + VO rule, Rank values, C_j and
+published jobs) runs once per class and ISM snapshot; per job only the selection phase runs:
+
+- SFETE: the class keeps its candidates in a sorted list of ``(sfete, position)``; before each
+  choice it re-reads the feedback counters of the entries tied at the front only (counters
+  only grow between refreshes, so a stored score is a lower bound) and re-sorts the stale
+  ones, so a choice costs O(ties + moved entries x log CEs) instead of O(CEs). Ties are the
+  leading entries with the minimum score, in ISM order; a refresh re-reads every counter.
+- Max Rank: the tied best candidates are computed once (Rank does not change with N_j).
+- Fuzzy Rank: the cumulative weights are computed once; one draw per job.
+
+Every choice consumes the matchmaker's ``random.Random`` exactly as
+:meth:`broker.matchmaker.Matchmaker.select` does on :meth:`~Matchmaker.match`'s candidates,
+so for the same seed the chosen CEs are the same as the per-job matcher's
+(``tests/test_taskqueues.py`` checks it with hypothesis). Jobs whose match may change with
+the clock (``time()``) or with the dispatch counters (``VGridDispatchedSinceRefresh`` in the
+JDL) take the per-job path.
+
+The signature (:func:`signature`): Requirements and Rank and every job attribute they name
+(as expression trees compared structurally, i.e. by their canonical jdl-printer text) (transitively; the whole record when they use ``eval``
+or a subscript), the evaluated FeteRank / FuzzyRank, the owner's VO and FQANs (or the JDL's
+VirtualOrganisation when there is no owner), and the excluded CEs.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from bisect import bisect_left, bisect_right, insort
+from itertools import accumulate
+from typing import Any, Mapping, Sequence
+
+import jdl as jdlmod
+from infosys.ism import DISPATCHED
+from jdl import nodes as jn
+
+from .matchmaker import CE_ID, Matchmaker
+from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
+                        ad_value, sfete_rank)
+
+#: Signatures of at most this many JDL texts are remembered (then the memo restarts).
+MAX_TEXTS = 4096
+#: At most this many classes, holding at most MAX_ROWS candidates together, are kept per
+#: snapshot (then they restart: memory stays bounded when every job is its own class).
+MAX_CLASSES = 4096
+MAX_ROWS = 1_000_000
+
+
+def _names(expr: jn.Node) -> tuple[set[str], bool]:
+    """Lower-case attribute names an expression mentions, and whether it reads attributes in a
+    way names cannot tell (``eval(...)``, ``x[...]``)."""
+    names: set[str] = set()
+    wide = False
+    stack = [expr]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (jn.AttrRef, jn.Select)):
+            names.add(x.lname)
+        elif isinstance(x, jn.Subscript) or (isinstance(x, jn.Call) and x.lname == "eval"):
+            wide = True
+        stack.extend(x.children())
+    return names, wide
+
+
+def text_signature(desc: "jdlmod.JobDescription") -> tuple | None:
+    """The part of a job's signature that depends on its JDL only, or None when the job must
+    be matched on its own (its match reads the clock or the dispatch counters).
+
+    Shape: ``(body, fete_rank, fuzzy_rank, virtual_organisation)`` where ``body`` is a sorted
+    tuple of ``(attribute, expression node or None)`` for Requirements, Rank and what they name
+    (nodes hash and compare structurally, positions ignored: equal iff their canonical texts
+    are), or the canonical text of the whole record."""
+    low = desc.text.lower()
+    if "time(" in low or DISPATCHED.lower() in low:
+        return None
+    attrs = desc.record.attrs
+    seen: dict[str, jn.Node | None] = {}
+    need = ["requirements", "rank"]
+    wide = False
+    while need and not wide:
+        name = need.pop()
+        if name in seen:
+            continue
+        d = attrs.get(name)
+        seen[name] = None if d is None else d.expr   # hashed and compared structurally
+        if d is not None:
+            more, wide = _names(d.expr)
+            need.extend(more)
+    body: Any = jdlmod.record_text(desc.record) if wide else tuple(sorted(seen.items()))
+    return (body, desc.fete_rank, desc.fuzzy_rank, desc.virtual_organisation)
+
+
+def signature(desc, vo: str | None, fqans: Sequence[str], exclude) -> tuple | None:
+    """The matching signature of one job (None: match it on its own); see the module doc."""
+    part = text_signature(desc)
+    if part is None:
+        return None
+    return part + (vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
+
+
+class TaskQueue:
+    """One class on one snapshot: its candidates (ISM order) and the selection state.
+
+    ``rows``: ``(key, ad, rank, published jobs, C_j)`` per candidate, ``key`` being the
+    feedback counter's key (CE id or CE/VO view key); ``policy``: the class's policy object."""
+
+    __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "index",
+                 "counts", "scores", "order", "version", "ties", "cum", "jobs")
+
+    def __init__(self, rows: list[tuple], policy) -> None:
+        self.keys = [r[0] for r in rows]
+        self.ads = [r[1] for r in rows]
+        self.ranks = [r[2] for r in rows]
+        self.published = [r[3] for r in rows]
+        self.capacities = [r[4] for r in rows]
+        self.policy = policy
+        self.index: dict[str, list[int]] = {}
+        for i, k in enumerate(self.keys):
+            self.index.setdefault(k, []).append(i)
+        self.counts: list[int] = []
+        self.scores: list[float] = []
+        self.order: list[tuple[float, int]] = []
+        self.version: int | None = None
+        self.ties: list[int] | None = None
+        self.cum: list[float] | None = None
+        self.jobs = 0   # choices made from this class (reported by benchmarks)
+        if isinstance(policy, MaxRankSelection):
+            scores = [r if r is not None else -math.inf for r in self.ranks]
+            if scores:
+                best = max(scores)
+                self.ties = [i for i, s in enumerate(scores) if s == best]
+        elif isinstance(policy, FuzzyRankSelection) and rows:
+            weights = policy.scores([Candidate(k, {}, r, 0, 1.0) for k, r in zip(self.keys, self.ranks)])
+            self.cum = list(accumulate(weights)) if sum(weights) > 0 else []
+
+    def _sfete(self, i: int) -> float:
+        c = self.capacities[i]
+        return sfete_rank(self.published[i], self.counts[i], c) if c > 0 else math.inf
+
+    def _sync(self, feedback) -> int:
+        """Bring the front of ``order`` up to date with ``feedback``; the number of tied best
+        entries (each with its current score).
+
+        Between two ISM refreshes a counter only grows, so a stored score is never above the
+        current one: only the entries tied at the front need checking (a stale one is re-sorted
+        and the front looked at again). A refresh or reset (``changed_since`` answers None) or
+        feedback without a version re-reads every counter."""
+        version = getattr(feedback, "version", None)
+        full = self.version is None or version is None or feedback.changed_since(self.version) is None
+        self.version = version
+        get, keys, order = feedback.get, self.keys, self.order
+        if full:
+            self.counts = [get(k) for k in keys]
+            self.scores = [self._sfete(i) for i in range(len(keys))]
+            self.order = order = sorted(zip(self.scores, range(len(keys))))
+        while True:
+            best = order[0][0]
+            ties = bisect_right(order, (best, math.inf))
+            stale = [i for _, i in order[:ties] if get(keys[i]) != self.counts[i]]
+            if not stale:
+                return ties
+            for i in stale:
+                del order[bisect_left(order, (self.scores[i], i))]
+                self.counts[i] = get(keys[i])
+                self.scores[i] = self._sfete(i)
+                insort(order, (self.scores[i], i))
+
+    def choose(self, feedback, rng) -> Candidate | None:
+        """The chosen candidate for the next job of this class (None: no candidate)."""
+        n = len(self.keys)
+        if n == 0:
+            return None
+        self.jobs += 1
+        if isinstance(self.policy, SfeteSelection):
+            ties = self._sync(feedback)
+            pos = self.order[0][1] if ties == 1 else self.order[rng.choice(range(ties))][1]
+        elif self.ties is not None:
+            pos = self.ties[0] if len(self.ties) == 1 else rng.choice(self.ties)
+        elif self.cum is not None:
+            pos = rng.choices(range(n), cum_weights=self.cum, k=1)[0] if self.cum \
+                else rng.randrange(n)
+        else:   # another policy: the generic path
+            cands = self.candidates(feedback)
+            return self.policy.select(cands, rng)
+        return self._candidate(pos, feedback.get(self.keys[pos]))
+
+    def candidates(self, feedback) -> list[Candidate]:
+        return [self._candidate(i, feedback.get(k)) for i, k in enumerate(self.keys)]
+
+    def _candidate(self, i: int, count: int) -> Candidate:
+        c = self.capacities[i]
+        return Candidate(self.keys[i], self.ads[i], self.ranks[i], self.published[i] + count, c,
+                         sfete_rank(self.published[i], count, c) if c > 0 else math.inf)
+
+
+class TaskQueues:
+    """Class-based matching over a :class:`~broker.matchmaker.Matchmaker` (its feedback
+    counters, policies and ``random.Random``). Thread-safe.
+
+    ``choose(desc, ads, ...)`` answers what ``matchmaker.select(matchmaker.match(desc, ads,
+    ...))`` answers for the same seed and the same history of choices, at the cost of a
+    selection per job once the job's class has been matched on ``ads``."""
+
+    def __init__(self, matchmaker: Matchmaker) -> None:
+        self.matchmaker = matchmaker
+        self._lock = threading.Lock()
+        self._snapshot: tuple | None = None
+        self._queues: dict[tuple, TaskQueue] = {}
+        self._rows = 0      # candidates held by the classes of this snapshot
+        self._texts: dict[str, tuple | None] = {}
+        self.matched = 0    # classes matched (filtering runs) since creation
+        self.per_job = 0    # jobs that took the per-job path
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def _text_signature(self, desc) -> tuple | None:
+        texts = self._texts
+        if desc.text in texts:
+            return texts[desc.text]
+        if len(texts) >= MAX_TEXTS:
+            texts.clear()
+        part = texts[desc.text] = text_signature(desc)
+        return part
+
+    def choose(self, desc: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
+               blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
+               fqans: Sequence[str] = (), exclude=frozenset()) -> Candidate | None:
+        """The CE chosen for one job (a Candidate), or None when no CE matches.
+
+        Arguments as :meth:`Matchmaker.match` (``ads``: one ISM snapshot's ads, not mutated
+        while in use; ``now``: the clock's seconds). The caller increments the chosen CE's
+        feedback counter (``feedback.increment(chosen.ce_id)``) before the next choice, as
+        with the per-job matcher. Raises nothing for bad ads (skipped)."""
+        mm = self.matchmaker
+        with self._lock:
+            part = self._text_signature(desc)
+            if part is None:
+                self.per_job += 1
+                return mm.select(mm.match(desc, ads, blacklist, now=now, vo=vo,
+                                          fqans=tuple(fqans), exclude=exclude))
+            key = part + (vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
+            if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
+                self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
+            queue = self._queues.get(key)
+            if queue is None:
+                rows = mm.filtered(desc, ads, blacklist, now=now, vo=vo, fqans=tuple(fqans),
+                                   memo_key=("taskqueue",) + key[:-1])
+                if exclude:
+                    rows = [r for r in rows if ad_value(r[1], CE_ID) not in exclude]
+                if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
+                    self._queues, self._rows = {}, 0
+                self._rows += len(rows)
+                queue = self._queues[key] = TaskQueue(rows, mm.policy_for(desc))
+                self.matched += 1
+            return queue.choose(mm.feedback, mm.rng)
