@@ -24,13 +24,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from flask import Flask, jsonify, request
 from sqlalchemy.exc import OperationalError
+
+from .throttle import Throttle
 
 log = logging.getLogger("vgrid.storage")
 
@@ -93,8 +93,7 @@ def storage_error(exc: BaseException, service: str, path: str | os.PathLike | No
     return StorageError(503, f"{service} database unavailable: {first}", operation, None, cause)
 
 
-_quiet_until: dict[str, float] = {}
-_quiet_lock = threading.Lock()
+_quiet: dict[float, Throttle] = {}
 
 
 def log_failure(logger: logging.Logger, what: str, exc: BaseException, every_s: float = 60.0) -> None:
@@ -104,11 +103,8 @@ def log_failure(logger: logging.Logger, what: str, exc: BaseException, every_s: 
     if not is_full(exc):
         logger.error("%s", what, exc_info=exc)
         return
-    now = time.monotonic()
-    with _quiet_lock:
-        if now < _quiet_until.get(what, 0.0):
-            return
-        _quiet_until[what] = now + every_s
+    if not _quiet.setdefault(every_s, Throttle(every_s)).due(what):
+        return
     cause = errno.errorcode.get(exc.errno or 0) if isinstance(exc, OSError) else _db_cause(exc)
     logger.error("%s: the state directory or database is full (%s); retrying, logged again in "
                  "%g s at most", what, cause or type(exc).__name__, every_s)

@@ -29,6 +29,7 @@ import threading
 import time
 
 from vgrid_runtime.httpjson import ApiError
+from vgrid_runtime.throttle import Throttle
 from vgrid_runtime.outcomes import Outcome
 
 from .ce_jobs import ENDED, CEJobState
@@ -57,7 +58,7 @@ class CEHeartbeats:
         self.vwn_heard: dict[str, float] = {}        # job key -> clock s its VWN was last heard of
         self.targets: dict[str, dict] = {}           # heartbeat URL -> {"last_success","last_error",...}
         self._last_sent: float | None = None
-        self._logged: dict[str, float] = {}
+        self._logged = Throttle(LOG_EVERY_S)
         self._probed: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ce-heartbeats", daemon=True)
@@ -225,8 +226,7 @@ class CEHeartbeats:
                 unknown = HeartbeatClient(url, agent.http, agent.config.node_timeout_s).beat(body)
             except HeartbeatError as exc:
                 target["last_error"] = exc.brief()
-                if time.monotonic() - self._logged.get(url, -1e9) >= LOG_EVERY_S:
-                    self._logged[url] = time.monotonic()
+                if self._logged.due(url):
                     log.warning("heartbeat to %s failed: %s (logged at most once a minute)", url, exc)
                 continue
             target["last_success"], target["last_error"] = agent.clock.now(), None

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Callable
 
 from vgrid_runtime.clock import Clock, WallClock
+from vgrid_runtime.throttle import Throttle
 from vgrid_runtime.httpclient import ErrorKind, ServiceClient, ServiceError
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Heartbeats:
         self._targets: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._logged: dict[str, float] = {}
+        self._logged = Throttle(LOG_EVERY_S)
         self.beats = 0                 # successful POSTs
         self.rounds = 0                # completed rounds over every target
         self._thread = None
@@ -104,9 +104,7 @@ class Heartbeats:
         with self._lock:
             if url in self._targets:
                 self._targets[url]["last_error"] = error
-        now = time.monotonic()
-        if now - self._logged.get(url, -LOG_EVERY_S) >= LOG_EVERY_S:
-            self._logged[url] = now
+        if self._logged.due(url):
             log.warning("heartbeat to %s failed (logged at most once a minute): %s", url, error)
 
     def _run(self) -> None:
