@@ -73,6 +73,16 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         raise BadQuery(f"after={cursor!r} is not a cursor this broker issued", "after") from None
 
 
+def _number(args: Mapping[str, str], name: str, conv, what: str):
+    """Parameter ``name`` converted by ``conv`` (None when absent); BadQuery saying it is not ``what``."""
+    if not args.get(name):
+        return None
+    try:
+        return conv(args[name])
+    except ValueError:
+        raise BadQuery(f"{name}={args[name]!r} is not {what}", name) from None
+
+
 def parse_query(args: Mapping[str, str], key_of=lambda k: k) -> ListQuery:
     """The :class:`ListQuery` of request arguments ``args``; ``key_of`` turns a job id of
     ``ids`` into its key. Raises BadQuery naming the parameter."""
@@ -83,21 +93,13 @@ def parse_query(args: Mapping[str, str], key_of=lambda k: k) -> ListQuery:
         except ValueError:
             raise BadQuery(f"state={args['state']!r}: not a job state "
                            f"({', '.join(s.value for s in JobState)})", "state") from None
-    since = None
-    if args.get("since"):
-        try:
-            since = float(args["since"])
-        except ValueError:
-            raise BadQuery(f"since={args['since']!r} is not a number of seconds", "since") from None
-    limit = DEFAULT_LIMIT
-    if args.get("limit"):
-        try:
-            limit = int(args["limit"])
-        except ValueError:
-            raise BadQuery(f"limit={args['limit']!r} is not an integer", "limit") from None
-        if limit < 1:
-            raise BadQuery(f"limit={limit} must be at least 1", "limit")
-        limit = min(limit, MAX_LIMIT)
+    since = _number(args, "since", float, "a number of seconds")
+    limit = _number(args, "limit", int, "an integer")
+    if limit is None:
+        limit = DEFAULT_LIMIT
+    elif limit < 1:
+        raise BadQuery(f"limit={limit} must be at least 1", "limit")
+    limit = min(limit, MAX_LIMIT)
     after = decode_cursor(args["after"]) if args.get("after") else None
     keys = None
     if args.get("ids"):
