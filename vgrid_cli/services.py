@@ -143,26 +143,44 @@ class ServiceGroup:
     def stop(self, svc: Service, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
         """Stop the service's child and a process restarted by hand from its command line
         (``sig``, then SIGKILL after ``grace_s``); the latter is not our child: polled, not waited."""
-        for pid in svc.pids():
-            if pid != svc.process.pid:
-                _stop_foreign(pid, svc.cmd, sig, grace_s)
-        if svc.process.poll() is None:
+        self._stop_together([svc], sig, grace_s)
+
+    def _stop_together(self, svcs: list[Service], sig: int, grace_s: float) -> None:
+        """``sig`` to every service of ``svcs`` at once, then one shared grace period of
+        ``grace_s`` seconds before SIGKILL: n services stop in one grace period, not n."""
+        for svc in svcs:
+            for pid in svc.pids():
+                if pid != svc.process.pid:
+                    _stop_foreign(pid, svc.cmd, sig, grace_s)
+            if svc.process.poll() is None:
+                try:
+                    os.killpg(svc.process.pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for svc in svcs:
             try:
-                os.killpg(svc.process.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                svc.process.wait(timeout=grace_s)
+                svc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(svc.process.pid, signal.SIGKILL)
+                try:
+                    os.killpg(svc.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 svc.process.wait()
-        if svc in self.services:
-            self.services.remove(svc)
+            if svc in self.services:
+                self.services.remove(svc)
 
     def stop_all(self) -> None:
-        # reverse start order: broker first, then CE agents, then node agents (they clean cgroups)
+        """Reverse start order, one kind at a time (broker first, then CE agents, then node
+        agents, which clean their cgroups); the services of one kind stop together."""
+        tiers: list[list[Service]] = []
         for svc in reversed(list(self.services)):
-            self.stop(svc)
+            if tiers and tiers[-1][0].kind == svc.kind:
+                tiers[-1].append(svc)
+            else:
+                tiers.append([svc])
+        for tier in tiers:
+            self._stop_together(tier, signal.SIGTERM, 10.0)
 
     def __enter__(self) -> "ServiceGroup":
         return self
