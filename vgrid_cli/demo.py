@@ -236,7 +236,7 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
             if as_json:
                 print(json.dumps({"ok": ok, "jobs": rows}, indent=2))
             else:
-                out.print(jobs_table(jobs, title="vgrid demo results"))
+                out.print(jobs_table(jobs, title="vgrid demo results", keys=False))
                 for r in rejected:
                     out.print(f"[red]rejected[/] {r['file']}: {r['reason']}", highlight=False)
                 out.print("[green]all jobs Done with exit code 0[/]" if ok else "[red]some jobs failed[/]")
