@@ -7,8 +7,9 @@ Exit codes: 0 ok; 1 the thing checked is wrong (BDII unreachable, no slapd, noth
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import sys
-import time
 
 import click
 from rich.console import Console
@@ -138,21 +139,23 @@ def _update_loop(bdii_url: str, sources: list[str], glue2: bool, every_s: float,
         _fail("--every must be > 0 seconds", 2)
     feeder = BdiiFeeder(bdii_url, sources, interval_s=every_s, glue2=glue2,
                         session=_session_for(sources))
-    try:
-        while True:
-            report, errors = feeder.run_once()
-            if as_json:
-                click.echo(json.dumps({"report": report.as_dict() if report else None,
-                                       "errors": errors}))
-            elif report is not None:
-                click.echo(f"added {report.added}, modified {report.modified}, deleted "
-                           f"{report.deleted}, unchanged {report.unchanged}, refused "
-                           f"{len(report.rejected)}")
-            for e in errors:
-                err.print(f"vgrid: {e}", highlight=False, markup=False, soft_wrap=True)
-            time.sleep(every_s)
-    except KeyboardInterrupt:
-        return
+    # SIGINT/SIGTERM set a flag the loop checks: a KeyboardInterrupt raised inside a library call
+    # (and swallowed there) must not leave the loop running.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set():
+        report, errors = feeder.run_once()
+        if as_json:
+            click.echo(json.dumps({"report": report.as_dict() if report else None,
+                                   "errors": errors}))
+        elif report is not None:
+            click.echo(f"added {report.added}, modified {report.modified}, deleted "
+                       f"{report.deleted}, unchanged {report.unchanged}, refused "
+                       f"{len(report.rejected)}")
+        for e in errors:
+            err.print(f"vgrid: {e}", highlight=False, markup=False, soft_wrap=True)
+        stop.wait(every_s)
 
 
 # -- vgrid info ----------------------------------------------------------------------------------
