@@ -121,7 +121,7 @@ class Simulation:
         self.running: dict[str, int] = {}       # vo -> jobs on a node
         self.on_node: dict[int, str] = {}       # job index -> node id
         self.done = 0
-        self.waits: list[float] = []
+        self.waits: dict[int, float] = {}       # job index -> start - submit (s), its last start
         self.series: dict[str, list] = {vo: [] for vo in dict.fromkeys(j.vo for j in workload.jobs)}
         self.node_s = 0.0
 
@@ -180,7 +180,7 @@ class Simulation:
                     and not self.pool.nodes:
                 break
         return SimResult(w.name, self.policy.name, makespan, vacated if not self.pool.nodes else None,
-                         self.pool.boots, self.node_s, self.waits, self.series,
+                         self.pool.boots, self.node_s, list(self.waits.values()), self.series,
                          [n.boot_s for n in self.pool.gone if n.boot_s is not None]
                          + [n.boot_s for n in self.pool.nodes.values() if n.boot_s is not None],
                          ticks)
@@ -201,7 +201,7 @@ class Simulation:
                 i = queue.popleft()
                 self.on_node[i] = node.id
                 self.running[vo] = self.running.get(vo, 0) + 1
-                self.waits.append(t - self.w.jobs[i].submit_s)
+                self.waits[i] = t - self.w.jobs[i].submit_s
                 self.push(t + self.w.jobs[i].run_s, END, i)
 
     def _end(self, i: int, t: float) -> None:
@@ -223,7 +223,6 @@ class Simulation:
             i = int(job)
             self.on_node.pop(i, None)
             self.running[vo] -= 1
-            self.waits.pop()            # it waits again; its wait is counted at its next start
             self.waiting[vo].appendleft(i)
 
     def _sample(self, t: float) -> None:
