@@ -166,6 +166,17 @@ class VOCPool:
         self.driver.boot(node)
         return node
 
+    def adopt(self, vo: str, slot: str, job: str, now: float) -> VOCNode:
+        """Record a node found running ``job`` (a CE agent restarted): busy at once, no boot
+        counted, no driver call."""
+        self._serial += 1
+        node = VOCNode(f"voc-{vo}-{self._serial}", vo, slot, booted_at=now, ready_at=now)
+        node.to(VOCNodeState.IDLE)
+        node.to(VOCNodeState.BUSY)
+        node.job, node.jobs_run = job, 1
+        self.nodes[node.id] = node
+        return node
+
     def terminate(self, node_id: str, now: float) -> VOCNode:
         """Stop an idle or booting node cleanly (the watchdog shrinking a VOC). A busy node is
         never terminated: ValueError."""
