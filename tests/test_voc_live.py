@@ -103,7 +103,9 @@ def test_voc_clusters_survive_killed_nodes_and_killed_vwns(tmp_path, receiver):
             group.stop(dead, sig=signal.SIGKILL)
             wait_until(lambda: all(not n["slot"].startswith(dead.url + "#") for n in voc(ce)["nodes"]),
                        "the dead node's VOC node out of the pool", timeout_s=10)
-            assert time.monotonic() - t0 < (BEAT_S + 2 * INTERVAL_S + 2.5) * SLACK
+            left_s = time.monotonic() - t0
+            print(f"VOC node left the pool {left_s:.2f} s after kill -9; boot_s {[n['boot_s'] for n in status['nodes']]}")
+            assert left_s < (BEAT_S + 2 * INTERVAL_S + 2.5) * SLACK
             assert dead.url in voc(ce)["dead"]
 
             # kill the processes of the beta job's VWN: the VWN ends, the beta node idles and the

@@ -5,8 +5,9 @@ Tolerances: Figures 10 and 11 give makespans of 1,200 s and 2,100 s; we accept +
 paper's figures are read to the nearest 100 s). Figure 7 is described in words (Section
 5.2.2): the VOC at all 16 slots at the first interval, ~60 s boot, the first two batches done
 within 140 s, the VOC shrunk to zero before the batch at 180 s, and all 16 VMs restarted; each
-is asserted as stated. The damped policy must do at least as well in makespan and boots on every
-workload, and on Figure 7 halve the boots and cut the makespan by >= 15 %.
+is asserted as stated. The damped policy (defaults) must do at least as well in makespan and
+boots on every workload, on Figure 7 halve the boots and cut the makespan by >= 15 %, and on
+Figure 11 save one boot with the same vacating time.
 """
 import pytest
 
@@ -23,8 +24,9 @@ def test_figure7_greedy_is_over_responsive_to_batches_of_short_jobs():
     s = r.series["engage"]
     assert r.ticks[0]["booted"] and len(r.ticks[0]["booted"]["engage"]) == 16     # all 16 cores at once
     assert all(54.0 <= d <= 57.0 for d in r.boot_delays)                            # ~60 s boot (5.2.1)
-    first_two = sorted(r.waits)[:32]
-    assert max(w + 10.0 for w in first_two) + 30.0 <= 140.0                       # done within 140 s
+    jobs = WORKLOADS["figure7"].jobs
+    ends = [j.submit_s + w + j.run_s for j, w in zip(jobs, r.waits)]
+    assert max(e for j, e in zip(jobs, ends) if j.submit_s < 180.0) <= 140.0      # batches 1-2 within 140 s
     assert any(p[1] == 0 for p in s if 140.0 <= p[0] < 180.0)                    # vacated before 180 s
     assert r.boots == 32                                                           # all 16 restarted
     assert size_at(s, 185.0) == 16 and min(p[2] for p in s if 180.0 <= p[0] < 230.0) == 0
@@ -52,6 +54,8 @@ def test_damped_policy_is_never_worse_and_better_on_batches(name):
     assert d.makespan_s <= g.makespan_s and d.boots <= g.boots
     if name == "figure7":
         assert d.boots * 2 <= g.boots and d.makespan_s <= 0.85 * g.makespan_s
+    if name == "figure11":                     # hysteresis: no third engage node for one job
+        assert d.boots == g.boots - 1 and d.vacated_s == g.vacated_s
 
 
 def test_killed_voc_nodes_leave_the_pool_and_their_jobs_run_elsewhere():

@@ -52,7 +52,7 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "scheduler = voc, damped: most nodes booted per VO per interval (0 = no limit)"})
     voc_keep_warm_s: float = field(default=120.0, metadata={
         "help": "scheduler = voc, damped: an idle VOC node is kept this long before it is terminated (s)"})
-    voc_hysteresis: int = field(default=0, metadata={
+    voc_hysteresis: int = field(default=1, metadata={
         "help": "scheduler = voc, damped: grow only when the queue exceeds the VOC size by more than this "
                 "many jobs; keep this many nodes beyond the queue while it is not empty"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})

@@ -74,8 +74,9 @@ class Damped:
     """Our damped policy: the greedy rule with hysteresis, a growth limit, warm nodes and a fair
     division of the slots between VOs.
 
-    - grow when the queue exceeds the VOC size by more than ``hysteresis`` jobs, by at most
-      ``growth_limit`` nodes per VO per interval (0 = no limit);
+    - grow when the queue exceeds the VOC size by more than ``hysteresis`` jobs (or the VO has
+      jobs and no node at all), by at most ``growth_limit`` nodes per VO per interval (0 = no
+      limit);
     - never terminate a booting node; terminate an idle node only once it has been idle for
       ``keep_warm_s`` seconds and the VOC is larger than queue + ``hysteresis`` (than 0 once the
       queue is empty);
@@ -86,7 +87,7 @@ class Damped:
 
     growth_limit: int = 8
     keep_warm_s: float = 120.0
-    hysteresis: int = 0
+    hysteresis: int = 1
 
     name = "damped"
     release_booting = False
@@ -98,7 +99,7 @@ class Damped:
                              f"got {self.growth_limit}, {self.keep_warm_s}, {self.hysteresis}")
 
     def target(self, vo: VOView, now: float) -> int:
-        if vo.queue > vo.size + self.hysteresis:
+        if vo.queue > vo.size + self.hysteresis or (vo.queue and not vo.size):
             return vo.queue
         return min(vo.size, vo.queue + self.hysteresis) if vo.queue else 0
 

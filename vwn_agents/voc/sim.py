@@ -84,7 +84,7 @@ END, READY, ARRIVE, KILL, MATCH, TICK = range(6)
 class SimResult:
     """``makespan_s``: last job end; ``vacated_s``: when the last VOC node left (None if never);
     ``boots``: nodes booted; ``node_s``: node-seconds held (slot occupancy, booting included);
-    ``waits``: per job, start - submit (s); ``series``: per VO a list of (t, size, busy, queue)
+    ``waits``: per job that ran, in workload order, its (last) start - submit (s); ``series``: per VO a list of (t, size, busy, queue)
     after every instant; ``boot_delays``: measured ready - boot (s) of every node that joined."""
 
     workload: str
@@ -169,18 +169,17 @@ class Simulation:
                 ticks.append(self.watchdog.tick(t, self.demand()).record())
                 if w.match_interval_s == 0:
                     self._match(t)
-                if self._finished():
-                    vacated = t if vacated is None else vacated
-                    if not self.pool.nodes:
-                        self._sample(t)
-                        break
+                if self._finished() and not self.pool.nodes:
+                    vacated = t
+                    self._sample(t)
+                    break
                 self.push(t + w.interval_s, TICK)
             self._sample(t)
             if self.events and all(k in (MATCH, TICK) for _, k, _, _ in self.events) and self._finished() \
                     and not self.pool.nodes:
                 break
-        return SimResult(w.name, self.policy.name, makespan, vacated if not self.pool.nodes else None,
-                         self.pool.boots, self.node_s, list(self.waits.values()), self.series,
+        return SimResult(w.name, self.policy.name, makespan, vacated,
+                         self.pool.boots, self.node_s, [self.waits[i] for i in sorted(self.waits)], self.series,
                          [n.boot_s for n in self.pool.gone if n.boot_s is not None]
                          + [n.boot_s for n in self.pool.nodes.values() if n.boot_s is not None],
                          ticks)
@@ -261,6 +260,11 @@ WORKLOADS: dict[str, Workload] = {
                          first_tick_s=300.0, match_interval_s=300.0, figure="Figure 10"),
     "figure11": Workload("figure11", _engage_nanohub(), slots=4, boot_s=60.0, interval_s=300.0,
                          first_tick_s=300.0, match_interval_s=300.0, figure="Figure 11"),
+    # the same workloads as a vgrid CE runs them: jobs matched at once, a watchdog every 10 s
+    "figure10-now": Workload("figure10-now", _engage_nanohub(), slots=16, boot_s=60.0, interval_s=10.0,
+                             figure="Figure 10, matched at once"),
+    "figure11-now": Workload("figure11-now", _engage_nanohub(), slots=4, boot_s=60.0, interval_s=10.0,
+                             figure="Figure 11, matched at once"),
 }
 
 
