@@ -250,8 +250,8 @@ def _engage_nanohub() -> tuple[SimJob, ...]:
 #: slots with a ~60 s boot (Section 5.2.1: VMs joined 54-57 s after the watchdog started them);
 #: Figures 10 and 11: Engage 3 x 200 s + 3 x 400 s and Nanohub 2 x 600 s jobs on 16 and 4 slots.
 #: The paper does not give the timing of its simulation of Figures 10 and 11; a watchdog and a
-#: matchmaker cycling every 300 s, the watchdog's first cycle at 300 s, and a 60 s boot are the
-#: values that give both of its makespans (1,200 s and 2,100 s, counted until the site is
+#: matchmaker cycling every 300 s, the watchdog's first cycle at 300 s, and a 60 s boot are
+#: values (found by a grid over the timing, docs/experiments/voc.md) that give both its makespans (1,200 s and 2,100 s, counted until the site is
 #: vacated) and the stair-step shrink of Figure 11 (docs/experiments/voc.md).
 WORKLOADS: dict[str, Workload] = {
     "figure7": Workload("figure7", batches("engage", (0.0, 30.0, 180.0), 16, 10.0), slots=16,
