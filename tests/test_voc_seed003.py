@@ -64,3 +64,26 @@ def test_killed_voc_nodes_leave_the_pool_and_their_jobs_run_elsewhere():
     r = simulate(w, "greedy")
     assert len(r.waits) == 8                          # the killed nanohub job ran again, on a new node
     assert r.boots == 9 and r.vacated_s > 1200.0
+
+
+def test_vgrid_voc_sim_writes_the_table_csv_and_figures(tmp_path):
+    import csv
+    import json
+
+    from click.testing import CliRunner
+
+    from vgrid_cli.voc_cmds import voc_sim_cmd
+    run = CliRunner().invoke(voc_sim_cmd, ["--workloads", "figure11", "--damped", "keep_warm_s=0",
+                                           "--out", str(tmp_path), "--json"], catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    rows = json.loads(run.output)
+    assert [(r["policy"], r["vacated_s"], r["boots"]) for r in rows] == [("greedy", 2100.0, 5), ("damped", 2100.0, 4)]
+    assert json.loads((tmp_path / "voc_summary.json").read_text()) == rows
+    assert (tmp_path / "voc_figure11.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(tmp_path / "voc_series.csv") as f:
+        series = list(csv.DictReader(f))
+    assert {r["vo"] for r in series} == {"engage", "nanohub"} and max(int(r["voc_size"]) for r in series) <= 4
+    bad = CliRunner().invoke(voc_sim_cmd, ["--workloads", "figure99"])
+    assert bad.exit_code == 2 and "figure99" in bad.output
+    bad = CliRunner().invoke(voc_sim_cmd, ["--damped", "warm=1"])
+    assert bad.exit_code == 2 and "no option warm" in bad.output
