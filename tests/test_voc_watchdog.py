@@ -162,6 +162,9 @@ def test_watchdog_invariants_over_random_runs(policy_name, slots, script):
             stopped = [i for ids in report.terminated.values() for i in ids]
             assert not busy & set(stopped)                              # a running job is never killed
             assert len(pool.nodes) <= slots                             # never more VWNs than slots
+            if policy_name == "greedy":                                 # the paper's rule, after a tick:
+                for v in dog.views({vo: (w, 0) for vo, w in waiting.items()}).values():
+                    assert v.size >= v.waiting + v.busy or pool.free == 0   # queue covered or site full
             if policy_name == "damped":
                 assert all(len(ids) <= 3 for ids in report.booted.values())
                 assert not booting & set(stopped)
