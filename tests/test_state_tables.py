@@ -11,8 +11,10 @@ from vgrid_runtime.states import IllegalTransition, StateTable
 from vwn_agents.ce_jobs import CE_JOB_STATES, CEJob, CEJobState, JobRequest
 from vwn_agents.leasing.model import LEASE_STATES, Lease, LeaseState, LeaseType, resource_vector
 from vwn_agents.vwn_states import VWN_STATES, VWNState
+from vwn_agents.voc.pool import VOC_NODE_STATES
 
-TABLES = {"job": JOB_STATES, "CE job": CE_JOB_STATES, "VWN": VWN_STATES, "lease": LEASE_STATES}
+TABLES = {"job": JOB_STATES, "CE job": CE_JOB_STATES, "VWN": VWN_STATES, "lease": LEASE_STATES,
+          "VOC node": VOC_NODE_STATES}
 EXITS_OF_TERMINAL = {"job": {JobState.CLEARED}}     # gLite: Done/Aborted/Cancelled -> Cleared
 
 

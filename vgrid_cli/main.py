@@ -49,6 +49,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("vgrid_cli.gridsim_cmds", "report_cmd"),
     "workload": ("vgrid_cli.workload_cmds", "workload_group"),
     "sweep-preemption": ("vgrid_cli.sweep_cmds", "sweep_cmd"),
+    "voc-sim": ("vgrid_cli.voc_cmds", "voc_sim_cmd"),
 }
 
 

@@ -48,6 +48,7 @@ from vgrid_runtime.outcomes import PENDING, Outcome
 from .node_client import NodeAgentClient, NodeAgentError
 from .placement import PLACEMENTS, NodeLoad
 from .vwn_states import VWNState
+from .voc.live import VOCScheduling
 
 __all__ = ["CEAgent", "CEAgentConfig", "create_app"]
 
@@ -81,6 +82,7 @@ class CEAgent(CEPublishing):
             self.jobs[job.request.key] = job
         self.leases = (LeaseScheduling(config, self.clock, self.nodes, self.http, self._lease_started)
                        if config.scheduler == "leases" else None)
+        self.voc = VOCScheduling(self) if config.scheduler == "voc" else None
         self._tick_error: str | None = None
         loop = self._lease_loop if self.leases else self._place_loop
         self._placer = threading.Thread(target=loop, name="ce-placer", daemon=True)
@@ -133,6 +135,8 @@ class CEAgent(CEPublishing):
         finally:
             self.ready.set()
             self.beats.start()
+            if self.voc:
+                self.voc.start()
 
     def _place_loop(self) -> None:
         self._recover()
@@ -272,7 +276,7 @@ class CEAgent(CEPublishing):
     def _place(self, job: CEJob) -> bool:
         """Create the job's VWN on the best reachable node; False when none took it."""
         errors = []
-        for node in self.place(self.loads()):
+        for node in self.voc.candidates(job) if self.voc else self.place(self.loads()):
             with self._lock:
                 if job.state is not CEJobState.SCHEDULED or job.vwn:
                     return True
@@ -280,6 +284,8 @@ class CEAgent(CEPublishing):
                 info = NodeAgentClient(node.url, self.http, self.config.node_timeout_s).create_vwn(self._vwn_body(job))
             except NodeAgentError as exc:   # no answer: the error's class name; else HTTP <status> <text>
                 errors.append(f"{node.url}: {exc.brief()}")
+                if self.voc:
+                    self.voc.failed(job, node.url, exc)
                 continue
             with self._lock:
                 job.node_url, job.vwn = node.url, info["vwn"]
@@ -289,6 +295,8 @@ class CEAgent(CEPublishing):
             if cancelled:
                 self._delete_vwn(job)
             return True
+        if self.voc and not errors:
+            return self.voc.waits(job)
         with self._lock:
             job.note(Outcome.NOT_PLACED, "not placed yet: " + ("; ".join(errors) or "the CE has no node agents"))
         log.warning("%s: %s", job.request.key, job.reason)
@@ -332,6 +340,8 @@ class CEAgent(CEPublishing):
                 job.note(Outcome.parse(event.get("outcome")), event.get("reason"))
             self._save(job)
             self._forward(job, kind, event.get("time"))
+        if self.voc and kind in ("done", "aborted"):
+            self.voc.release(key)
         if self.leases and self.leases.engine and kind in ("done", "aborted"):
             try:
                 self.leases.engine.job_event(event)     # the lease ends early: its slot frees
@@ -376,6 +386,8 @@ class CEAgent(CEPublishing):
             self._cancel_lease(key)     # queued: leaves the queue; running: its VWN is deleted
         elif placed and not self.leases:
             self._delete_vwn(job)
+        if self.voc:
+            self.voc.release(key)
         return job
 
     def _delete_vwn(self, job: CEJob) -> None:
@@ -389,6 +401,8 @@ class CEAgent(CEPublishing):
         self._stop.set()
         self._wake.set()
         self._placer.join(timeout=self.config.node_timeout_s + 1)
+        if self.voc:
+            self.voc.stop()
         self.beats.stop()
         self.outbox.flush(flush_s)
         self.outbox.close()

@@ -33,8 +33,9 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     status: str = field(default="Production", metadata={"help": "GlueCEStateStatus"})
     placement: str = field(default="fewest-vwns", metadata={"help": "placement policy name (fair-share scheduler)"})
     scheduler: str = field(default="leases", metadata={
-        "help": "leases (every job is a lease in the lease engine, queued when its node's VWN slots are taken) "
-                "or fair-share (every job gets a VWN at once, no admission control)"})
+        "help": "leases (every job is a lease in the lease engine, queued when its node's VWN slots are taken), "
+                "fair-share (every job gets a VWN at once, no admission control) or voc (per-VO clusters of "
+                "VWN slots sized by the VOC watchdog, seed 003; docs/vwn.md)"})
     vwns_per_node: int = field(default=4, metadata={
         "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
     lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
@@ -44,6 +45,16 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "scheduler = leases: a preempted suspendable lease's VWNs are frozen on their node "
                 "and thawed when it resumes (node agents with a freezer; docs/vwn.md), instead of "
                 "deleted and restarted; migration is then off"})
+    voc_policy: str = field(default="damped", metadata={
+        "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
+    voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})
+    voc_growth_limit: int = field(default=8, metadata={
+        "help": "scheduler = voc, damped: most nodes booted per VO per interval (0 = no limit)"})
+    voc_keep_warm_s: float = field(default=120.0, metadata={
+        "help": "scheduler = voc, damped: an idle VOC node is kept this long before it is terminated (s)"})
+    voc_hysteresis: int = field(default=1, metadata={
+        "help": "scheduler = voc, damped: grow only when the queue exceeds the VOC size by more than this "
+                "many jobs; keep this many nodes beyond the queue while it is not empty"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
     port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
     public_url: str | None = field(default=None, metadata={
@@ -85,8 +96,16 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
             return f"field 'placement': unknown policy {self.placement!r} (known: {', '.join(PLACEMENTS)})"
         if self.cpus_per_node < 1:
             return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
-        if self.scheduler not in ("leases", "fair-share"):
-            return f"field 'scheduler': must be 'leases' or 'fair-share', got {self.scheduler!r}"
+        if self.scheduler not in ("leases", "fair-share", "voc"):
+            return f"field 'scheduler': must be 'leases', 'fair-share' or 'voc', got {self.scheduler!r}"
+        if self.voc_interval_s <= 0:
+            return f"field 'voc_interval_s': must be > 0, got {self.voc_interval_s}"
+        for name in ("voc_growth_limit", "voc_keep_warm_s", "voc_hysteresis"):
+            if getattr(self, name) < 0:
+                return f"field '{name}': must be >= 0, got {getattr(self, name)}"
+        from .voc.policies import POLICIES
+        if self.voc_policy not in POLICIES:
+            return f"field 'voc_policy': unknown VOC policy {self.voc_policy!r} (known: {', '.join(POLICIES)})"
         if not 1 <= self.vwns_per_node <= 100 * self.cpus_per_node:
             return (f"field 'vwns_per_node': must be between 1 and {100 * self.cpus_per_node} "
                     f"(1/100 of a core per VWN), got {self.vwns_per_node}")

@@ -81,4 +81,4 @@ class CEPublishing:
                 "nodes": [{"url": n.url, "vwns": n.vwns, "up": up.get(n.url, True), **beats["node_heard"][n.url]}
                           for n in self.loads()],
                 "jobs": counts, "heartbeats": beats["heartbeats"], "lost_nodes": beats["lost_nodes"],
-                "ready": self.ready.is_set()}
+                "ready": self.ready.is_set(), **({"voc": self.voc.status()} if getattr(self, "voc", None) else {})}
