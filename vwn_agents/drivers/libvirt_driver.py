@@ -28,6 +28,7 @@ says why (``describe()["why"]``, e.g. "TCG: /dev/kvm present but unusable (no gu
 from __future__ import annotations
 
 import logging
+import re
 import os
 import shutil
 import subprocess
@@ -164,6 +165,7 @@ class LibvirtVMs:
             raise VMError(f"cannot connect to {uri}: {exc}") from None
         self.caps: dict[str, float] = {}      # vwn -> the cap it has (re-applied after restore)
         self.saved: set[str] = set()          # VWNs whose memory image is on disk (suspended)
+        self.left: set[str] = set()           # VWNs migrated to another node (domain not ours)
         self.last_save: Transfer | None = None
         self.last_restore: Transfer | None = None
         self._lock = threading.RLock()
@@ -178,9 +180,19 @@ class LibvirtVMs:
     def files(self, vwn: str) -> Path:
         return self.vm_dir / vwn
 
-    def _dom(self, vwn: str):
+    def domain_name(self, vwn: str) -> str:
+        """The name of ``vwn``'s domain: ``name(vwn)``, or for a VWN migrated here the name it had
+        on its first node (a restore keeps it; recorded in ``<files>/domain-name``)."""
         try:
-            return self.conn.lookupByName(self.name(vwn))
+            return (self.files(vwn) / "domain-name").read_text().strip() or self.name(vwn)
+        except OSError:
+            return self.name(vwn)
+
+    def _dom(self, vwn: str):
+        if vwn in self.left:                       # migrated away: its domain is not ours
+            return None
+        try:
+            return self.conn.lookupByName(self.domain_name(vwn))
         except self._lv.libvirtError:
             return None
 
@@ -195,6 +207,7 @@ class LibvirtVMs:
         os.chmod(d, 0o755)
         initrd = d / "initrd"
         initrd.write_bytes(self.guest.initrd.read_bytes() + job_cpio)
+        os.chmod(initrd, 0o644)                    # read by the qemu account
         for f in ("console.log", "channel.out"):
             (d / f).touch()
         xml = domain_xml(self.name(vwn), memory_mb=memory_mb, fraction=fraction,
@@ -211,7 +224,7 @@ class LibvirtVMs:
     def qemu_pid(self, vwn: str) -> int | None:
         """The pid of ``vwn``'s qemu process (libvirt's pid file), None when not running."""
         try:
-            return int(Path(f"/run/libvirt/qemu/{self.name(vwn)}.pid").read_text().strip())
+            return int(Path(f"/run/libvirt/qemu/{self.domain_name(vwn)}.pid").read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -338,11 +351,15 @@ class LibvirtVMs:
             raise VMError(f"{vwn}: migrate needs a suspended VWN (memory image on disk)")
         return self.files(vwn)
 
-    def import_(self, vwn: str, src: Path, fraction: float) -> Transfer:
-        """Cold migration, target side: copy ``src`` (another node's ``export``) to this node's
-        ``vm_dir`` and restore it here with the paths rewritten, capped at ``fraction``. VMError."""
+    def import_(self, vwn: str, src: Path, src_vwn: str, fraction: float) -> tuple[float, Transfer]:
+        """Cold migration, target side: copy ``src`` (another node's ``export`` of ``src_vwn``) to
+        this node's ``vm_dir`` as ``vwn`` and restore it here, paths rewritten (libvirt keeps the
+        domain's name: ``domain_name``), capped
+        at ``fraction``; (copy seconds, the restore). VMError."""
         d = self.files(vwn)
+        t0 = time.monotonic()
         shutil.copytree(src, d, dirs_exist_ok=True)
+        copy_s = time.monotonic() - t0
         os.chmod(d, 0o755)
         image = d / "memory.save"
         try:
@@ -350,10 +367,16 @@ class LibvirtVMs:
         except self._lv.libvirtError as exc:
             raise VMError(f"{vwn}: unreadable memory image: {exc}") from None
         xml = xml.replace(str(src), str(d))
+        m = re.search(r"<name>([^<]+)</name>", xml)
+        (d / "domain-name").write_text(m.group(1) if m else self.name(src_vwn))
         with self._lock:
             self.saved.add(vwn)
             self.caps[vwn] = fraction
-        return self.resume(vwn, xml)
+        try:
+            return copy_s, self.resume(vwn, xml)
+        except VMError:
+            self.saved.discard(vwn)
+            raise
 
     def close(self) -> None:
         try:

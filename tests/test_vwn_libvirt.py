@@ -1,0 +1,128 @@
+"""libvirt VWNs on real qemu (issue 14): boot, job to Done, caps read back, suspend/resume to
+disk, cold migration to a second node agent.
+
+One long counting guest (A) and one short job (B) share the module's boots (TCG boots take
+10-20 s): B runs while A counts (both capped at C/2, read back from libvirt's ``schedinfo``;
+after B ends A is back at C), A is suspended (pause + save of its memory image to disk) and
+resumed (its counter goes on, no restart), then migrated cold to a second node agent, where it
+finishes; its StdOutput is 1..N without a gap or a repeat. The test starts libvirtd and virtlogd
+itself (no init system here) and stops what it started; it skips only where libvirt or qemu
+cannot run, saying why.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+import requests
+
+from vwn_agents.drivers import guest
+from vwn_agents.drivers.libvirtd import LibvirtUnavailable, ensure_libvirtd
+from vwn_agents.drivers.vm_migrate import migrate
+
+from .node_site import node_starter
+from .waiting import wait_until
+
+COUNT = 90                 # A counts 1..COUNT, one line each 0.5 s (45 s of guest time)
+COUNTER = f'i=0; while [ $i -lt {COUNT} ]; do i=$((i+1)); echo $i; sleep 0.5; done'
+
+
+@pytest.fixture(scope="module")
+def libvirt_daemons():
+    try:
+        daemons = ensure_libvirtd()
+        guest.build_guest("/var/cache/vgrid/guest")
+    except (LibvirtUnavailable, guest.GuestBuildError) as exc:
+        pytest.skip(f"libvirt/qemu cannot run here: {exc}")
+    yield
+    daemons.stop()
+
+
+@pytest.fixture(scope="module")
+def vm_dir():
+    d = tempfile.mkdtemp(prefix="vgrid-test-vms-", dir="/var/tmp")
+    os.chmod(d, 0o755)                                 # the qemu account must cross it
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def start_node(tmp_path, libvirt_daemons, vm_dir):
+    with node_starter("lv", lambda n: {"work_dir": str(tmp_path / f"w{n}"), "driver": "libvirt",
+                                       "vm_dir": vm_dir, "disk_quota_mb": 0, "vm_memory_mb": 128,
+                                       "retry_initial_s": 0.05}) as start_:
+        yield start_
+
+
+def post(url: str, receiver, key: str, **job) -> dict:
+    body = {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "callback_url": f"{receiver.url}/events",
+            "output_upload_url": f"{receiver.url}/jobs/{key}/output", **job}
+    r = requests.post(f"{url}/vwns", json=body, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def progress(agent, vwn: str) -> int:
+    return guest.parse_channel((agent.driver.vms.files(vwn) / "channel.out").read_bytes()).progress
+
+
+def test_vm_jobs_caps_suspend_resume_migrate(start_node, receiver):
+    url, agent = start_node(capacity=1.0)
+    status = requests.get(f"{url}/status", timeout=10).json()
+    assert status["driver"]["kind"] == "libvirt"
+    assert status["driver"]["why"].startswith("libvirt, ")      # KVM or "TCG: ..." and why
+    a = post(url, receiver, "lv-a", executable="/bin/sh", arguments=f"-c '{COUNTER}'",
+             std_output="count.txt", output_sandbox=["count.txt"])["vwn"]
+    wait_until(lambda: agent.read_cap(a) == pytest.approx(1.0), "A booting at C (alone)", 60)
+    receiver.inputs["in.txt"] = b"hello from the host\n"
+    b = post(url, receiver, "lv-b", executable="/bin/sh",
+             arguments="-c 'cat in.txt; id -u; echo oops >&2; exit 3'", std_output="out.txt",
+             std_error="err.txt", output_sandbox=["out.txt", "err.txt"],
+             input_sandbox=[{"name": "in.txt", "url": f"{receiver.url}/files/in.txt"}])["vwn"]
+    # B's arrival: both at C/(N+1) = 0.5, as libvirt has them
+    wait_until(lambda: agent.read_cap(a) == pytest.approx(0.5) == agent.read_cap(b),
+               "A and B at C/2 in libvirt", 60)
+    done = receiver.wait_event("lv-b", "done", timeout_s=180)
+    assert done["exit_code"] == 3
+    assert receiver.outputs[("lv-b", "out.txt")] == b"hello from the host\n1000\n"   # never root
+    assert receiver.outputs[("lv-b", "err.txt")] == b"oops\n"
+    wait_until(lambda: agent.read_cap(a) == pytest.approx(1.0), "A back at C after B left", 30)
+    assert [c[1] for c in agent.get(a).cpu_caps] == [1.0, 0.5, 1.0]
+
+    # suspend to disk and resume: the counter goes on
+    wait_until(lambda: progress(agent, a) > 0, "A counting", timeout_s=180)
+    r = requests.post(f"{url}/vwns/{a}/suspend", timeout=120)
+    assert r.status_code == 200 and r.json()["state"] == "suspended", r.text
+    drv = requests.get(f"{url}/status", timeout=10).json()["driver"]
+    assert drv["last_save"]["mb"] > 10 and drv["save_rate_mb_s"] > 0
+    assert agent.driver.vms.state(a) == "saved" and agent.driver.vms.qemu_pid(a) is None
+    assert (agent.driver.vms.files(a) / "memory.save").stat().st_size > 10e6
+    r = requests.post(f"{url}/vwns/{a}/resume", timeout=120)
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert agent.read_cap(a) == pytest.approx(1.0)               # the cap survives the restore
+    assert requests.get(f"{url}/status", timeout=10).json()["driver"]["restore_rate_mb_s"] > 0
+    seen = progress(agent, a)
+    wait_until(lambda: progress(agent, a) > seen, "A counting again after resume", timeout_s=60)
+
+    # cold migration to a second node agent, where A finishes
+    url2, agent2 = start_node(capacity=0.5)
+    moved = migrate(agent, a, agent2)
+    a2 = moved["vwn"]
+    assert moved["restore_s"] > 0 and moved["mb"] > 10
+    assert agent.get(a).state.value == "cancelled" and "migrated to node" in agent.get(a).reason
+    assert agent2.read_cap(a2) == pytest.approx(0.5)
+    end = receiver.wait_event("lv-a", "done", timeout_s=240)
+    assert end["vwn"] == a2 and end["exit_code"] == 0
+    numbers = [int(x) for x in receiver.outputs[("lv-a", "count.txt")].split()]
+    assert numbers == list(range(1, COUNT + 1))                   # never restarted, nothing lost
+    assert receiver.events_for("lv-a", "suspended") and receiver.events_for("lv-a", "resumed")
+
+
+def test_bad_job_is_refused_before_boot(start_node, receiver):
+    url, agent = start_node()
+    v = post(url, receiver, "lv-bad", executable="/bin/sh", arguments="'unclosed")["vwn"]
+    ab = receiver.wait_event("lv-bad", "aborted", timeout_s=60)
+    assert ab["outcome"] == "wrapper-error" and "No closing quotation" in ab["reason"]
+    assert agent.driver.vms.qemu_pid(v) is None
