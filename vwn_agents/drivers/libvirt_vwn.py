@@ -47,7 +47,7 @@ class LibvirtDriver(VWNDriver):
         self.vms, self.memory_mb, self.keep_files = vms, memory_mb, keep_files
         self.why = f"libvirt, {vms.why}"
         self.missing: dict[str, str] = {}        # the Freezer face: VWNs that cannot be suspended
-        self.stats = {"saves": 0, "restores": 0}
+        self.stats = {"saves": 0, "restores": 0, "last_boot_s": None}
         self._closed = False
 
     @property

@@ -10,7 +10,8 @@
    the node's ``vm_memory_mb``; at least ``MIN_MEMORY_MB``, what the guest needs to boot) and
    the cap the node agent computed; its qemu pid and start time are recorded (the "wrapper" of
    the VWN: a restarted agent adopts the domain, ``node_recovery``);
-3. watch the channel (``VGRID-RUNNING`` -> the ``running`` event) and the domain (every
+3. watch the channel (``VGRID-RUNNING`` -> the ``running`` event; the time from the start
+   to it is the boot time, ``last_boot_s`` in GET /status ``driver``) and the domain (every
    ``POLL_S``) until it has powered off; a suspended (saved) domain is waited for;
 4. the guest's ``VGRID-RESULT`` exit code -> ``done``; the output files it sent are written into
    the work directory (only the names asked for, plain files) and staged out as usual; no result
@@ -89,6 +90,7 @@ def run(agent, v) -> None:
     drv = agent.driver
     if v.outcome is not None and v.outcome is not Outcome.EXIT:
         return                                     # failed before it ran (a failed migration)
+    booted_at = None
     if v.wrapper_pid is None:
         try:
             agent.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or agent._stopping)
@@ -98,6 +100,7 @@ def run(agent, v) -> None:
         with agent._lock:
             if v.cancelled or agent._stopping:
                 return
+            booted_at = time.monotonic()
             _start(agent, v)
         if v.wrapper_pid is None:
             return
@@ -117,6 +120,8 @@ def run(agent, v) -> None:
             return
         st = parse_channel(channel.read_bytes()) if size else parse_channel(b"")
         if st.running and v.state is VWNState.STARTING:
+            if booted_at is not None:
+                drv.stats["last_boot_s"] = round(time.monotonic() - booted_at, 2)
             with agent._lock:
                 v.to(VWNState.RUNNING)
                 agent._emit(v, "running")
@@ -130,8 +135,11 @@ def run(agent, v) -> None:
         if agent._stopping:
             v.fail(Outcome.NODE_SHUTDOWN, f"node agent {agent.config.node} shut down")
         else:
-            v.fail(Outcome.WRAPPER_ERROR, "the VM powered off without a result; see "
-                                          f"{drv.vms.files(v.vwn) / 'console.log'}")
+            console = drv.vms.files(v.vwn) / "console.log"
+            tail = console.read_text(errors="replace")[-600:] if console.exists() else ""
+            log.warning("%s: the VM powered off without a result (state %s, channel %d bytes); "
+                        "console tail:\n%s", v.vwn, drv.vms.state(v.vwn), size, tail)
+            v.fail(Outcome.WRAPPER_ERROR, f"the VM powered off without a result; see {console}")
         return
     _write_outputs(agent, v, st.files or {})
     v.exit_code, v.outcome = st.exit_code, Outcome.EXIT
