@@ -126,3 +126,42 @@ def test_bad_job_is_refused_before_boot(start_node, receiver):
     ab = receiver.wait_event("lv-bad", "aborted", timeout_s=60)
     assert ab["outcome"] == "wrapper-error" and "No closing quotation" in ab["reason"]
     assert agent.driver.vms.qemu_pid(v) is None
+
+
+def test_restarted_agent_adopts_its_running_vm(tmp_path, libvirt_daemons, vm_dir):
+    """kill -9 of a node agent process: its VM runs on under libvirtd; the restarted agent adopts
+    it (same qemu process), reports no second ``running`` and the ``done`` with the whole output."""
+    from vgrid_cli.services import ServiceGroup
+    from vwn_agents.drivers.libvirt_driver import LibvirtVMs
+    from vwn_agents.testing import Receiver
+
+    from .test_node_restart import kill_9
+    receiver = Receiver()
+    config = "\n".join([f'node = "lvr{os.getpid()}"', f'work_dir = "{tmp_path / "node"}"',
+                        'driver = "libvirt"', f'vm_dir = "{vm_dir}"', "vm_memory_mb = 128",
+                        "disk_quota_mb = 0", "heartbeat_s = 0", "retry_initial_s = 0.05",
+                        f'gridmapdir = "{tmp_path / "gridmapdir"}"', ""])
+    count = 30
+    try:
+        with ServiceGroup(tmp_path / "svc") as group:
+            (tmp_path / "svc").mkdir(exist_ok=True)
+            svc = group.start("node", "node", config)
+            vwn = post(svc.url, receiver, "lv-r", executable="/bin/sh",
+                       arguments=f"-c 'i=0; while [ $i -lt {count} ]; do i=$((i+1)); echo $i; sleep 0.5; done'",
+                       std_output="c.txt", output_sandbox=["c.txt"])["vwn"]
+            receiver.wait_event("lv-r", "running", timeout_s=180)
+            name = LibvirtVMs.name(vwn)
+            pid = int(open(f"/run/libvirt/qemu/{name}.pid").read())
+            kill_9(group, svc)
+            svc = group.start("node", "node", config)
+            rec = requests.get(f"{svc.url}/vwns/{vwn}", timeout=10).json()
+            assert rec["adopted"] and rec["state"] == "running"
+            assert int(open(f"/run/libvirt/qemu/{name}.pid").read()) == pid      # not restarted
+            end = receiver.wait_event("lv-r", "done", timeout_s=180)
+            assert end["exit_code"] == 0
+            assert [int(x) for x in receiver.outputs[("lv-r", "c.txt")].split()] == list(range(1, count + 1))
+            # one running event (the outbox delivers at least once: a resend of the same event
+            # after the kill -9 is allowed, a second one made by the new agent is not)
+            assert len({e["time"] for e in receiver.events_for("lv-r", "running")}) == 1
+    finally:
+        receiver.close()
