@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import tempfile
 
 import pytest
@@ -165,3 +166,59 @@ def test_restarted_agent_adopts_its_running_vm(tmp_path, libvirt_daemons, vm_dir
             assert len({e["time"] for e in receiver.events_for("lv-r", "running")}) == 1
     finally:
         receiver.close()
+
+
+def test_the_lease_engine_suspends_a_vm_to_disk_and_resumes_it(start_node, tmp_path, receiver):
+    """The CE agent's lease engine (``suspend_vwns``) on a libvirt node: an advance reservation
+    on the full node suspends the Best-Effort-Suspendable job's VM (its memory image saved to
+    disk, qemu gone), the AR runs in its own VM, and the job's VM is restored and finishes with
+    its counter unbroken (issue 13's flow, enacted by save/restore)."""
+    from vgrid_runtime.clock import SimulatedClock
+    from vgrid_runtime.wsgi import BackgroundServer
+    from vwn_agents.ce_agent import CEAgentConfig, create_app
+
+    from .test_ce_agent import submit
+    from .waiting import EngineTicks
+    lease_cfg = tmp_path / "lease.toml"
+    lease_cfg.write_text('[scheduling]\nsuspend-rate = 2048.0\nresume-rate = 2048.0\n')
+    clock = SimulatedClock(float(int(time.time())))
+    node_url, node = start_node(clock=clock)
+    ce_app = create_app(CEAgentConfig.from_dict({
+        "ce_id": "ce1.vgrid.local:8443/vgrid-vwn-long", "host": "ce1.vgrid.local",
+        "site": "VGRID-TEST", "queue": "long", "nodes": [node_url], "si00": 1500, "ram_mb": 2048,
+        "max_wallclock_s": 7200, "vos": ["dteam"], "retry_s": 0.2, "retry_initial_s": 0.05,
+        "vwns_per_node": 1, "suspend_vwns": True, "lease_config": str(lease_cfg)}), clock)
+    server = BackgroundServer(ce_app)
+    try:
+        ce = ce_app.config["VGRID_AGENT"]
+        n = 60
+        be, resp = submit(server.url, receiver, (
+            f'[ Executable = "/bin/sh"; Arguments = "-c \'i=0; while [ $i -lt {n} ]; do i=$((i+1)); '
+            'echo $i; sleep 0.5; done\'"; StdOutput = "out.txt"; OutputSandbox = {"out.txt"}; '
+            'PreemptionClass = "suspendable"; ]'))
+        assert resp.status_code == 202, resp.text
+        vwn = receiver.wait_event(be, "running", timeout_s=180)["vwn"]
+        wait_until(lambda: progress(node, vwn) > 0, "the counter to print", timeout_s=60)
+        ticks = EngineTicks(ce)
+        start = int(clock.now()) + 5
+        ar, resp = submit(server.url, receiver, '[ Executable = "/bin/true"; LeaseType = '
+                          f'"advance-reservation"; LeaseStart = {start}; LeaseDuration = 60; ]')
+        assert resp.status_code == 202, resp.text
+        ticks.wait()
+        clock.advance_to(start - 0.5)          # the job's VM reservation ended: suspension
+        receiver.wait_event(be, "suspended", timeout_s=60)
+        assert node.driver.vms.state(vwn) == "saved" and node.driver.vms.qemu_pid(vwn) is None
+        clock.advance_to(start)                # the AR starts on the freed node, in its own VM
+        receiver.wait_event(ar, "done", timeout_s=180)
+        clock.advance(2.0)                     # the AR ended early: the job's VM is restored
+        receiver.wait_event(be, "resumed", timeout_s=60)
+        clock.advance(2.0)
+        done = receiver.wait_event(be, "done", timeout_s=180)
+        assert done["exit_code"] == 0
+        assert [int(x) for x in receiver.outputs[(be, "out.txt")].split()] == list(range(1, n + 1))
+        kinds = [e["event"] for e in receiver.events_for(be)]
+        assert "aborted" not in kinds and kinds.count("running") == 1, kinds
+        rates = requests.get(f"{node_url}/status", timeout=10).json()["driver"]
+        assert rates["save_rate_mb_s"] > 0 and rates["restore_rate_mb_s"] > 0
+    finally:
+        server.close()
