@@ -189,12 +189,23 @@ class LibvirtVMs:
             return self.name(vwn)
 
     def _dom(self, vwn: str):
+        """``vwn``'s domain, None when libvirt has none; VMError when libvirt cannot say (the
+        daemon is down or restarting: one reconnection is tried)."""
         if vwn in self.left:                       # migrated away: its domain is not ours
             return None
-        try:
-            return self.conn.lookupByName(self.domain_name(vwn))
-        except self._lv.libvirtError:
-            return None
+        for attempt in (0, 1):
+            try:
+                return self.conn.lookupByName(self.domain_name(vwn))
+            except self._lv.libvirtError as exc:
+                if exc.get_error_code() == self._lv.VIR_ERR_NO_DOMAIN:
+                    return None
+                if attempt:
+                    raise VMError(f"{vwn}: libvirt does not answer: {exc}") from None
+                try:
+                    self.conn = self._lv.open(self.uri)
+                except self._lv.libvirtError:
+                    pass
+        return None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -229,17 +240,21 @@ class LibvirtVMs:
             return None
 
     def state(self, vwn: str) -> str:
-        """"running", "paused", "saved" (memory image on disk: suspended) or "gone"."""
+        """"running", "paused", "saved" (memory image on disk: suspended), "gone" or "unknown"
+        (libvirt does not answer: nothing is concluded)."""
         with self._lock:
             if vwn in self.saved:
                 return "saved"
-            dom = self._dom(vwn)
+            try:
+                dom = self._dom(vwn)
+            except VMError:
+                return "unknown"
             if dom is None:
                 return "gone"
             try:
                 st = dom.state()[0]
-            except self._lv.libvirtError:
-                return "gone"
+            except self._lv.libvirtError as exc:
+                return "gone" if exc.get_error_code() == self._lv.VIR_ERR_NO_DOMAIN else "unknown"
             if st == self._lv.VIR_DOMAIN_PAUSED:
                 return "paused"
             if st in (self._lv.VIR_DOMAIN_SHUTOFF, self._lv.VIR_DOMAIN_SHUTDOWN,
@@ -251,8 +266,11 @@ class LibvirtVMs:
         """After an agent restart: the state of ``vwn`` (its domain kept running under libvirtd;
         a memory image on disk means it was suspended)."""
         with self._lock:
-            if (self.files(vwn) / "memory.save").exists() and self._dom(vwn) is None:
-                self.saved.add(vwn)
+            try:
+                if (self.files(vwn) / "memory.save").exists() and self._dom(vwn) is None:
+                    self.saved.add(vwn)
+            except VMError:
+                return "unknown"
             return self.state(vwn)
 
     def set_cap(self, vwn: str, fraction: float) -> None:
@@ -273,7 +291,10 @@ class LibvirtVMs:
 
     def read_cap(self, vwn: str) -> float | None:
         """The cap libvirt reports for ``vwn`` (vcpu_quota / vcpu_period), None when not running."""
-        dom = self._dom(vwn)
+        try:
+            dom = self._dom(vwn)
+        except VMError:
+            return None
         if dom is None:
             return None
         try:
@@ -291,7 +312,8 @@ class LibvirtVMs:
                 raise VMError(f"{vwn}: no running domain to suspend")
             t0 = time.monotonic()
             try:
-                dom.suspend()
+                if dom.state()[0] != self._lv.VIR_DOMAIN_PAUSED:
+                    dom.suspend()
                 self.saved.add(vwn)
                 dom.save(str(path))
             except self._lv.libvirtError as exc:
@@ -328,7 +350,11 @@ class LibvirtVMs:
         """Stop ``vwn``'s domain at once (if any) and forget its memory image. Never raises."""
         with self._lock:
             self.saved.discard(vwn)
-            dom = self._dom(vwn)
+            try:
+                dom = self._dom(vwn)
+            except VMError as exc:
+                log.warning("%s: destroy: %s", vwn, exc)
+                dom = None
             if dom is not None:
                 try:
                     dom.destroy()

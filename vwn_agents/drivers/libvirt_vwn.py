@@ -137,7 +137,10 @@ class LibvirtDriver(VWNDriver):
         """Restore + unpause (module doc); nothing when it runs; CgroupError on failure."""
         st = self.vms.state(vwn)
         if st == "paused":
-            self.vms._dom(vwn).resume()
+            try:
+                self.vms._dom(vwn).resume()
+            except Exception as exc:  # noqa: BLE001 - libvirtError or gone meanwhile
+                raise CgroupError(f"{vwn}: cannot unpause: {exc}") from None
             return
         if st != "saved":
             return
