@@ -85,7 +85,7 @@ def domain_xml(name: str, *, memory_mb: int, fraction: float, kernel: Path, init
     etree.SubElement(os_, "type", arch="x86_64", machine="pc").text = "hvm"
     etree.SubElement(os_, "kernel").text = str(kernel)
     etree.SubElement(os_, "initrd").text = str(initrd)
-    etree.SubElement(os_, "cmdline").text = f"console=ttyS0 quiet panic=-1 {cmdline}".strip()
+    etree.SubElement(os_, "cmdline").text = f"console=ttyS0 quiet panic=-1 no_timer_check {cmdline}".strip()
     etree.SubElement(etree.SubElement(d, "features"), "acpi")
     tune = etree.SubElement(d, "cputune")
     etree.SubElement(tune, "period").text = str(PERIOD_US)
@@ -120,7 +120,7 @@ def probe_kvm(guest: Guest, timeout_s: float = 10.0) -> tuple[bool, str]:
         out = Path(tmp) / "ch"
         argv = [qemu, "-accel", "kvm", "-M", "pc", "-m", "64", "-display", "none", "-no-reboot",
                 "-kernel", str(guest.kernel), "-initrd", str(guest.initrd),
-                "-append", "console=ttyS0 quiet vgrid.probe", "-serial", "null",
+                "-append", "console=ttyS0 quiet no_timer_check vgrid.probe", "-serial", "null",
                 "-serial", f"file:{out}", "-monitor", "none"]
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
