@@ -58,6 +58,7 @@ def _answers(uri: str) -> str | None:
         import libvirt
     except ImportError:
         return "the Python binding libvirt-python is not installed (pip install vgrid[libvirt])"
+    libvirt.registerErrorHandler(lambda *_: None, None)      # raised below, not printed
     try:
         conn = libvirt.open(uri)
     except libvirt.libvirtError as exc:
