@@ -51,9 +51,10 @@ def vm_dir():
 
 @pytest.fixture
 def start_node(tmp_path, libvirt_daemons, vm_dir):
-    with node_starter("lv", lambda n: {"work_dir": str(tmp_path / f"w{n}"), "driver": "libvirt",
-                                       "vm_dir": vm_dir, "disk_quota_mb": 0, "vm_memory_mb": 128,
-                                       "retry_initial_s": 0.05}) as start_:
+    def defaults(n):
+        return {"work_dir": str(tmp_path / f"w{n}"), "driver": "libvirt", "vm_dir": vm_dir,
+                "disk_quota_mb": 0, "vm_memory_mb": 128, "retry_initial_s": 0.05}
+    with node_starter(f"lv{os.getpid()}n", defaults) as start_:     # unique domain names
         yield start_
 
 

@@ -28,9 +28,13 @@ class Daemons:
     """The daemons ``ensure_libvirtd`` started (name -> pid); empty when one already ran."""
 
     started: dict = field(default_factory=dict)
+    uri: str = URI
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM the daemons started here (libvirtd first) and wait for them (bounded)."""
+        """SIGTERM the daemons started here (libvirtd first) and wait for them (bounded); left
+        running while libvirtd still has active domains (someone else's, started meanwhile)."""
+        if "libvirtd" in self.started and _active_domains(self.uri):
+            return
         for name in ("libvirtd", "virtlogd"):
             pid = self.started.pop(name, None)
             if pid is None:
@@ -50,6 +54,19 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _active_domains(uri: str) -> int:
+    """How many domains run on ``uri`` (0 when it cannot be asked)."""
+    try:
+        import libvirt
+        conn = libvirt.open(uri)
+    except Exception:  # noqa: BLE001 - ImportError, libvirtError: nothing to protect
+        return 0
+    try:
+        return len(conn.listDomainsID())
+    finally:
+        conn.close()
 
 
 def _answers(uri: str) -> str | None:
@@ -76,7 +93,7 @@ def ensure_libvirtd(uri: str = URI, timeout_s: float = 30.0) -> Daemons:
         raise LibvirtUnavailable(why)
     if shutil.which("qemu-system-x86_64") is None:
         raise LibvirtUnavailable("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
-    daemons = Daemons()
+    daemons = Daemons(uri=uri)
     for name in ("virtlogd", "libvirtd"):
         exe = shutil.which(name) or f"/usr/sbin/{name}"
         if not os.path.exists(exe):
