@@ -27,6 +27,8 @@ setup(
         "sqlalchemy>=2.0",
     ],
     extras_require={
+        # driver = "libvirt" (vwn_agents/drivers): builds against libvirt-dev (scripts/test.sh)
+        "libvirt": ["libvirt-python>=9.0,<11"],
         "test": [
             "htcondor>=23.0",
             "hypothesis>=6.100",

@@ -23,10 +23,12 @@ from broker.client import BrokerClient, ClientError
 from vgrid_runtime import job_states
 from vgrid_runtime.clock import WallClock
 
+from . import vm_demo
 from .demo_pki import DemoPKI, make_demo_pki
 from .services import ServiceError, ServiceGroup
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
+VM_EXAMPLES = REPO_EXAMPLES.parent / "jdl_vm"
 ENDED = {s.value for s in job_states.ENDED}
 
 
@@ -184,13 +186,14 @@ def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
 
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
              use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0,
-             out_dir: str | None = None, tls: bool = True) -> bool:
+             out_dir: str | None = None, tls: bool = True, driver: str = "cgroup") -> bool:
     """Run the demo; True when every job ended Done with exit code 0.
 
     ``tls``: a CA, host certificates and a user proxy are made in the temporary directory and
     every service runs over mutual TLS (job ids are ``https://...``); False runs plain HTTP on
     127.0.0.1. SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is
-    stopped.
+    stopped. ``driver`` "libvirt": every VWN is a qemu VM (``vm_demo``; the jobs default to
+    examples/jdl_vm, light enough for software-emulated guests).
     """
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -198,14 +201,15 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
 
     err = Console(stderr=True)
     out = out_console()
-    jdir = Path(jobs_dir) if jobs_dir else REPO_EXAMPLES
+    jdir = Path(jobs_dir) if jobs_dir else (REPO_EXAMPLES if driver == "cgroup" else VM_EXAMPLES)
     files = sorted(jdir.glob("*.jdl"))
     if not files:
         err.print(f"vgrid demo: no *.jdl files in {jdir}", highlight=False)
         return False
     ok = False
     feeders: list = []
-    with tempfile.TemporaryDirectory(prefix="vgrid-demo-") as tmp, ServiceGroup(Path(tmp)) as group:
+    with tempfile.TemporaryDirectory(prefix="vgrid-demo-") as tmp, ServiceGroup(Path(tmp)) as group, \
+            vm_demo.vm_site(driver, err) as node_options:
         try:
             err.print(f"starting {n_ces} CE agent(s), {2 * n_ces} node agents and the broker ...")
             pki = site_pki(Path(tmp) / "pki", n_ces) if tls else None
@@ -217,7 +221,7 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
                 feed = lambda ce_urls: feeders.append(  # noqa: E731
                     _feed_bdii(bdii_url, ce_urls, ism_refresh_s, reader))
             url = start_site(group, n_ces, ism_refresh_s, Path(tmp), bdii_url=bdii_url, on_ces=feed,
-                             pki=pki)
+                             pki=pki, options={"node": node_options})
             client = BrokerClient(url, credentials=pki.user_credentials() if pki else None)
             keys, rejected = [], []
             for f in files:

@@ -269,10 +269,13 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
               help="--serve: where the site lives (kept; default a temporary directory)")
 @click.option("--set", "settings", multiple=True, metavar="KIND.KEY=VALUE",
               help="--serve: a config option of every broker, ce or node (repeatable)")
+@click.option("--driver", type=click.Choice(["cgroup", "libvirt"]), default="cgroup", show_default=True,
+              help="what a VWN is: a cgroup process tree, or a qemu VM through libvirt (starts "
+                   "libvirtd if none runs; default jobs then examples/jdl_vm; docs/vwn.md)")
 @handle_errors
 def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_s: float, timeout_s: float,
          out_dir: str | None, tls: bool, serve: bool, ready_file: str | None, site_dir: str | None,
-         settings: tuple[str, ...]) -> None:
+         settings: tuple[str, ...], driver: str) -> None:
     """The main job: broker + CE agents + node agents on loopback, run every JDL to the end.
 
     With --serve: a personal grid that stays up (docs/cli.md)."""
@@ -290,7 +293,8 @@ def demo(ces: int, jobs_dir: str | None, as_json: bool, bdii: bool, ism_refresh_
         fail("--ready-file, --dir and --set go with --serve", 2)
     from .demo import run_demo
     ok = run_demo(n_ces=ces, jobs_dir=jobs_dir, as_json=as_json, use_bdii=bdii,
-                  ism_refresh_s=ism_refresh_s, timeout_s=timeout_s, out_dir=out_dir, tls=tls)
+                  ism_refresh_s=ism_refresh_s, timeout_s=timeout_s, out_dir=out_dir, tls=tls,
+                  driver=driver)
     raise SystemExit(0 if ok else 1)
 
 

@@ -41,7 +41,8 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, fairshare, node_heartbeat, node_recovery, node_suspend, proctree
+from . import cgroups, drivers, fairshare, node_heartbeat, node_recovery, node_suspend, proctree
+from .drivers import vm_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
@@ -51,7 +52,7 @@ from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
 from .vwn_process import (OUT_FILE, WRAPPER_ARGS, compile_wrapper, is_wrapper, read_lines,
-                          start_time, wait_gone)
+                          start_time, wait_gone, write_spec)
 from .vwn_states import SHARING, VWNState
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,8 @@ class NodeAgent:
         self.vwns: dict[str, VWN] = {v.vwn: v for v in self.store.load()}
         self.by_key: dict[str, str] = {v.request.key: v.vwn for v in self.vwns.values()}
         resumed = [v for v in self.vwns.values() if v.active]
-        self.cg = driver or cgroups.open_cpu_cgroups(config.node, config.cgroup, config.cgroup_parent,
-                                                     keep=node_recovery.claimed(resumed))
-        self.fz = node_suspend.open_freezer(config, self.cg, resumed)
+        self.driver = drivers.open_driver(config, driver, resumed)   # cgroup | libvirt
+        self.cg, self.fz = self.driver.cg, self.driver.fz
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))
@@ -136,7 +136,7 @@ class NodeAgent:
     def status(self) -> dict:
         box = self.outbox.stats()
         return {"node": self.config.node, "capacity": self.config.capacity,
-                "vwns": len(self.active()), "cgroup": self.cg.describe(),
+                "vwns": len(self.active()), "driver": self.driver.describe(), "cgroup": self.cg.describe(),
                 "confinement": self.conf.describe(), "freezer": self.fz.describe(),
                 "adopted": sum(1 for v in self.active() if v.adopted),
                 "outbox": {"pending": box["pending"], "dropped": box["dropped"]},
@@ -224,21 +224,13 @@ class NodeAgent:
                 self._emit(v, "caps")
                 self._save(v)
 
-    def _spec(self, v: VWN) -> dict:
-        r = v.request
-        spec = {"job_id": r.job_id, "workdir": str(v.jail.workdir), "executable": r.executable,
-                "arguments": r.arguments, "environment": r.environment,
-                "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error}
-        (v.jail.vdir / "spec.json").write_text(json.dumps(spec, indent=1))
-        return spec
-
     def _launch(self, v: VWN) -> None:
         v.monitor = threading.Thread(target=self._run, args=(v,), name=v.vwn, daemon=True)
         v.monitor.start()
 
     def _start(self, v: VWN) -> None:
         """Start the wrapper: join the VWN's cgroups as root, then exec it as the pool account."""
-        spec = self._spec(v)
+        spec = write_spec(v)
         python = self.config.python or sys.executable
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONPATH": PACKAGE_PARENT,
@@ -271,6 +263,8 @@ class NodeAgent:
         """Monitor thread: stage in, start the wrapper (unless an earlier agent did), watch its
         lines, collect, stage out; always finishes (the VWN ends and is reported)."""
         try:
+            if self.driver.runs_jobs:              # libvirt: the job runs in the guest
+                return vm_job.run(self, v)
             if v.wrapper_pid is None:
                 try:
                     self.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or self._stopping)

@@ -70,6 +70,21 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "this node agent's URL as its CE agents call it, sent in heartbeats (\"\": the "
                 "URL the CE agent used in its VWN request)"})
 
+    driver: str = field(default="cgroup", metadata={
+        "help": "what a VWN is: cgroup (a process tree in cgroups) | libvirt (a qemu VM; docs/vwn.md)"})
+    libvirt_uri: str = field(default="qemu:///system", metadata={"help": "libvirt URI (driver libvirt)"})
+    vm_dir: str = field(default="/var/lib/vgrid/vms", metadata={
+        "help": "VM files (memory images, channels) go to <vm_dir>/<node>/<vwn> (driver libvirt; "
+                "every ancestor must be traversable by the qemu account)"})
+    guest_cache: str = field(default="/var/cache/vgrid/guest", metadata={
+        "help": "where the test guest (kernel + busybox initramfs) is built once (driver libvirt)"})
+    vm_accel: str = field(default="auto", metadata={
+        "help": "auto (probe KVM, else TCG) | kvm | tcg (driver libvirt)"})
+    kvm_probe_s: float = field(default=10.0, metadata={
+        "help": "how long the KVM probe boot may take before TCG is used (s)"})
+    vm_memory_mb: int = field(default=256, metadata={
+        "help": "memory of a VM whose job states no VMMemory (MB; at least 128)"})
+
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
@@ -84,6 +99,12 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
             return f"field 'capacity': must be > 0 (CPU fraction), got {self.capacity}"
         if self.cgroup not in ("auto", "v1", "v2", "none"):
             return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
+        if self.driver not in ("cgroup", "libvirt"):
+            return f"field 'driver': must be cgroup or libvirt, got {self.driver!r}"
+        if self.vm_accel not in ("auto", "kvm", "tcg"):
+            return f"field 'vm_accel': must be auto, kvm or tcg, got {self.vm_accel!r}"
+        if self.vm_memory_mb < 1 or not self.kvm_probe_s > 0:
+            return "fields 'vm_memory_mb', 'kvm_probe_s': must be > 0"
         if not 1 <= self.pool_size <= 999:
             return f"field 'pool_size': must be 1..999, got {self.pool_size}"
         if not 0 <= self.spare_disk_images <= 16:

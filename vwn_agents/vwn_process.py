@@ -36,6 +36,17 @@ def compile_wrapper() -> None:
         pass
 
 
+def write_spec(v) -> dict:
+    """The job wrapper's spec of VWN ``v`` (``wrapper`` module doc), also written to
+    ``<vdir>/spec.json``."""
+    r = v.request
+    spec = {"job_id": r.job_id, "workdir": str(v.jail.workdir), "executable": r.executable,
+            "arguments": r.arguments, "environment": r.environment,
+            "std_input": r.std_input, "std_output": r.std_output, "std_error": r.std_error}
+    (v.jail.vdir / "spec.json").write_text(json.dumps(spec, indent=1))
+    return spec
+
+
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (start time in clock ticks after boot); None if gone."""
     try:

@@ -1,0 +1,292 @@
+"""The test guest of libvirt VWNs, built from Debian packages only, and its job channel.
+
+Guest (``build_guest``): the Debian cloud kernel (``linux-image-cloud-amd64``; its ``vmlinuz``
+is unpacked with ``apt-get download`` + ``dpkg-deb -x``, never installed) and an initramfs made
+here (newc cpio, gzip) holding ``busybox`` from ``busybox-static``, ``/init`` and the guest agent
+``/agent.sh``. Both are built once into ``cache_dir/<key>/`` where the key hashes the kernel
+package version, the busybox binary and the agent script; a second build is a cache hit.
+
+Channel: *in* is a second cpio archive appended to the initramfs (the kernel unpacks concatenated
+archives), ``job_archive``: ``/job/run.sh`` (the job as a shell script: Environment exported,
+Executable + Arguments quoted, StdInput/StdOutput/StdError redirections), ``/job/work/`` (the
+input sandbox) and ``/job/outputs`` (what to send back). *Out* is the guest's second serial port
+``ttyS1``, a file on the host (``channel.out``): the guest agent writes ``VGRID-RUNNING``, then
+``VGRID-PROGRESS <bytes of StdOutput>`` every second, then ``VGRID-RESULT <exit code>`` and the
+output files as a base64 tar between ``VGRID-FILES`` and ``VGRID-END``, and powers off. No guest
+module, network or share is needed, and a saved/restored or migrated guest keeps its channel
+(qemu refuses to save a guest with a mounted 9p share). The job runs as the unprivileged guest
+account ``vgrid`` (uid 1000), never as root (busybox ``su``).
+"""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL_META = "linux-image-cloud-amd64"
+BUSYBOX = "/bin/busybox"
+GUEST_UID = 1000
+
+INIT = """#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+exec /bin/sh /agent.sh
+"""
+
+AGENT = r"""# vgrid guest agent (busybox sh): runs /job/run.sh, reports on ttyS1, powers off.
+out=/dev/ttyS1
+stty -F $out raw -echo 2>/dev/null
+if grep -q vgrid.probe /proc/cmdline; then echo VGRID-PROBE-OK > $out; sync; poweroff -f; fi
+chown -R 1000:1000 /job/work
+cd /job/work
+echo VGRID-RUNNING > $out
+su -s /bin/sh vgrid -c 'exec sh /job/run.sh' &
+pid=$!
+stdout=$(cat /job/stdout 2>/dev/null)
+while kill -0 $pid 2>/dev/null; do
+  if [ -n "$stdout" ] && [ -f "$stdout" ]; then echo "VGRID-PROGRESS $(wc -c < "$stdout")" > $out; fi
+  sleep 1
+done
+wait $pid
+code=$?
+echo "VGRID-RESULT $code" > $out
+echo VGRID-FILES > $out
+files=""
+while read -r f; do [ -e "$f" ] && files="$files $f"; done < /job/outputs
+if [ -n "$files" ]; then tar -cf - $files | base64 > $out; fi
+echo VGRID-END > $out
+sync
+poweroff -f
+"""
+
+MARKERS = ("VGRID-RUNNING", "VGRID-PROGRESS", "VGRID-RESULT", "VGRID-FILES", "VGRID-END")
+
+
+class GuestBuildError(Exception):
+    """The guest could not be built (apt, dpkg-deb, busybox missing); the message says which."""
+
+
+@dataclass(frozen=True)
+class Guest:
+    """A built guest: ``kernel`` (vmlinuz) and ``initrd`` (base initramfs), ``key`` (cache key),
+    ``kernel_package`` (name=version), ``built`` (False: taken from the cache)."""
+
+    kernel: Path
+    initrd: Path
+    key: str
+    kernel_package: str
+    built: bool
+
+
+def _run(argv: list[str], cwd: str | None = None) -> str:
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GuestBuildError(f"{argv[0]}: {exc}") from None
+    if done.returncode != 0:
+        raise GuestBuildError(f"{' '.join(argv)}: {done.stderr.strip()[-400:]}")
+    return done.stdout
+
+
+def kernel_package() -> tuple[str, str]:
+    """(package, version) of the kernel ``linux-image-cloud-amd64`` depends on (apt-cache)."""
+    show = _run(["apt-cache", "show", "--no-all-versions", KERNEL_META])
+    m = re.search(r"^Depends:.*?(linux-image-[\w.+-]+-cloud-amd64)", show, re.M)
+    v = re.search(r"^Version: (\S+)", show, re.M)
+    if not m or not v:
+        raise GuestBuildError(f"apt-cache show {KERNEL_META}: no kernel dependency found")
+    return m.group(1), v.group(1)
+
+
+def cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
+    """A newc cpio archive of ``(name, mode, data)`` entries (mode with the file type bits;
+    a character device's data is ``b"major,minor"``), with the trailer."""
+    out = io.BytesIO()
+    for ino, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], 1):
+        rmaj = rmin = 0
+        if stat.S_ISCHR(mode):
+            rmaj, rmin = (int(x) for x in data.split(b","))
+            data = b""
+        nm = name.encode() + b"\0"
+        head = "070701" + "".join(f"{x:08X}" for x in (
+            ino, mode, 0, 0, 2 if stat.S_ISDIR(mode) else 1, 0, len(data), 0, 0, rmaj, rmin,
+            len(nm), 0))
+        out.write(head.encode() + nm)
+        out.write(b"\0" * (-(110 + len(nm)) % 4))
+        out.write(data)
+        out.write(b"\0" * (-len(data) % 4))
+    return out.getvalue()
+
+
+def base_initramfs() -> bytes:
+    """The guest's initramfs (gzip'd newc cpio): busybox, /init, /agent.sh, the ``vgrid``
+    account. GuestBuildError without busybox-static."""
+    if not os.path.exists(BUSYBOX):
+        raise GuestBuildError(f"{BUSYBOX} missing: install busybox-static")
+    d, x = stat.S_IFDIR | 0o755, stat.S_IFREG | 0o755
+    entries = [(n, d, b"") for n in ("bin", "dev", "proc", "sys", "tmp", "etc", "job", "sbin")]
+    entries += [("dev/console", stat.S_IFCHR | 0o600, b"5,1"),
+                ("bin/busybox", x, Path(BUSYBOX).read_bytes()),
+                ("init", x, INIT.encode()), ("agent.sh", stat.S_IFREG | 0o644, AGENT.encode()),
+                ("etc/passwd", stat.S_IFREG | 0o644,
+                 b"root:x:0:0:root:/:/bin/sh\nvgrid:x:1000:1000:vgrid job:/job/work:/bin/sh\n"),
+                ("etc/group", stat.S_IFREG | 0o644, b"root:x:0:\nvgrid:x:1000:\n")]
+    packed = gzip.compress(cpio_newc(entries), mtime=0)
+    return packed + b"\0" * (-len(packed) % 512)     # the appended job archive starts aligned
+
+
+def build_guest(cache_dir: str | Path) -> Guest:
+    """The guest kernel + base initramfs under ``cache_dir/<key>/``, built if not cached (module
+    doc; about 30 MB downloaded once). GuestBuildError names the failing step."""
+    package, version = kernel_package()
+    bb = hashlib.sha256(Path(BUSYBOX).read_bytes()).hexdigest() if os.path.exists(BUSYBOX) else "-"
+    key = hashlib.sha256(f"{package}={version}|{bb}|{INIT}|{AGENT}".encode()).hexdigest()[:16]
+    where = Path(cache_dir) / key
+    kernel, initrd = where / "vmlinuz", where / "initrd.gz"
+    if kernel.exists() and initrd.exists():
+        return Guest(kernel, initrd, key, f"{package}={version}", False)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="guest-", dir=where.parent))
+    try:
+        os.chmod(tmp, 0o777)                       # apt-get download runs as _apt
+        _run(["apt-get", "download", f"{package}={version}"], cwd=str(tmp))
+        debs = list(tmp.glob(f"{package}_*.deb"))
+        if not debs:
+            raise GuestBuildError(f"apt-get download {package}: no .deb")
+        _run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "x")])
+        vmlinuz = next((tmp / "x" / "boot").glob("vmlinuz-*"), None)
+        if vmlinuz is None:
+            raise GuestBuildError(f"{debs[0].name}: no /boot/vmlinuz-*")
+        out = tmp / "out"
+        out.mkdir()
+        shutil.copyfile(vmlinuz, out / "vmlinuz")
+        (out / "initrd.gz").write_bytes(base_initramfs())
+        for f in out.iterdir():
+            os.chmod(f, 0o644)
+        os.chmod(out, 0o755)
+        try:
+            os.rename(out, where)
+        except OSError:                            # a concurrent build won the race
+            if not kernel.exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Guest(kernel, initrd, key, f"{package}={version}", True)
+
+
+def job_script(spec: dict) -> str:
+    """``/job/run.sh`` for the wrapper spec ``spec`` (``vwn_agents.wrapper`` fields): the JDL
+    Environment exported (``$NAME`` expanded as the wrapper does), the Executable with its
+    Arguments, the std files redirected. ValueError with the wrapper's message on bad input."""
+    from ..wrapper import WrapperError, job_environment, split_arguments
+    try:
+        env = job_environment(spec.get("environment") or [], "/job/work", spec.get("job_id", ""))
+        args = split_arguments(spec.get("arguments", ""))
+    except WrapperError as exc:
+        raise ValueError(str(exc)) from None
+    env.pop("LANG", None)
+    exe = spec.get("executable") or ""
+    if not exe:
+        raise ValueError("Executable is empty")
+    if exe.startswith("/"):
+        prep = f"exe={shlex.quote(exe)}"
+    else:                                      # a sandbox file (made executable), else on PATH
+        q = shlex.quote(exe)
+        prep = (f"if [ -f {q} ]; then chmod u+x {q}; exe={shlex.quote('./' + exe)}; "
+                f"else exe={q}; fi")
+    lines = ["cd /job/work", *(f"export {k}={shlex.quote(v)}" for k, v in env.items()), prep]
+    redir = f" < {shlex.quote(spec['std_input'])}" if spec.get("std_input") else " < /dev/null"
+    out, err = spec.get("std_output"), spec.get("std_error")
+    redir += f" >> {shlex.quote(out)}" if out else " > /dev/null"
+    redir += " 2>&1" if err and err == out else (f" 2>> {shlex.quote(err)}" if err else " 2> /dev/null")
+    lines.append(f'exec "$exe" {" ".join(shlex.quote(a) for a in args)}{redir}')
+    return "\n".join(lines) + "\n"
+
+
+def job_archive(spec: dict, workdir: Path, outputs: list[str]) -> bytes:
+    """The appended initramfs archive carrying the job (module doc): ``run.sh``, the files of
+    ``workdir`` (the staged input sandbox, plain files), the ``outputs`` to send back
+    (StdOutput, StdError, OutputSandbox names). ValueError on a bad spec."""
+    d, f = stat.S_IFDIR | 0o755, stat.S_IFREG | 0o644
+    entries = [("job", d, b""), ("job/work", d, b""),
+               ("job/run.sh", f, job_script(spec).encode()),
+               ("job/outputs", f, "".join(f"{o}\n" for o in outputs).encode()),
+               ("job/stdout", f, (spec.get("std_output") or "").encode())]
+    for p in sorted(Path(workdir).rglob("*")):
+        rel = p.relative_to(workdir).as_posix()
+        if p.is_dir() and not p.is_symlink():
+            entries.append((f"job/work/{rel}", d, b""))
+        elif p.is_file() and not p.is_symlink():
+            entries.append((f"job/work/{rel}", stat.S_IFREG | (p.stat().st_mode & 0o777), p.read_bytes()))
+    return cpio_newc(entries)
+
+
+@dataclass
+class ChannelState:
+    """What the guest said so far on its channel (``parse_channel``): ``running``, ``progress``
+    (bytes of StdOutput), ``exit_code`` (None until VGRID-RESULT), ``files`` (name -> bytes,
+    once VGRID-END arrived), ``complete``."""
+
+    running: bool = False
+    progress: int = 0
+    exit_code: int | None = None
+    files: dict | None = None
+    complete: bool = False
+
+
+def parse_channel(data: bytes) -> ChannelState:
+    """Parse the host side of the channel (``channel.out``). Serial line noise (``\\r``) is
+    ignored; a base64 tar that does not decode leaves ``files`` empty (complete all the same)."""
+    st = ChannelState()
+    text = data.decode("latin-1").replace("\r", "")
+    body: list[str] | None = None
+    for line in text.split("\n"):
+        line = line.strip()
+        if body is not None and line != "VGRID-END":
+            body.append(line)
+        elif line == "VGRID-RUNNING":
+            st.running = True
+        elif line.startswith("VGRID-PROGRESS "):
+            st.progress = int(line.split()[1]) if line.split()[1].isdigit() else st.progress
+        elif line.startswith("VGRID-RESULT "):
+            val = line.split()[1]
+            st.exit_code = int(val) if val.isdigit() else None
+        elif line == "VGRID-FILES":
+            body = []
+        elif line == "VGRID-END" and body is not None:
+            st.files, st.complete = _untar("".join(body)), True
+            body = None
+    return st
+
+
+def _untar(b64: str) -> dict:
+    if not b64:
+        return {}
+    try:
+        raw = base64.b64decode(b64)
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            return {m.name.removeprefix("./"): tar.extractfile(m).read()
+                    for m in tar.getmembers() if m.isfile()}
+    except (ValueError, tarfile.TarError, OSError):
+        return {}
+
+
+def describe(guest: Guest) -> dict:
+    """JSON-ready description of ``guest`` (for GET /status)."""
+    return json.loads(json.dumps({"kernel": str(guest.kernel), "initrd": str(guest.initrd),
+                                  "key": guest.key, "kernel_package": guest.kernel_package}))
