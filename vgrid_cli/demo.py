@@ -114,7 +114,8 @@ def merge_toml(text: str, overrides: dict) -> str:
     (TOML strings, numbers, booleans and lists of them): lines of those keys are replaced."""
     if not overrides:
         return text
-    kept = [line for line in text.splitlines() if line.partition("=")[0].strip() not in overrides]
+    lines = text.rstrip("\n").split("\n") if text else []   # "\n" only: a value may hold U+0085
+    kept = [line for line in lines if line.partition("=")[0].strip() not in overrides]
     return "\n".join(kept + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]) + "\n"
 
 
