@@ -39,11 +39,12 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
     lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
     lease_config: str | None = field(default=None, metadata={
-        "help": "lease engine options (TOML, docs/leasing.md); suspension is none unless suspend_vwns"})
-    suspend_vwns: bool = field(default=False, metadata={
+        "help": "lease engine options (TOML, docs/leasing.md); suspension is none when suspend_vwns = false"})
+    suspend_vwns: bool = field(default=True, metadata={
         "help": "scheduler = leases: a preempted suspendable lease's VWNs are frozen on their node "
-                "and thawed when it resumes (node agents with a freezer; docs/vwn.md), instead of "
-                "deleted and restarted; migration is then off"})
+                "and thawed when it resumes, instead of deleted and restarted; on a node agent "
+                "without a freezer they are deleted and restarted (GET /status \"suspension\" says "
+                "which nodes and why; docs/vwn.md); migration is then off. false: always delete"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
     port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
     public_url: str | None = field(default=None, metadata={
