@@ -252,7 +252,10 @@ def test_lease_config_file_is_checked_and_used(tmp_path, site, receiver):
     good.write_text('[scheduling]\nbackfilling = "off"\nsuspension = "all"\n')
     _, ce, _ = site(n_nodes=1, lease_config=str(good))
     cfg = ce.leases.engine.config
-    assert cfg.backfilling == "off" and cfg.suspension == "none"   # node agents cannot suspend
+    assert cfg.backfilling == "off" and cfg.suspension == "all"    # suspend_vwns (default): frozen VWNs
+    assert cfg.migration == "no"                                   # live migration: issue 14
+    _, ce, _ = site(n_nodes=1, lease_config=str(good), suspend_vwns=False)
+    assert ce.leases.engine.config.suspension == "none"            # off: deleted and restarted
 
 
 def test_advance_reservation_without_room_is_aborted_with_the_engine_reason(site, receiver):

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from vwn_agents.leasing.requesttypes import RequestType
 from vwn_agents.leasing import ConfigError, LeaseType, TraceError, load_config, read_site, read_trace
 from vwn_agents.leasing.config import OPTIONS, LeaseConfig, options_markdown
 from vwn_agents.leasing.traces import parse_time
@@ -98,6 +99,35 @@ def test_old_lwf_text(tmp_path):
     assert be.type is LeaseType.BEST_EFFORT and be.real_duration_s is None and be.preemptible
     p.write_text("0 86400 4504\n")
     with pytest.raises(TraceError, match=r"old.lwf:1: expected 10 fields"):
+        read_trace(p)
+
+
+def test_old_lwf_text_carries_the_seed_002_attributes(tmp_path):
+    """vgrid extension: request-type=, origin=, deadline= after the 10 fields (docs/leasing.md)."""
+    p = tmp_path / "s002.lwf"
+    p.write_text("0 -1 600 600 2 1 512 0 a.img 0 request-type=cancellable\n"
+                 "5 -1 300 300 1 1 512 0 a.img 0 origin=local request-type=non-preemptable\n"
+                 "9 -1 100 100 1 1 512 0 a.img 0 request-type=Deadline-Constraint-Migratable deadline=00:10:00\n"
+                 "9 -1 100 100 1 1 512 0 a.img 0 deadline=900 origin=external\n"
+                 "9 -1 100 100 1 1 512 0 a.img 0\n")
+    c, loc, mig, dl, plain = read_trace(p).leases
+    assert c.request_type is RequestType.BEST_EFFORT_CANCELLABLE and not c.local and c.is_be
+    assert loc.local and loc.type is LeaseType.ADVANCE_RESERVATION and loc.requested_start_s == 5
+    assert loc.request_type is RequestType.DEADLINE_CONSTRAINT_NON_PREEMPTABLE and not loc.preemptable
+    assert mig.request_type is RequestType.DEADLINE_CONSTRAINT_MIGRATABLE and mig.deadline_s == 600
+    assert dl.deadline_s == 900 and not dl.local
+    assert plain.request_type is RequestType.BEST_EFFORT_SUSPENDABLE and plain.deadline_s is None
+    for bad, what in (("priority=1", "expected name=value"), ("origin=remote", "origin"),
+                      ("request-type=x", "request type 'x'"), ("deadline=soon", "deadline"),
+                      ("origin=local origin=local", "given twice")):
+        line = f"0 -1 10 10 1 1 512 0 a.img 0 {bad}"
+        col = line.rindex(bad.split()[-1]) + 1                # the offending field's column
+        p.write_text(line + "\n")
+        with pytest.raises(TraceError) as exc:
+            read_trace(p)
+        assert (exc.value.line, exc.value.column) == (1, col) and what in exc.value.message, str(exc.value)
+    p.write_text("0 -1 10 10 1 1 512 0 a.img 0 origin=local request-type=suspendable\n")
+    with pytest.raises(TraceError, match=r"s002.lwf:1: .*local request"):    # Section 4.2: refused
         read_trace(p)
 
 

@@ -452,5 +452,9 @@ def test_vgrid_simulate_preemption_policy_and_seed002_metrics(tmp_path):
     assert m["last_end_s"] == pytest.approx(OURS["mov"])
     rows = {row["id"]: row for row in csv.DictReader((tmp_path / "leases.csv").open())}
     assert rows["7"]["origin"] == "local" and rows["2"]["preemptions"] == "1"
+    metrics = {row["metric"]: row["value"] for row in csv.DictReader((tmp_path / "metrics.csv").open())}
+    for k in ("local_rejection_rate", "external_rejection_rate", "utilization_eq11", "preemptions",
+              "preemption_overhead_s", "makespan_external_s"):
+        assert float(metrics[k]) == pytest.approx(m[k]), k
     bad = CliRunner().invoke(simulate_cmd, [str(SCENARIO), "--preemption-policy", "fifo"])
     assert bad.exit_code == 2 and "policy-preemption" in bad.output

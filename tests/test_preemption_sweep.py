@@ -157,6 +157,18 @@ def test_paired_difference_by_hand():
     assert sweep.paired_difference(rows[:2], "local", "local_rejection_rate") is None
 
 
+def test_mean_ci_by_hand():
+    mean, half = sweep.mean_ci([1.0, 2.0, 3.0, 4.0])      # sd 1.291, t(0.975, 3) = 3.182
+    assert mean == 2.5 and half == pytest.approx(3.182 * 1.2910 / 2, abs=1e-3)
+    assert sweep.mean_ci([7.0]) == (7.0, 0.0)
+    with pytest.raises(ValueError):
+        sweep.mean_ci([])
+    m = sweep.means([{"axis": "local", "value": "20", "policy": "moml", **{k: "" for k in sweep.METRICS},
+                      "preemptions": str(x)} for x in (1, 2, 3, 4)])[("local", 20, "moml")]
+    assert m["preemptions"] == 2.5 and m["preemptions_ci"] == pytest.approx(half)
+    assert m["runs"] == 4 and m["makespan_external_s"] is None and m["makespan_external_s_ci"] is None
+
+
 def test_unknown_axis_or_policy_exits_2(tmp_path):
     r = CliRunner().invoke(sweep_cmd, ["--out", str(tmp_path), "--axes", "rate"])
     assert r.exit_code == 2
@@ -165,14 +177,16 @@ def test_unknown_axis_or_policy_exits_2(tmp_path):
 
 
 def test_paper_direction_moml_serves_more_local_requests_than_nop():
-    """Seed 002 Table I's direction (NOP - MOML local rejection rate > 0) on small fixed-seed
-    workloads (300 requests in 1.4 days, the paper's arrival rate): MOML never rejects more local
-    requests than NOP on the same workload, and rejects fewer in total."""
-    diffs = []
+    """Seed 002 Table I's direction (NOP - MOML local rejection rate > 0) on a reduced sweep with
+    ten seeds per point (150 requests in 0.7 days, the paper's arrival rate; the docs' sweep is
+    the full size): Table I's 95 % confidence interval of the decrease lies above zero. (Not on
+    every workload: preempting changes what is free later, and on one of these 30 small
+    workloads MOML rejects more local requests than NOP.)"""
+    rows = []
     for value in (30, 50, 70):
-        for seed in (1, 2):
-            nop, moml = (sweep.run_one(sweep.Run("local", value, p, seed, jobs=300, days=1.4)) for p in ("nop", "moml"))
-            assert moml["local_rejection_rate"] <= nop["local_rejection_rate"], (value, seed)
+        for seed in range(1, 11):
+            nop, moml = (sweep.run_one(sweep.Run("local", value, p, seed, jobs=150, days=0.7)) for p in ("nop", "moml"))
             assert nop["preemptions"] == 0
-            diffs.append(nop["local_rejection_rate"] - moml["local_rejection_rate"])
-    assert sum(diffs) > 0
+            rows += [nop, moml]
+    d = sweep.paired_difference(rows, "local", "local_rejection_rate")
+    assert d["n"] == 30 and d["ci_low"] > 0, d

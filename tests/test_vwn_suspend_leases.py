@@ -27,7 +27,7 @@ def test_an_advance_reservation_suspends_a_suspendable_job_which_resumes_where_i
         pytest.skip(f"no cgroup freezer: {nodes[0].fz.reason or nodes[0].cg.reason}")
     args, gate = burner(tmp_path, "be-susp")
     be, resp = submit(ce_url, receiver, f'[ Executable = "{JOB_PYTHON}"; Arguments = "{args}"; '
-                                      'StdOutput = "out.txt"; PreemptionClass = "suspendable"; ]')
+                                      'StdOutput = "out.txt"; PreemptionClass = "suspendable"; VMMemory = 64; ]')
     assert resp.status_code == 202, resp.text
     running = receiver.wait_event(be, "running")
     vwn = running["vwn"]
@@ -36,7 +36,7 @@ def test_an_advance_reservation_suspends_a_suspendable_job_which_resumes_where_i
     ticks = EngineTicks(ce)
     start = int(clock.now()) + 5
     ar, resp = submit(ce_url, receiver, '[ Executable = "/bin/true"; LeaseType = "advance-reservation"; '
-                                      f'LeaseStart = {start}; LeaseDuration = 30; ]')
+                                      f'LeaseStart = {start}; LeaseDuration = 30; VMMemory = 64; ]')
     assert resp.status_code == 202, resp.text
     ticks.wait()
     clock.advance_to(start - 0.5)          # the job's VM reservation ended: its suspension runs

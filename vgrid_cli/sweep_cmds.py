@@ -47,7 +47,7 @@ def _ints(text: str) -> tuple:
 @click.option("--axes", default="best-effort,deadline,local,arrival", show_default=True,
               help="swept characteristics: best-effort, deadline, local (seed 002 Section 7.2), arrival (rate)")
 @click.option("--policies", default="nop,mov,mlip,moml", show_default=True, help="preemption policies")
-@click.option("--seeds", default="1-3", show_default=True, help="workload seeds, e.g. 1-5 or 1,4,9")
+@click.option("--seeds", default="1-10", show_default=True, help="workload seeds, e.g. 1-5 or 1,4,9")
 @click.option("--jobs", type=click.IntRange(min=3), default=3000, show_default=True, help="requests per workload")
 @click.option("--days", type=click.FloatRange(min=0, min_open=True), default=14.0, show_default=True,
               help="expected span of the arrivals (with --jobs: the arrival rate)")
@@ -128,9 +128,11 @@ def _summary(rows, axes, planned: int, computed: int, wall: float) -> dict:
     for axis in axes:
         table1[axis] = {"local_rejection_decrease": sweep.paired_difference(rows, axis, "local_rejection_rate"),
                         "external_rejection_decrease": sweep.paired_difference(rows, axis, "external_rejection_rate")}
+    makespan = {axis: {f"{a}_minus_{b}": sweep.paired_difference(rows, axis, "makespan_external_s", a, b)
+                       for a, b in (("moml", "mlip"), ("mov", "mlip"), ("mov", "moml"))} for axis in axes}
     return {"planned": planned, "present": len(rows), "missing": planned - len(rows), "computed_now": computed,
             "wall_s": round(wall, 2), "cpu_s": round(sum(float(r["cpu_s"]) for r in rows), 2),
-            "table1_nop_minus_moml": table1,
+            "table1_nop_minus_moml": table1, "makespan_paired_s": makespan,
             "means": [{"axis": a, "value": v, "policy": p, **m} for (a, v, p), m in
                       sorted(means.items(), key=lambda kv: (kv[0][0], kv[0][1], sweep.POLICIES.index(kv[0][2])))]}
 
@@ -156,6 +158,11 @@ def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
+def _pci(m: dict, metric: str) -> str:
+    """A rate in percent with its 95 % CI half-width: ``45.1 (3.2)``."""
+    return "-" if m[metric] is None else f"{_pct(m[metric])} ({_pct(m[metric + '_ci'])})"
+
+
 def _markdown(s: dict) -> str:
     """Table I (NOP - MOML, percentage points) and, per axis, the means over seeds per point."""
     out = ["| swept | decrease in local rejection rate, NOP - MOML, mean (95 % CI) | decrease in external rejection "
@@ -165,15 +172,23 @@ def _markdown(s: dict) -> str:
                  for k in ("local_rejection_decrease", "external_rejection_decrease")]
         n = d["local_rejection_decrease"]["n"] if d["local_rejection_decrease"] else 0
         out.append(f"| {axis} | {cells[0]} | {cells[1]} | {n} |")
+    out += ["", "| swept | BE makespan MOML - MLIP, h, mean (95 % CI) | MOV - MLIP | MOV - MOML | pairs |",
+            "|---|---|---|---|---|"]
+    for axis, d in s.get("makespan_paired_s", {}).items():
+        cells = ["-" if v is None else f"{v['mean'] / 3600:+.2f} ({v['ci_low'] / 3600:+.2f}, {v['ci_high'] / 3600:+.2f})"
+                 for v in d.values()]
+        n = next((v["n"] for v in d.values() if v), 0)
+        out.append(f"| {axis} | {' | '.join(cells)} | {n} |")
     for axis in s["table1_nop_minus_moml"]:
-        out += ["", f"**{axis}** (means over seeds)", "",
+        out += ["", f"**{axis}** (means over seeds, 95 % CI half-width in brackets)", "",
                 "| % | policy | local rej. % | external rej. % | utilization eq. (11) % | preemptions "
                 "| BE makespan eq. (13) h | runs |", "|---|---|---|---|---|---|---|---|"]
         for m in s["means"]:
             if m["axis"] != axis:
                 continue
-            mk = "-" if m["makespan_external_s"] is None else f"{m['makespan_external_s'] / 3600:.1f}"
-            out.append(f"| {m['value']} | {m['policy'].upper()} | {_pct(m['local_rejection_rate'])} "
-                       f"| {_pct(m['external_rejection_rate'])} | {_pct(m['utilization_eq11'])} "
-                       f"| {m['preemptions']:.1f} | {mk} | {m['runs']} |")
+            mk = "-" if m["makespan_external_s"] is None else \
+                f"{m['makespan_external_s'] / 3600:.1f} ({m['makespan_external_s_ci'] / 3600:.1f})"
+            out.append(f"| {m['value']} | {m['policy'].upper()} | {_pci(m, 'local_rejection_rate')} "
+                       f"| {_pci(m, 'external_rejection_rate')} | {_pci(m, 'utilization_eq11')} "
+                       f"| {m['preemptions']:.1f} ({m['preemptions_ci']:.1f}) | {mk} | {m['runs']} |")
     return "\n".join(out)

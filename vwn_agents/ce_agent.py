@@ -314,6 +314,7 @@ class CEAgent(CEPublishing):
             key, current = owner
             if not current:             # the VWN of an earlier start attempt: nothing to apply
                 return self.get(key)
+        ran = self.leases.ran_s(key) if self.leases and kind == "suspended" else None   # for a restart
         with self._lock:
             job = self.jobs.get(key)
             if job is None:
@@ -331,6 +332,8 @@ class CEAgent(CEPublishing):
                 return job                      # e.g. a late event of a cancelled job
             if kind in EVENT_STATE and EVENT_STATE[kind] is not job.state:   # a repeat changes nothing
                 job.to(EVENT_STATE[kind])
+            if kind in ("suspended", "resumed"):
+                job.lease_ran_s = ran
             if kind == "running" and job.outcome in PENDING:
                 job.note(None, None)            # it runs now: the earlier delay no longer applies
             if kind == "done":

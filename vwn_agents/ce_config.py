@@ -40,11 +40,12 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "K: VWN slots per node with scheduler = leases (a job lease asks for 1/K of a node)"})
     lease_tick_s: float = field(default=0.25, metadata={"help": "how often the lease engine starts/ends what is due (s)"})
     lease_config: str | None = field(default=None, metadata={
-        "help": "lease engine options (TOML, docs/leasing.md); suspension is none unless suspend_vwns"})
-    suspend_vwns: bool = field(default=False, metadata={
+        "help": "lease engine options (TOML, docs/leasing.md); suspension is none when suspend_vwns = false"})
+    suspend_vwns: bool = field(default=True, metadata={
         "help": "scheduler = leases: a preempted suspendable lease's VWNs are frozen on their node "
-                "and thawed when it resumes (node agents with a freezer; docs/vwn.md), instead of "
-                "deleted and restarted; migration is then off"})
+                "and thawed when it resumes, instead of deleted and restarted; on a node agent "
+                "without a freezer they are deleted and restarted (GET /status \"suspension\" says "
+                "which nodes and why; docs/vwn.md); migration is then off. false: always delete"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})

@@ -78,6 +78,7 @@ class CEJob:
     lease_attempts: int = 0                    # start attempts of its lease so far (VWN keys)
     lease_node: str | None = None              # node agent URL of the last start attempt
     lease_start: float | None = None           # clock s its running lease started
+    lease_ran_s: float | None = None           # s its lease had run when its VWN was frozen (suspended)
     accepted: float | None = None              # clock s POST /jobs accepted it
 
     def to(self, new: CEJobState) -> None:

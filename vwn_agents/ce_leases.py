@@ -88,7 +88,8 @@ def lease_request_from_json(d: dict) -> JobLeaseRequest:
     """The ``JobLeaseRequest`` of ``JobLeaseRequest.to_json()`` (the CE agent's database)."""
     return JobLeaseRequest(d["type"], int(d["cpu"]), int(d["memory_mb"]), float(d["duration_s"]),
                            d["duration_from"], d.get("requested_start_s"), bool(d.get("preemptible")),
-                           d.get("image"), float(d.get("image_mb") or 0.0), bool(d.get("restarts")))
+                           d.get("image"), float(d.get("image_mb") or 0.0), bool(d.get("restarts")),
+                           d.get("request_type"), d.get("origin") == "local", d.get("deadline_s"))
 
 
 def vwn_slot_units(cpus_per_node: int, vwns_per_node: int) -> int:
@@ -121,7 +122,7 @@ class LeaseScheduling:
         self.default_memory_mb = max(1, config.ram_mb // self.k)
         self.max_wallclock_s = config.max_wallclock_s
         base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
-        suspend = bool(getattr(config, "suspend_vwns", False))
+        suspend = self.suspend_vwns = bool(getattr(config, "suspend_vwns", True))
         lease_cfg = base.with_options(**(SUSPEND_OVERRIDES if suspend else LIVE_OVERRIDES))
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
         probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
@@ -183,6 +184,15 @@ class LeaseScheduling:
         """``(job key, current)`` of a VWN key the engine gave a node agent (``<key>``,
         ``<key>-r2`` ...), or None; ``LeaseEngine.job_of``."""
         return self.engine.job_of(vwn_key) if self.engine is not None else None
+
+    def suspension(self) -> dict:
+        """``{"suspend_vwns": bool, "nodes": {url: {"freezer","live","reason"}}}`` for GET /status."""
+        return {"suspend_vwns": self.suspend_vwns,
+                "nodes": self.engine.suspension() if self.engine is not None else {}}
+
+    def ran_s(self, key: str) -> float | None:
+        """Seconds job ``key``'s lease has run (``Lease.time_run``), None if unknown."""
+        return self.engine.ran_s(key) if self.engine is not None else None
 
     def nodes_up(self) -> dict[str, bool]:
         """Node agent URL -> up (False while the engine has the node marked down)."""

@@ -69,7 +69,8 @@ class CEPublishing:
         return sum(self.config.cpus_per_node for u in self.nodes if up.get(u, True))
 
     def status(self) -> dict:
-        """``{"ce_id","url","scheduler","capacity","nodes","jobs","heartbeats","lost_nodes","ready"}``;
+        """``{"ce_id","url","scheduler","capacity","nodes","jobs","heartbeats","lost_nodes","ready",
+        "suspension"}`` (suspension: ``LeaseScheduling.suspension``, which nodes freeze VWNs and why not);
         each node is ``{"url","vwns","up","heard_age_s","lost","limit_s"}`` (up: False while the
         lease engine has it marked down; heartbeats, lost: ``CEHeartbeats.status``)."""
         counts = self.counts()
@@ -81,4 +82,7 @@ class CEPublishing:
                 "nodes": [{"url": n.url, "vwns": n.vwns, "up": up.get(n.url, True), **beats["node_heard"][n.url]}
                           for n in self.loads()],
                 "jobs": counts, "heartbeats": beats["heartbeats"], "lost_nodes": beats["lost_nodes"],
-                "ready": self.ready.is_set(), **({"voc": self.voc.status()} if getattr(self, "voc", None) else {})}
+                "ready": self.ready.is_set(),
+                "suspension": self.leases.suspension() if self.leases else
+                {"suspend_vwns": False, "nodes": {}, "reason": "scheduler = fair-share: no lease engine"},
+                **({"voc": self.voc.status()} if getattr(self, "voc", None) else {})}

@@ -36,8 +36,8 @@ from .node_client import NodeAgentClient, NodeAgentError
 
 log = logging.getLogger(__name__)
 
-#: VWN states that still run.
-ACTIVE_VWN = ("starting", "running")
+#: VWN states that still run (a suspended VWN is frozen, alive: adopted suspended).
+ACTIVE_VWN = ("starting", "running", "suspended")
 
 
 def recover(agent) -> dict:
@@ -82,7 +82,7 @@ def recover(agent) -> dict:
             # preempted (requeued): start again, in a VWN with a new key
             counts["requeued"] += _forget_start(agent, job)
             continue
-        _adopt(agent, job, url, rec.get("vwn"), attempt, rec.get("created"))
+        _adopt(agent, job, url, rec.get("vwn"), attempt, rec.get("created"), rec.get("state") == "suspended")
         counts["adopted"] += 1
         counts["ended"] += _apply(agent, job, url, rec)
     log.info("recovery of %d active jobs: %s", len(active), counts)
@@ -121,7 +121,8 @@ def _forget_start(agent, job) -> int:
     return 1
 
 
-def _adopt(agent, job, url: str, vwn: str | None, attempt: int, created: float | None) -> None:
+def _adopt(agent, job, url: str, vwn: str | None, attempt: int, created: float | None,
+           frozen: bool = False) -> None:
     with agent._lock:
         job.node_url = url
         job.vwn = job.vwn or vwn
@@ -133,6 +134,8 @@ def _adopt(agent, job, url: str, vwn: str | None, attempt: int, created: float |
     if agent.leases and agent.leases.engine is not None and job.lease_req is not None:
         args = job.lease_req.engine_args()
         args["start_s_requested"] = args.pop("start_s")
+        if frozen and job.vwn:      # suspended in place: resumed when the engine schedules it
+            args["suspended_ran_s"] = job.lease_ran_s if job.lease_ran_s is not None else 0.0
         agent.leases.engine.adopt_job(job.request.key, body, url, job.vwn, job.lease_start, attempt, **args)
         with agent._lock:
             job.in_engine = True

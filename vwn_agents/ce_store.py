@@ -47,10 +47,11 @@ CE_JOBS = Table(
     Column("lease_node", String(500)),
     Column("lease_start", Float),
     Column("accepted", Float),
+    Column("lease_ran_s", Float),
 )
 
-#: Columns added after the first version of the table (none yet): ``add_missing_columns``.
-LATER_COLUMNS: dict[str, str] = {}
+#: Columns added after the first version of the table: ``add_missing_columns``.
+LATER_COLUMNS: dict[str, str] = {"lease_ran_s": "FLOAT"}
 
 
 class CEStore:
@@ -95,7 +96,7 @@ def _row(job: CEJob) -> dict:
             "outcome": job.outcome.value if job.outcome else None,
             "lease_req": json.dumps(job.lease_req.to_json()) if job.lease_req else None,
             "lease_attempts": job.lease_attempts, "lease_node": job.lease_node,
-            "lease_start": job.lease_start, "accepted": job.accepted}
+            "lease_start": job.lease_start, "accepted": job.accepted, "lease_ran_s": job.lease_ran_s}
 
 
 def _job(r, parse) -> CEJob:
@@ -108,7 +109,7 @@ def _job(r, parse) -> CEJob:
                  exit_code=r["exit_code"], reason=r["reason"], outcome=Outcome.parse(r["outcome"]),
                  lease_req=lease_request_from_json(json.loads(r["lease_req"])) if r["lease_req"] else None,
                  lease_attempts=r["lease_attempts"] or 0, lease_node=r["lease_node"],
-                 lease_start=r["lease_start"], accepted=r["accepted"])
+                 lease_start=r["lease_start"], accepted=r["accepted"], lease_ran_s=r.get("lease_ran_s"))
 
 
 def open_outbox(config, tls, engine):

@@ -33,6 +33,7 @@ import threading
 
 from vgrid_runtime.clock import WallClock
 
+from .leasing import frozenhold
 from .leasing.config import LeaseConfig
 from .leasing.model import Lease, LeaseState, LeaseType, Node, resource_vector
 from .leasing.requesttypes import request_type as parse_request_type
@@ -196,12 +197,15 @@ class LeaseEngine:
                   immediate: bool = False, preemptible: bool | None = None,
                   image_id: str = "node-software", image_mb: float = 0.0,
                   request_type: str | None = None, local: bool = False,
-                  deadline_s: float | None = None) -> dict:
+                  deadline_s: float | None = None, suspended_ran_s: float | None = None) -> dict:
         """Record job ``key``'s lease as running since ``start_s`` (clock s) in VWN ``vwn`` (None
         when not known yet: ``note_vwn``) on ``node_url``, started at attempt ``attempt``
         (its VWN key is ``vwn_key(key, attempt)``): a restarted CE agent re-learning the VWNs
         that kept running (``LeaseScheduler.adopt``; the other arguments as ``submit_job``,
-        ``start_s_requested`` = its ``start_s``). Idempotent on ``key``; returns ``status(key)``.
+        ``start_s_requested`` = its ``start_s``). ``suspended_ran_s``: the VWN is frozen
+        (suspended in place) after its lease ran that many seconds: the lease is adopted
+        suspended, its memory held, and its resumption scheduled (``frozenhold.adopt_suspended``).
+        Idempotent on ``key``; returns ``status(key)``.
         ValueError for a node URL that is not one of the engine's."""
         with self._lock:
             if key not in self._by_key:
@@ -220,8 +224,19 @@ class LeaseEngine:
                 self._vwn_keys[vwn_key(key, attempt)] = (key, attempt)
                 if vwn:
                     self.enactment.vwns[lease.id] = [(node, vwn)]
-                self.scheduler.adopt(lease, (node,), start_s)
+                if suspended_ran_s is not None and vwn:
+                    self.enactment.frozen.add(lease.id)
+                    frozenhold.adopt_suspended(self.scheduler, lease, (node,), start_s, suspended_ran_s,
+                                               self.clock.now())
+                else:
+                    self.scheduler.adopt(lease, (node,), start_s)
             return self.status(key)
+
+    def ran_s(self, key: str) -> float | None:
+        """Seconds job ``key``'s lease has run so far (its ended VM reservations), or None."""
+        with self._lock:
+            lease = self._by_key.get(key)
+            return None if lease is None else lease.time_run
 
     def note_vwn(self, key: str, vwn: str) -> None:
         """Job ``key``'s running lease runs in VWN ``vwn`` (learnt from its ``running`` event
@@ -278,6 +293,11 @@ class LeaseEngine:
                 down = since is not None and now - since >= self.node_down_after_s - 1e-9
                 if ok or down:
                     self.scheduler.set_node_down(node, down, now)
+
+    def suspension(self) -> dict:
+        """``NodeAgentEnactment.suspension``: per node URL, whether suspensions freeze VWNs."""
+        with self._lock:
+            return self.enactment.suspension()
 
     def nodes_up(self) -> list[tuple[str, bool]]:
         """``[(node agent URL, up)]`` in configuration order (up: not marked down)."""

@@ -34,8 +34,10 @@ class NodeAgentEnactment:
     def __init__(self, node_urls: list[str], payload, session=None, timeout: float = 10.0,
                  suspend: bool = False) -> None:
         self.supports_suspend = suspend
+        self.suspends_in_place = suspend  # frozen VWNs keep their memory (leasing.frozenhold)
         self.frozen: set[int] = set()     # leases whose VWNs are suspended (frozen) on their nodes
         self.resumed: set[int] = set()    # leases thawed by resume_vms, not yet "started" again
+        self.freezers: dict[int, dict] = {}  # node -> its GET /status "freezer" {"version","reason"}
         self.node_urls = node_urls
         self.payload = payload
         self.session = session or new_session()
@@ -90,10 +92,30 @@ class NodeAgentEnactment:
         """``GET {node}/status`` within ``timeout_s`` seconds: True when the node agent answers
         below 500 (it is up), False for no answer, a timeout or a 5xx."""
         try:
-            self.client(node).status(timeout_s=timeout_s)
-            return True
+            st = self.client(node).status(timeout_s=timeout_s)
         except NodeAgentError as exc:
             return exc.answered
+        if isinstance(st, dict) and isinstance(st.get("freezer"), dict):
+            self.freezers[node] = st["freezer"]
+        return True
+
+    def can_freeze(self, node: int) -> bool:
+        """False when node ``node``'s agent said it has no freezer (its last ``probe``)."""
+        return (self.freezers.get(node) or {}).get("version") != "none"
+
+    def suspension(self) -> dict:
+        """``{url: {"freezer": "v1"|"v2"|"none"|"unknown", "live": bool, "reason": str|None}}``:
+        whether a preempted suspendable lease's VWNs are frozen on each node (live) or deleted
+        and restarted, and why (``suspend_vwns`` off, no freezer on the node)."""
+        out = {}
+        for i, url in enumerate(self.node_urls):
+            fz = self.freezers.get(i) or {}
+            version = fz.get("version", "unknown")
+            reason = (None if self.supports_suspend and version != "none" else
+                      "suspend_vwns = false: preempted leases are deleted and restarted"
+                      if not self.supports_suspend else f"the node agent has no freezer: {fz.get('reason')}")
+            out[url] = {"freezer": version, "live": reason is None, "reason": reason}
+        return out
 
     def stop_vms(self, lease: Lease, now: float) -> None:
         self.frozen.discard(lease.id)
@@ -107,10 +129,11 @@ class NodeAgentEnactment:
 
     def vms_paused(self, lease: Lease, now: float) -> None:
         """Freeze the lease's VWNs (``suspend``), else delete them (module doc)."""
-        if not self.supports_suspend:
-            self.stop_vms(lease, now)
+        held = self.vwns.get(lease.id, [])
+        if not self.supports_suspend or not all(self.can_freeze(node) for node, _ in held):
+            self.stop_vms(lease, now)              # no freezer there: deleted, restarted later
             return
-        for node, vwn in self.vwns.get(lease.id, []):
+        for node, vwn in held:
             try:
                 self.client(node).suspend_vwn(vwn)
             except NodeAgentError as exc:
@@ -121,6 +144,10 @@ class NodeAgentEnactment:
 
     def suspended(self, lease: Lease, now: float) -> None:
         pass                                       # frozen VWNs stay where they are
+
+    def holds_memory(self, lease: Lease) -> bool:
+        """Whether the suspended lease's VWNs are frozen on their nodes (their memory in use)."""
+        return lease.id in self.frozen
 
     def resume_vms(self, lease: Lease, mapping: tuple, now: float) -> None:
         """Thaw the lease's frozen VWNs when ``mapping`` is where they are; otherwise delete

@@ -15,6 +15,7 @@ whole candidate set at a time (``localpreemption``).
 """
 from __future__ import annotations
 
+from . import frozenhold
 from .localpreemption import preempt_for_local
 from .mapper import vm_use
 from .model import LeaseState
@@ -79,18 +80,27 @@ def _candidates(sched, t_s: float, t_e: float, now: float):
 
 
 def _with_preemption(sched, lease, t_s, t_e, now, score, requeue):
-    for victim in _candidates(sched, t_s, t_e, now):
-        if preempt(sched, victim, t_s, now, requeue):
-            mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
-            if mapping is not None:
-                return mapping
+    """Preempt candidates until the AR fits; when suspending in place (frozen VMs keep their
+    memory, ``frozenhold``) cannot make room, again with every victim stopped and requeued."""
+    for freeze in ((True, False) if frozenhold.in_place(sched) else (True,)):
+        tx = sched.st.begin()
+        mark = len(requeue)
+        for victim in _candidates(sched, t_s, t_e, now):
+            if preempt(sched, victim, t_s, now, requeue, freeze):
+                mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
+                if mapping is not None:
+                    sched.st.commit(tx)
+                    return mapping
+        sched.st.rollback(tx)
+        del requeue[mark:]
     return None
 
 
-def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
-    """Free ``lease``'s resources from time ``t`` on (inside the caller's transaction)."""
+def preempt(sched, lease, t: float, now: float, requeue: list, freeze: bool = True) -> bool:
+    """Free ``lease``'s resources from time ``t`` on (inside the caller's transaction);
+    ``freeze=False``: stop and requeue it even where it could be suspended."""
     st, cfg = sched.st, sched.cfg
-    resv = [r for r in st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
+    resv = frozenhold.plan(st, lease)
     vm = sched.vm_reservation(lease)
     if vm is None:
         return False
@@ -101,7 +111,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     if vm.state is not ResState.ACTIVE:
         return False  # resuming or migrating right now
     later = [r for r in resv if r is not vm and r.state is ResState.SCHEDULED]
-    if can_suspend(lease, cfg) and sched.enactment_supports_suspend:
+    if freeze and can_suspend(lease, cfg) and sched.enactment_supports_suspend:
         new_end = t - suspend_time(lease, vm.mapping, cfg)
         paused = new_end < now or new_end <= vm.start
         if paused:  # no time to suspend before t: pause now, suspend while the AR runs
@@ -113,6 +123,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         st.move(vm, vm.start, new_end)
         for r in suspend_reservations(lease, vm.mapping, new_end, cfg, memory_only=paused):
             st.add(r)
+            frozenhold.planned(sched, lease, vm.mapping, r.end)
         st.set(lease, "preemptions", lease.preemptions + 1)
         return True
     # cancel-and-requeue: the lease runs until t, then is killed and queued again from scratch

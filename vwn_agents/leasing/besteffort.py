@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
+from . import frozenhold
 from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
@@ -36,11 +37,18 @@ def _estimates(sched, lease, resuming: bool):
 
 def place_besteffort(sched, lease, now: float, allow_future: bool, immediate: bool = False) -> bool:
     """Schedule ``lease`` (queued best-effort, or immediate) in the slot table; False if it
-    cannot start now (and may not take a future reservation). See module doc."""
+    cannot start now (and may not take a future reservation). See module doc. A lease
+    suspended in place is placed with its memory hold lifted (``frozenhold.place``)."""
+    if lease.state is LeaseState.SUSPENDED:
+        return frozenhold.place(sched, lease, lambda: _place(sched, lease, now, allow_future, immediate))
+    return _place(sched, lease, now, allow_future, immediate)
+
+
+def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> bool:
     cfg = sched.cfg
     resuming = lease.state is LeaseState.SUSPENDED
     remaining = lease.remaining_s
-    suspendable = (not immediate) and can_suspend(lease, cfg)
+    suspendable = (not immediate) and can_suspend(lease, cfg) and not frozenhold.in_place(sched)
     r_est, s_est, m_est = _estimates(sched, lease, resuming)
     min_dur = None
     if suspendable:

@@ -27,6 +27,7 @@ Only local requests preempt (seed 002 Section 4.2); each preemption adds 1 to th
 """
 from __future__ import annotations
 
+from . import frozenhold
 from .candidates import Candidate, enumerate_candidate_sets
 from .model import MEM
 from .overhead import OverheadModel
@@ -57,7 +58,7 @@ def collect_candidates(sched, t_s: float, t_e: float, model: OverheadModel) -> l
         vm = sched.vm_reservation(lease)
         if vm is None:
             continue
-        resv = [r for r in sched.st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
+        resv = frozenhold.plan(sched.st, lease)
         started = vm.state is ResState.ACTIVE
         if not started and any(r.state is not ResState.SCHEDULED for r in resv):
             continue  # resuming or migrating right now
@@ -147,4 +148,5 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
     st.move(vm, vm.start, end)
     for r in suspend_reservations(lease, vm.mapping, end, sched.cfg, memory_only=paused):
         st.add(r)
+        frozenhold.planned(sched, lease, vm.mapping, r.end)   # frozen in place: memory kept
     return True

@@ -193,7 +193,8 @@ class Mapper:
         """
         A, B, NODE, _ = self.slot_arrays(need)
         need_len = duration if min_duration is None else min(duration, min_duration)
-        keep = (B - A) >= need_len
+        with np.errstate(invalid="ignore"):  # a free slot [inf, inf) after a hold (frozenhold): never kept
+            keep = (B - A) >= need_len
         if only_nodes is not None:
             allowed = np.zeros(len(self.st.nodes), dtype=bool)
             allowed[list(only_nodes)] = True

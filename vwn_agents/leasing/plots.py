@@ -1,6 +1,7 @@
 """Output files of a simulation: per-lease CSV and PNG plots (matplotlib, Agg backend).
 
-``write_outputs(sched, report, out_dir)`` writes ``leases.csv``, ``utilization.csv``,
+``write_outputs(sched, report, out_dir)`` writes ``leases.csv``, ``metrics.csv`` (the run's
+metrics, one ``metric,value`` row each; a per-node metric as ``name[node]``), ``utilization.csv``,
 ``utilization.png`` (fraction of site CPU in use over time), ``gantt.png`` (leases per node,
 only for traces small enough to read: <= ``GANTT_MAX_LEASES`` leases and <= ``GANTT_MAX_NODES``
 nodes) and, when images were staged, ``disk.csv``/``disk.png`` (MB of images per node over
@@ -33,7 +34,7 @@ CSV_FIELDS = ["id", "type", "state", "submit_s", "requested_start_s", "start_s",
 def write_outputs(sched, report: dict, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = [_leases_csv(report, out / "leases.csv")]
+    written = [_leases_csv(report, out / "leases.csv"), _metrics_csv(report, out / "metrics.csv")]
     written += _utilization(sched, out)
     if len(reported(sched)) <= GANTT_MAX_LEASES and len(sched.nodes) <= GANTT_MAX_NODES:
         written.append(_gantt(sched, out / "gantt.png"))
@@ -51,6 +52,17 @@ def _leases_csv(report: dict, path: Path) -> Path:
             row = dict(rec)
             row["nodes"] = " ".join(rec["nodes"])
             w.writerow(row)
+    return path
+
+
+def _metrics_csv(report: dict, path: Path) -> Path:
+    """``metric,value`` rows of ``report["metrics"]`` (None as empty; dicts one row per key)."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["metric", "value"])
+        for k, v in report["metrics"].items():
+            for name, value in ([(f"{k}[{n}]", x) for n, x in v.items()] if isinstance(v, dict) else [(k, v)]):
+                w.writerow([name, "" if value is None else value])
     return path
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 
 from .ar import schedule_ar
+from . import frozenhold
 from .besteffort import admit_with_deadline, min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
@@ -75,6 +76,7 @@ class LeaseScheduler:
             ResKind.RESUME: (self._start_resume, self._noop),
             ResKind.VM: (self._start_vm, self._end_vm),
             ResKind.SUSPEND: (self._start_suspend, self._end_suspend),
+            ResKind.HOLD: (self._noop, lambda res, t: frozenhold.ended(self, res, t)),
         }
 
     # ------------------------------------------------------------ requests
@@ -175,6 +177,7 @@ class LeaseScheduler:
                 if r.kind is ResKind.SUSPEND and r.state is ResState.ACTIVE:
                     self.st.remove(r)
         self.unschedule(lease, now)
+        frozenhold.drop(self, lease)
         if lease in self.queue:
             self.queue.remove(lease)
         lease.to(LeaseState.CANCELLED)
@@ -214,6 +217,7 @@ class LeaseScheduler:
         if lease.state is LeaseState.SCHEDULED:
             self.st.set(lease, "state",
                         lease.checked(LeaseState.SUSPENDED if lease.time_run > 0 else LeaseState.QUEUED))
+        frozenhold.extend(self, lease)
 
     # ------------------------------------------------------------ time
     def next_event_time(self) -> float:
@@ -374,6 +378,7 @@ class LeaseScheduler:
         lease.suspensions += 1
         lease.to(LeaseState.SUSPENDED)
         self.enactment.suspended(lease, t)
+        frozenhold.hold(self, lease, t)     # frozen in place: its memory stays in use
         if lease.id not in self.suspend_batches:
             self.requeue(lease)
             return
@@ -427,7 +432,7 @@ class LeaseScheduler:
         movable = []
         for lid in list(self.future):
             lease = self.leases[lid]
-            resv = [r for r in self.st.of_lease(lease) if r.kind is not ResKind.TRANSFER]
+            resv = frozenhold.plan(self.st, lease)
             if not resv or any(r.state is not ResState.SCHEDULED for r in resv):
                 continue
             start = min(r.start for r in resv)

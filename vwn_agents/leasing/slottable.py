@@ -36,6 +36,7 @@ class ResKind(enum.IntEnum):
     RESUME = 2
     VM = 3
     SUSPEND = 4
+    HOLD = 5  # memory a lease suspended in place keeps on its nodes (``frozenhold``)
 
 
 class ResState(enum.Enum):

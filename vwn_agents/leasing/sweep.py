@@ -167,7 +167,8 @@ def _num(v) -> float | None:
 
 
 def means(rows) -> dict:
-    """``{(axis, value, policy): {metric: mean over seeds (None-valued runs left out)}}``."""
+    """``{(axis, value, policy): {metric: mean over seeds (None-valued runs left out),
+    metric + "_ci": the half-width of its 95 % t confidence interval (``mean_ci``)}}``."""
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["axis"], int(float(r["value"])), r["policy"]), []).append(r)
@@ -176,7 +177,7 @@ def means(rows) -> dict:
         out[k] = {"runs": len(rs)}
         for m in METRICS:
             vals = [x for x in (_num(r[m]) for r in rs) if x is not None]
-            out[k][m] = sum(vals) / len(vals) if vals else None
+            out[k][m], out[k][m + "_ci"] = mean_ci(vals) if vals else (None, None)
     return out
 
 
@@ -197,6 +198,19 @@ def _t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2
 
 
+def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
+    """``(mean, half-width)`` of the ``level`` Student-t confidence interval of the mean of
+    ``values`` (half-width 0 for a single value). ValueError on no values."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("no values")
+    mean = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return mean, 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / (len(vals) - 1))
+    return mean, _t_quantile(1 - (1 - level) / 2, len(vals) - 1) * sd / math.sqrt(len(vals))
+
+
 def paired_difference(rows, axis: str, metric: str, base: str = "nop", other: str = "moml") -> dict | None:
     """Seed 002 Table I: the mean of ``base - other`` for ``metric`` over every (value, seed) of
     ``axis`` that both policies ran, with a 95 % t confidence interval. None if fewer than 2
@@ -208,7 +222,5 @@ def paired_difference(rows, axis: str, metric: str, base: str = "nop", other: st
     d = [v[base] - v[other] for v in by.values() if base in v and other in v]
     if len(d) < 2:
         return None
-    mean = sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
-    half = _t_quantile(0.975, len(d) - 1) * sd / math.sqrt(len(d))
+    mean, half = mean_ci(d)
     return {"n": len(d), "mean": mean, "ci_low": mean - half, "ci_high": mean + half}

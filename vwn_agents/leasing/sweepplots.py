@@ -4,7 +4,8 @@
 rate (Table I), utilization eq. (11) (Figure 6), number of preemptions (Figure 7), mean makespan of
 best-effort external leases eq. (13) (Figure 8) -- each with a panel per swept axis, (a) % best-effort
 external, (b) % deadline-constrained external, (c) % local requests, (d) arrival rate, and a line per policy (mean
-over seeds, error bars min-max). Returns the paths written. Rows are the CSV's (strings or numbers).
+over seeds, error bars the 95 % Student-t confidence interval of that mean, ``sweep.mean_ci``).
+Returns the paths written. Rows are the CSV's (strings or numbers).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .sweep import AXES, POLICIES, _num  # noqa: E402
+from .sweep import AXES, POLICIES, _num, mean_ci  # noqa: E402
 
 FIGURES = {  # file stem -> (metric, y label, scale)
     "local_rejection": ("local_rejection_rate", "local rejection rate (%)", 100.0),
@@ -39,6 +40,16 @@ def _series(rows, axis, policy, metric):
     return xs, [pts[x] for x in xs]
 
 
+def _seeds(rows, axis) -> str:
+    """The number of seeds per point of ``axis`` ("3" or "3-10" when it varies)."""
+    counts: dict = {}
+    for r in rows:
+        if r["axis"] == axis:
+            counts.setdefault((r["value"], r["policy"]), set()).add(str(r["seed"]))
+    ns = sorted({len(s) for s in counts.values()}) or [0]
+    return str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+
+
 def write_figures(rows, out_dir, prefix: str = "sweep_") -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -53,11 +64,12 @@ def write_figures(rows, out_dir, prefix: str = "sweep_") -> list[Path]:
                 xs, vals = _series(rows, axis, policy, metric)
                 if not xs:
                     continue
-                mean = [scale * sum(v) / len(v) for v in vals]
-                lo = [m - scale * min(v) for m, v in zip(mean, vals)]
-                hi = [scale * max(v) - m for m, v in zip(mean, vals)]
-                ax.errorbar(xs, mean, yerr=[lo, hi], marker="o", ms=3, capsize=2, lw=1, label=policy.upper())
+                ci = [mean_ci(v) for v in vals]
+                mean = [scale * m for m, _ in ci]
+                half = [scale * h for _, h in ci]
+                ax.errorbar(xs, mean, yerr=half, marker="o", ms=3, capsize=2, lw=1, label=policy.upper())
             ax.set_xlabel(XLABEL[axis])
+            ax.set_title(f"mean, 95 % CI over {_seeds(rows, axis)} seeds", fontsize=8)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         panels[0][0].legend(fontsize=8)

@@ -11,6 +11,10 @@
   ``deadline`` (``HH:MM:SS``).
 * Old LWF text: one lease per line, ``submit start duration realduration numnodes cpu memory
   disk image imagesize`` (seconds, ``start = -1`` for best-effort, cpu 1 = 100), '#' comments.
+  vgrid extension for seed 002: after the 10 fields, optional ``name=value`` fields
+  ``request-type=`` (as the XML attribute), ``origin=local|external`` and ``deadline=`` (seconds
+  from the start, or ``HH:MM:SS``); a local request with ``start = -1`` starts at its arrival
+  (as in the XML). Any other extra field is an error naming its line and column.
 * SWF (Standard Workload Format): Haizea's conversion -- requested time (field 9) > 0; jobs
   cancelled while queued (status 5, run time < 0) are skipped; VMs = requested processors
   (field 8) / ``cpus_per_node``; duration = requested time; real duration = run time (0 -> 1,
@@ -181,6 +185,44 @@ def _lwf_lease(req, path, default_id, id_offset=0) -> Lease:
         raise TraceError(path, lease_el.sourceline, str(exc)) from None
 
 
+#: The ``name=value`` fields the old LWF text format accepts after its 10 fields (vgrid).
+TEXT_EXTRAS = ("request-type", "origin", "deadline")
+
+
+def _text_extras(line: str, lineno: int, path: Path) -> dict:
+    """``{name: value}`` of the ``name=value`` fields after field 10 of an old-LWF text line
+    (``TEXT_EXTRAS``); TraceError naming the line and column of a bad or repeated one."""
+    out: dict = {}
+    for i, m in enumerate(re.finditer(r"\S+", line)):
+        if i < 10:
+            continue
+        name, eq, value = m.group().partition("=")
+        col = m.start() + 1
+        if not eq or name not in TEXT_EXTRAS or not value:
+            raise TraceError(path, lineno, f"field {i + 1} {m.group()!r}: expected name=value with name one of "
+                                           f"{', '.join(TEXT_EXTRAS)} after the 10 fields", col)
+        if name in out:
+            raise TraceError(path, lineno, f"field {name!r} given twice", col)
+        out[name] = (value, col)
+    return out
+
+
+def _seed002_text(extras: dict, lineno: int, path: Path) -> dict:
+    """Lease keyword arguments of the seed 002 extras (``_text_extras``); TraceError with column."""
+    args: dict = {}
+    for name, (value, col) in extras.items():
+        try:
+            if name == "request-type":
+                args["request_type"] = request_type(value)
+            elif name == "origin":
+                args["local"] = origin(value) == LOCAL
+            else:
+                args["deadline_s"] = float(value) if ":" not in value else parse_time(value)
+        except ValueError as exc:
+            raise TraceError(path, lineno, f"{name}: {exc}", col) from None
+    return args
+
+
 def read_lwf_text(text: str, path: Path, id_offset: int = 0) -> Workload:
     leases = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -197,7 +239,10 @@ def read_lwf_text(text: str, path: Path, id_offset: int = 0) -> Workload:
             size = float(f[9])
         except ValueError as exc:
             raise TraceError(path, lineno, f"bad number: {exc}") from None
+        extra = _seed002_text(_text_extras(line, lineno, path), lineno, path)
         ar = start != -1
+        if extra.get("local") and not ar:      # a local request starts at its ready time
+            ar, start = True, submit
         try:
             leases.append(Lease(
                 id=id_offset + len(leases) + 1,
@@ -206,7 +251,7 @@ def read_lwf_text(text: str, path: Path, id_offset: int = 0) -> Workload:
                 per_vm=resource_vector(cpu=cpu * 100, memory=mem, disk=disk),
                 image_id=f[8].strip("'\""), image_mb=size, preemptible=not ar,
                 requested_start_s=start if ar else None,
-                real_duration_s=real if real != dur else None))
+                real_duration_s=real if real != dur else None, **extra))
         except ValueError as exc:
             raise TraceError(path, lineno, str(exc)) from None
     leases.sort(key=lambda l: (l.submit_s, l.id))
