@@ -84,7 +84,7 @@ def grid(pki, tmp_path_factory):
     d, dns = pki
     work = tmp_path_factory.mktemp("grid")
     urls = {n: f"https://{IP['broker-' + n]}:{free_port(IP['broker-' + n])}" for n in NAMES}
-    servers, out = [], {"urls": urls, "brokers": {}, "servers": {}}
+    servers, out = [], {"urls": urls, "brokers": {}, "servers": {}, "ce": {}}
     try:
         for n in NAMES:
             node_cfg = NodeAgentConfig(node=f"n-{n}", cgroup="none", work_dir=str(work / f"node-{n}"),
@@ -96,6 +96,7 @@ def grid(pki, tmp_path_factory):
                                    broker_dns=[dns[f"broker-{n}"]], **tls_fields(d, f"ce-{n}"))
             ce = BackgroundServer(ce_app(ce_cfg), host=IP[f"ce-{n}"], tls=ce_cfg.tls_files())
             servers.append((ce, None))
+            out["ce"][n] = ce.url
             peers = [{"name": m, "url": urls[m], "dn": dns[f"broker-{m}"], "send_vos": ["dteam"],
                       "accept_vos": ["dteam"], "share_cpus": 4, "priority": PRIORITY[m]}
                      for m in NAMES if m != n]
@@ -183,6 +184,9 @@ def test_a_job_no_local_ce_matches_runs_at_the_peer_as_its_owner_and_reports_bac
     assert b_job.owner_dn == dns["alice"] and b_job.owner_vo == "dteam"
     assert 'RequestOrigin = "external"' in b_job.jdl and grid["urls"]["a"] in b_job.jdl
     assert b_job.state.value == "Done" and b_job.ce_id.startswith("ce-b.")
+    # an external request at the receiving site: its lease at B's CE agent has origin external
+    lease = session_of(d, "broker-b").get(f"{grid['ce']['b']}/jobs/{b_job.dispatch_key}", timeout=10).json()["lease"]
+    assert lease["origin"] == "external", lease
     # output proxied: the origin serves the file the peer's node produced
     r = session_of(d, "alice.proxy").get(f"{grid['urls']['a']}/jobs/{key}/output/out.txt", timeout=10)
     assert r.status_code == 200 and r.text.startswith("hello-from-"), r.text
