@@ -102,8 +102,8 @@ def grid(pki, tmp_path_factory):
                      for m in NAMES if m != n]
             cfg = BrokerConfig.from_dict({
                 "state_dir": str(work / f"broker-{n}"), "ce_urls": [ce.url], "ism_refresh_s": 0.5,
-                "match_interval_s": 0.2, "match_expiry_s": 6.0, "stalled_resubmit_s": 1.0,
-                "federation_relay_s": 0.3, "blacklist_s": 300.0, "peers": peers, "bind": IP[f"broker-{n}"],
+                "match_interval_s": 0.2, "match_expiry_s": 6.0, "stalled_resubmit_s": 3.0,
+                "federation_relay_s": 0.5, "blacklist_s": 300.0, "peers": peers, "bind": IP[f"broker-{n}"],
                 **tls_fields(d, f"broker-{n}")})
             broker = build_broker(cfg)
             srv = BackgroundServer(build_app(broker, cfg), host=IP[f"broker-{n}"],
@@ -276,7 +276,7 @@ def test_loops_and_hop_counts_are_refused(pki, grid):
 
 def test_a_peer_that_dies_is_blacklisted_and_its_job_comes_back(pki, grid):
     alice = grid["alice"]
-    jdl = '[ Executable = "/bin/sleep"; Arguments = "3"; RetryCount = 1; ]'
+    jdl = '[ Executable = "/bin/sleep"; Arguments = "6"; RetryCount = 1; ]'
     key = alice.submit_text(jdl, "retry.jdl")["key"]
     job = wait_state(alice, key, {"Running"} | ENDED)
     assert job["state"] == "Running" and peer_job(grid, "b", job["dispatch_key"]) is not None

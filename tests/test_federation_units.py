@@ -148,3 +148,12 @@ def test_peers_config_tables_are_checked():
             BrokerConfig.from_dict({"peers": [bad]})
     with pytest.raises(ConfigError, match="unique"):
         BrokerConfig.from_dict({"peers": [{"name": "b", "url": "https://b:1"}, {"name": "b", "url": "https://c:1"}]})
+
+
+def test_a_peer_whose_share_is_used_since_the_refresh_is_passed_over():
+    full = ad("p1.example:1/vgrid-gateway-federation", 1, PEERS[0].gateway_url, free=1)
+    full["VGridDispatchedSinceRefresh"] = 1        # the feedback counter: one sent since
+    other = ad("p2.example:1/vgrid-gateway-federation", 1, PEERS[1].gateway_url, free=1)
+    chosen = chooser(-1).choose(job(), (full, other), now=0.0, vo="dteam")
+    assert chosen.ce_id.startswith("p2"), "priority 0 is full: the next level is offered"
+    assert chooser(-1).choose(job(), (full,), now=0.0, vo="dteam") is None

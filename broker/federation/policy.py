@@ -11,7 +11,9 @@ peer ads; for one job:
 3. it leaves when no local CE matches, or when the chosen local CE's estimated wait
    (GlueCEStateEstimatedResponseTime, seconds) exceeds ``forward_wait_threshold_s`` (< 0:
    never for waiting) and a peer's published estimate is lower; peers are tried by ascending
-   priority, and among the peers of one priority the selection code chooses.
+   priority, and among the peers of one priority the selection code chooses; a peer whose
+   published free CPUs (at most our share) are used up by the jobs dispatched to it since the
+   last ISM refresh (:func:`peer_room`) is passed over.
 
 Seed 002 Section 4.1: requests a Grid cannot serve go to peer Grids through the gateways.
 """
@@ -37,6 +39,16 @@ def job_hops(desc) -> int:
     """How many gateways forwarded the job so far (JDL ``VgridHops``, default 0)."""
     v = desc.get("VgridHops")
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def peer_room(ad: Mapping[str, Any]) -> float:
+    """CPUs a peer's aggregate still offers: its published GlueCEStateFreeCPUs (at most our
+    share there) less the jobs dispatched to it since the ISM refresh (the feedback counter,
+    seed 004 Section 4.2), so that a stale ad does not send more than the share."""
+    free = ad_value(ad, "GlueCEStateFreeCPUs")
+    sent = ad_value(ad, "VGridDispatchedSinceRefresh")
+    free = float(free) if isinstance(free, (int, float)) and not isinstance(free, bool) else 0.0
+    return free - (float(sent) if isinstance(sent, (int, float)) and not isinstance(sent, bool) else 0.0)
 
 
 def estimated_wait(ad: Mapping[str, Any]) -> float:
@@ -112,7 +124,9 @@ class FederatedChooser:
                 continue
             remote = self.remote.choose(desc, offered, blacklist, now=now, vo=vo, fqans=fqans,
                                        exclude=exclude)
-            if remote is not None and (local is None or estimated_wait(remote.ad) < local_wait):
+            if remote is None or peer_room(remote.ad) <= 0:
+                continue     # the best peer of this level has no CPU of our share left
+            if local is None or estimated_wait(remote.ad) < local_wait:
                 self.forwarded += 1
                 return remote
         if local is not None:
