@@ -9,6 +9,8 @@ prevention and the failure of a peer (run last: it stops B) are tested on that o
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -84,7 +86,7 @@ def grid(pki, tmp_path_factory):
     d, dns = pki
     work = tmp_path_factory.mktemp("grid")
     urls = {n: f"https://{IP['broker-' + n]}:{free_port(IP['broker-' + n])}" for n in NAMES}
-    servers, out = [], {"urls": urls, "brokers": {}, "servers": {}, "ce": {}}
+    servers, out = [], {"urls": urls, "brokers": {}, "servers": {}, "ce": {}, "late": []}
     try:
         for n in NAMES:
             node_cfg = NodeAgentConfig(node=f"n-{n}", cgroup="none", work_dir=str(work / f"node-{n}"),
@@ -114,6 +116,7 @@ def grid(pki, tmp_path_factory):
             broker.start()
             broker.federation.start()
             out["brokers"][n], out["servers"][n] = broker, srv
+            out.setdefault("configs", {})[n] = cfg
         alice = BrokerClient(urls["a"], credentials=TLSFiles(cert=str(d / "alice.proxy"), key=None,
                                                              cert_dir=str(d / "certs"), voms_dir=str(d / "vomsdir")))
         alice.delegate(d / "alice.proxy", WallClock().now(), 3000)
@@ -124,18 +127,20 @@ def grid(pki, tmp_path_factory):
                        timeout_s=30, what=f"broker {n} sees its two peers")
         yield out
     finally:
-        stop_all(servers)
+        stop_all(servers + out["late"])
 
 
 def stop_all(servers):
     for srv, broker in reversed(servers):
-        if broker is not None and not getattr(broker, "_gone", False):
+        gone = broker is not None and getattr(broker, "_gone", False)
+        if broker is not None and not gone:
             broker.federation.stop()
             broker.stop()
             broker.ism.stop()
-        srv.close()
-        if broker is not None:
-            broker.store.close()
+        if not gone:
+            srv.close()
+            if broker is not None:
+                broker.store.close()
 
 
 def client_of(pki, grid, user: str, at: str = "a") -> BrokerClient:
@@ -241,6 +246,14 @@ def test_delegation_is_required_and_refused_without_it(pki, grid):
     job = wait_state(bob, key, ENDED, timeout_s=60)
     assert job["state"] == "Aborted" and job["outcome"] in ("no-resources", "dispatch-failed"), job
     assert all(r.origin_id != job["id"] for n in "bc" for r in _all_received(grid["brokers"][n]))
+    # once bob delegates (the `vgrid delegate` command), his jobs are forwarded
+    cli = subprocess.run([sys.executable, "-m", "vgrid_cli", "--proxy", str(d / "bob.proxy"), "--cert-dir",
+                          str(d / "certs"), "--voms-dir", str(d / "vomsdir"), "delegate", "--broker",
+                          grid["urls"]["a"], "--lifetime", "1800"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and dns["bob"] in cli.stdout, cli.stderr
+    key = bob.submit_text(JOB, "bob.jdl")["key"]
+    job = wait_state(bob, key, ENDED, timeout_s=60)
+    assert job["state"] == "Done" and peer_job(grid, "b", job["dispatch_key"]).owner_dn == dns["bob"], job
     # dora's proxy allows no further proxy (RFC 3820 path length 0): delegation is refused
     dora = client_of(pki, grid, "dora")
     from broker.client import ClientError
@@ -274,6 +287,39 @@ def test_loops_and_hop_counts_are_refused(pki, grid):
     assert r.status_code == 409 and r.json()["error"]["reason"] == "hops", r.text
 
 
+def test_a_peer_restarted_with_our_job_reports_it_when_back(pki, grid):
+    """Nothing is lost: the receiving gateway's table and delegations survive its restart; the
+    restarted peer resynchronises its job with its CE and reports it to the origin."""
+    alice, a = grid["alice"], grid["brokers"]["a"]
+    a.settings.stalled_resubmit_s = 120.0          # the origin waits for the peer to come back
+    try:
+        key = alice.submit_text('[ Executable = "/bin/sleep"; Arguments = "4"; ]', "restart.jdl")["key"]
+        job = wait_state(alice, key, {"Running"} | ENDED)
+        assert job["state"] == "Running" and peer_job(grid, "b", job["dispatch_key"]) is not None
+        old = grid["brokers"]["b"]
+        old.federation.stop()
+        old.stop()
+        old.ism.stop()
+        grid["servers"]["b"].close(stop_app=False)
+        old.store.close()
+        old._gone = True
+        cfg = grid["configs"]["b"]
+        b = build_broker(cfg)
+        srv = BackgroundServer(build_app(b, cfg), host=IP["broker-b"],
+                               port=int(grid["urls"]["b"].rsplit(":", 1)[1]), tls=cfg.tls_files())
+        b.settings.base_url = srv.url
+        b.ism.start()
+        b.start()
+        b.federation.start()
+        grid["brokers"]["b"], grid["servers"]["b"] = b, srv
+        grid["late"].append((srv, b))
+        job = wait_state(alice, key, ENDED, timeout_s=90)
+        assert job["state"] == "Done" and job["exit_code"] == 0, (job["reason"], job["history"])
+        assert job["attempt"] == 0, "not resubmitted: the same attempt ran to its end at the peer"
+    finally:
+        a.settings.stalled_resubmit_s = 3.0
+
+
 def test_a_peer_that_dies_is_blacklisted_and_its_job_comes_back(pki, grid):
     alice = grid["alice"]
     jdl = '[ Executable = "/bin/sleep"; Arguments = "6"; RetryCount = 1; ]'
@@ -286,6 +332,7 @@ def test_a_peer_that_dies_is_blacklisted_and_its_job_comes_back(pki, grid):
     b.ism.stop()
     b._gone = True
     grid["servers"]["b"].close(stop_app=False)
+    b.store.close()
     # a job submitted now is matched to the dead peer (its ad is still fresh): the dispatch
     # finds it unreachable, blacklists it, and the job runs at C
     key2 = alice.submit_text('[ Executable = "/bin/true"; ]', "after.jdl")["key"]
