@@ -11,7 +11,8 @@ dispatch, cancel, restart resync, heartbeats, Stalled and resubmission work unch
   and signs it with the owner's delegated proxy (the one the user delegated to this broker, or
   the one a forwarded job arrived with), a short proxy of the user's proxy (RFC 3820 path
   length permitting); without one the job is not forwarded (CEAgentError, status 403, body
-  reason ``no-delegation`` / ``path-length``: a refusal of the job, the peer is not blacklisted);
+  reason ``no-delegation`` / ``path-length``: a refusal of the job, the peer is not blacklisted,
+  but joins the job's ``failed_ces``, so the job is not offered to it again);
 * **loop prevention**: ``gateways``, the gateways passed (this broker appended) and ``hops``;
 * a history row on the origin job: through which gateway, to which peer, under which id there.
 """
@@ -25,6 +26,7 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 import jdl as jdlmod
 
+from .glue import gateway_ce_id
 from .policy import job_gateways, job_hops
 
 log = logging.getLogger("vgrid.broker.federation")
@@ -38,7 +40,16 @@ class Forwarder(CEAgentClient):
         super().__init__(base_url, session=session, timeout_s=timeout_s)
         self.broker, self.fed, self.peer = broker, fed, peer
 
-    def _refuse(self, message: str, reason: str) -> CEAgentError:
+    def _refuse(self, message: str, reason: str, job=None) -> CEAgentError:
+        """The error of a forward refused here; the peer joins the job's ``failed_ces`` so the
+        next choice offers it no more (the job waits locally or goes to another peer)."""
+        if job is not None:
+            now = self.broker.clock.now()
+            try:
+                self.broker.store.note(job.key, now, f"not forwarded to peer {self.peer.name}: {message}",
+                                       failed_ces=[*job.failed_ces, gateway_ce_id(self.peer.base)])
+            except Exception as exc:   # the refusal stands either way
+                log.warning("could not exclude peer %s for job %s: %s", self.peer.name, job.key, exc)
         return CEAgentError(ErrorKind.HTTP, f"HTTP 403 {message}", self.base_url, 403,
                             {"error": {"message": message, "reason": reason}})
 
@@ -55,12 +66,12 @@ class Forwarder(CEAgentClient):
             cred = self.fed.delegations.job(key, now) or self.fed.delegations.user(job.owner_dn, now)
             if cred is None:
                 raise self._refuse(f"no delegated proxy of {job.owner_dn} at {own} "
-                                   "(vgrid delegate), job not forwarded", "no-delegation")
+                                   "(vgrid delegate), job not forwarded", "no-delegation", job)
             req = self._call("POST", "/delegations", json={}, required=("id", "csr"))
             try:
                 chain = sign_request(cred, req["csr"].encode(), now, self.fed.delegation_lifetime_s)
             except DelegationError as exc:
-                raise self._refuse(f"cannot delegate to {self.peer.name}: {exc}", exc.reason) from None
+                raise self._refuse(f"cannot delegate to {self.peer.name}: {exc}", exc.reason, job) from None
             out.update(delegation_id=req["id"], proxy=chain.decode())
         answer = self._call("POST", "/jobs", json=out, required=("key",))
         try:

@@ -10,7 +10,8 @@ peer ads; for one job:
    VO is sent to some peer; peers already passed (``VgridGateways``) are never offered again;
 3. it leaves when no local CE matches, or when the chosen local CE's estimated wait
    (GlueCEStateEstimatedResponseTime, seconds) exceeds ``forward_wait_threshold_s`` (< 0:
-   never for waiting) and a peer's published estimate is lower; peers are tried by ascending
+   never for waiting) and a peer's published estimate is lower -- not for a local request
+   (``RequestOrigin = "local"``: it preempts external leases here instead); peers are tried by ascending
    priority, and among the peers of one priority the selection code chooses; a peer whose
    published free CPUs (at most our share) are used up by the jobs dispatched to it since the
    last ISM refresh (:func:`peer_room`) is passed over.
@@ -49,6 +50,13 @@ def peer_room(ad: Mapping[str, Any]) -> float:
     sent = ad_value(ad, "VGridDispatchedSinceRefresh")
     free = float(free) if isinstance(free, (int, float)) and not isinstance(free, bool) else 0.0
     return free - (float(sent) if isinstance(sent, (int, float)) and not isinstance(sent, bool) else 0.0)
+
+
+def is_local_request(desc) -> bool:
+    """A local request (JDL ``RequestOrigin = "local"``, p(L) = 0 in seed 002): it may preempt
+    external leases here, so the published wait does not apply to it; it leaves only when no
+    local CE matches it."""
+    return str(desc.get("RequestOrigin") or "").lower() == "local"
 
 
 def estimated_wait(ad: Mapping[str, Any]) -> float:
@@ -114,7 +122,8 @@ class FederatedChooser:
         if not levels or job_hops(desc) >= self.max_hops:
             return local
         local_wait = estimated_wait(local.ad) if local is not None else math.inf
-        if local is not None and (self.threshold_s < 0 or local_wait <= self.threshold_s):
+        if local is not None and (self.threshold_s < 0 or local_wait <= self.threshold_s
+                                  or is_local_request(desc)):
             return local
         passed = set(job_gateways(desc)) | {self.own_url().rstrip("/")}
         for peers, pads in levels.values():
