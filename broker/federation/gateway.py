@@ -16,8 +16,10 @@ forwarded jobs' proxies from.
 A received job becomes an *external* request here (seed 002 Section 2.1, p(L) = 1): its JDL gets
 ``RequestOrigin = "external"`` (the CE agent's lease engine makes it an external lease,
 preemptible by local requests under the seed 002 policies), ``VgridGateways`` and
-``VgridHops``; it belongs to the user of the delegated proxy. Refusals (JSON ``error.reason``):
-403 ``forbidden`` (not a peer), ``no-delegation`` (no or an invalid delegated proxy), ``vo``
+``VgridHops``; it belongs to the user of the delegated proxy. Every URL of the body (callback,
+heartbeat, output upload, input sandbox) must be under the forwarding peer's URL: the gateway
+talks back to the origin only. Refusals (JSON ``error.reason``): 400 ``bad-request`` (a field,
+named), 403 ``forbidden`` (not a peer), ``no-delegation`` (no or an invalid delegated proxy), ``vo``
 (a VO not accepted from that peer); 409 ``loop`` (this gateway already passed) or ``hops``
 (more than ``federation_max_hops``); 429 ``share`` (the peer's share of CPUs is in use);
 502 ``sandbox`` (the origin's input sandbox could not be fetched).
@@ -111,6 +113,14 @@ def blueprint(fed) -> Blueprint:
                                                   and isinstance(i.get("name"), str) for i in items):
             return refuse(400, "field 'input_sandbox' must be a list of {name, url}", "bad-request",
                           field="input_sandbox")
+        # the gateway talks back only to the origin: every URL of the job must be the peer's
+        urls = {"callback_url": body["callback_url"], "heartbeat_url": body.get("heartbeat_url"),
+                "output_upload_url": body.get("output_upload_url"),
+                **{f"input_sandbox[{i}]": it["url"] for i, it in enumerate(items)}}
+        for name, url in urls.items():
+            if url is not None and not (isinstance(url, str) and url.startswith(peer.base + "/")):
+                return refuse(400, f"field {name!r} must be a URL of peer {peer.name} ({peer.base}/...)",
+                              "bad-request", field=name)
         gateways, hops = body.get("gateways") or [], body.get("hops", 1)
         if not isinstance(gateways, list) or not isinstance(hops, int) or isinstance(hops, bool):
             return refuse(400, "fields 'gateways' (list) and 'hops' (integer) are required", "bad-request",
