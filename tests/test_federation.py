@@ -18,8 +18,9 @@ from broker.client import BrokerClient
 from broker.config import BrokerConfig
 from broker.server import build_app, build_broker
 from vgrid_runtime.clock import WallClock
+from vgrid_runtime.delegation import sign_request
 from vgrid_runtime.httpclient import new_session
-from vgrid_runtime.pki import create_ca, issue_host, issue_user
+from vgrid_runtime.pki import Credential, create_ca, issue_host, issue_user
 from vgrid_runtime.proxy import create_proxy, write_proxy
 from vgrid_runtime.tls import TLSFiles
 from vgrid_runtime.voms import issue_ac
@@ -60,10 +61,11 @@ def pki(tmp_path_factory):
         cred = issue_host(ca, f"{name}.vgrid.local", [ip], now=now)
         cred.save(d / f"{name}.pem", d / f"{name}.key")
         dns[name] = cred.dn
-    for user, plen in (("alice", None), ("bob", None), ("dora", 0)):
+    for user, plen, vo in (("alice", None, "dteam"), ("bob", None, "dteam"), ("dora", 0, "dteam"),
+                           ("erin", None, "atlas")):
         cred = issue_user(ca, user.capitalize(), now=now)
         dns[user] = cred.dn
-        acs = [issue_ac(voms, "dteam", ["/dteam"], cred.cert, now, 3600)]
+        acs = [issue_ac(voms, vo, [f"/{vo}"], cred.cert, now, 3600)]
         write_proxy(d / f"{user}.proxy", create_proxy(cred, now, 3600, acs=acs, path_len=plen))
     return d, dns
 
@@ -231,6 +233,12 @@ def test_delegation_is_required_and_refused_without_it(pki, grid):
     as_a = session_of(d, "broker-a")
     r = as_a.post(f"{b}/federation/jobs", json=body, timeout=10)
     assert r.status_code == 403 and r.json()["error"]["reason"] == "no-delegation", r.text
+    # a valid delegated proxy of a VO that B does not accept from A (atlas) is refused
+    req = as_a.post(f"{b}/federation/delegations", json={}, timeout=10).json()
+    chain = sign_request(Credential.load(d / "erin.proxy"), req["csr"].encode(), WallClock().now(), 600)
+    r = as_a.post(f"{b}/federation/jobs", json={**body, "delegation_id": req["id"], "proxy": chain.decode()},
+                  timeout=10)
+    assert r.status_code == 403 and r.json()["error"]["reason"] == "vo", r.text
     # the gateway talks back only to the origin: a callback elsewhere is refused
     r = as_a.post(f"{b}/federation/jobs", json={**body, "callback_url": f"{grid['urls']['c']}/jobs/x/events"},
                   timeout=10)
