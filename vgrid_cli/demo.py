@@ -112,7 +112,9 @@ def merge_toml(text: str, overrides: dict) -> str:
     (TOML strings, numbers, booleans and lists of them): lines of those keys are replaced."""
     if not overrides:
         return text
-    kept = [line for line in text.splitlines() if line.partition("=")[0].strip() not in overrides]
+    # TOML lines end with \n (or \r\n); str.splitlines would also split inside a string value at
+    # \x85, \u2028, ... (characters a TOML basic string may hold unescaped)
+    kept = [line for line in text.split("\n") if line.strip() and line.partition("=")[0].strip() not in overrides]
     return "\n".join(kept + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]) + "\n"
 
 
