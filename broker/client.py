@@ -149,6 +149,22 @@ class BrokerClient:
         """Submit JDL ``text`` without sandbox files, as :meth:`submit_file`."""
         return self._submit({"jdl": text, "filename": filename}, None, idempotency_key)
 
+    def delegate(self, proxy: str | Path, now: float, lifetime_s: float = 12 * 3600) -> dict[str, Any]:
+        """Delegate the proxy in file ``proxy`` (cert, key, chain) to the broker, which forwards
+        the user's jobs to peer brokers with proxies signed from it (docs/federation.md): the
+        broker makes the key (``POST /delegations``), this signs its request as a proxy valid
+        ``lifetime_s`` s from ``now`` (``PUT /delegations/<id>``). ``{"dn","vo","not_after"}``;
+        ClientError (also for a proxy whose path length allows no further proxy)."""
+        from vgrid_runtime.delegation import sign_request
+        from vgrid_runtime.pki import Credential
+        try:
+            cred = Credential.load(proxy)
+            req = self._call("POST", "/delegations", json={}).json()
+            chain = sign_request(cred, req["csr"].encode(), now, lifetime_s)
+        except CredentialError as exc:
+            raise ClientError(f"cannot delegate {proxy}: {exc}") from None
+        return self._call("PUT", f"/delegations/{req['id']}", json={"proxy": chain.decode()}).json()
+
     def job(self, key: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{key}").json()
 

@@ -13,6 +13,8 @@ from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigError, ConfigSchema, describe
 
+from .federation.peers import PeerConfig
+
 __all__ = ["BrokerConfig", "ConfigError", "describe"]
 
 
@@ -56,6 +58,19 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
+    # federation (docs/federation.md): this broker as a gateway to peer brokers
+    peers: list[PeerConfig] = field(default_factory=list, metadata={
+        "help": "peering arrangements, one [[peers]] table each: name, url, dn, send_vos, "
+                "accept_vos, share_cpus, priority (docs/federation.md); none: no federation"})
+    forward_wait_threshold_s: float = opt(600.0, "a job whose chosen local CE publishes an "
+                                          "EstimatedResponseTime above this (s) goes to a peer "
+                                          "publishing a lower one; < 0: only jobs no local CE "
+                                          "matches are forwarded")
+    federation_max_hops: int = opt(2, "the most gateways a job may be forwarded through")
+    federation_relay_s: float = opt(5.0, "seconds between reports of received jobs to their "
+                                    "origin (events and heartbeats)")
+    delegation_lifetime_s: float = opt(3600.0, "lifetime (s) of the proxy delegated to a peer "
+                                       "with a forwarded job (never beyond the user's)")
 
     def validate(self) -> str | None:
         if self.tls_problem():
@@ -73,6 +88,13 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
                      "default_ce_interval_s"):
             if getattr(self, name) < 0:
                 return f"field {name!r} must be >= 0"
+        if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0:
+            return "fields 'federation_max_hops' (>= 1), 'federation_relay_s' and 'delegation_lifetime_s' (> 0)"
+        for p in self.peers:
+            if p.validate():
+                return f"field 'peers': {p.validate()}"
+        if len({p.name for p in self.peers}) != len(self.peers):
+            return "field 'peers': names must be unique"
         for name in ("default_retry_count", "default_shallow_retry_count"):
             if getattr(self, name) < -1:
                 return f"field {name!r} must be >= -1"

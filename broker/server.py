@@ -35,6 +35,11 @@ def build_ism(config: BrokerConfig, clock):
         session = new_session(config.tls_files())
         sources = [HttpLdifSource(f"{u.rstrip('/')}/glue", timeout_s=config.ism_timeout_s,
                                   session=session) for u in config.ce_urls]
+    if config.peers:   # each peer's aggregate, a CE-like ad (broker.federation.glue)
+        from .federation import peer_glue_url
+        session = new_session(config.tls_files())
+        sources += [HttpLdifSource(peer_glue_url(p), timeout_s=config.ism_timeout_s, session=session)
+                    for p in config.peers]
     return ISM(sources, refresh_s=config.ism_refresh_s, clock=clock,
                feedback=FeedbackCounters(), timeout_s=config.ism_timeout_s)
 
@@ -60,26 +65,44 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
                                                  config.default_shallow_retry_count),
                               stalled_resubmit_s=config.stalled_resubmit_s,
                               default_ce_interval_s=config.default_ce_interval_s)
-    return Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
-                  http=new_session(config.tls_files()))
+    broker = Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
+                    http=new_session(config.tls_files()))
+    if config.peers:
+        from .federation import attach
+        attach(broker, config.peers, state, config.tls_files(), threshold_s=config.forward_wait_threshold_s,
+               max_hops=config.federation_max_hops, relay_s=config.federation_relay_s,
+               delegation_lifetime_s=config.delegation_lifetime_s, max_input_mb=config.max_body_mb)
+    return broker
+
+
+def build_app(broker: Broker, config: BrokerConfig):
+    """The broker's Flask app for ``config`` (with the gateway routes when it has peers)."""
+    from .api import create_app
+
+    app = create_app(broker, tls=config.tls_files(), admins=config.admins)
+    app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
+    if broker.federation is not None:
+        broker.federation.install(app)
+    return app
 
 
 def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
     """Run the broker in the foreground until SIGTERM/SIGINT."""
     from vgrid_runtime.wsgi import serve
 
-    from .api import create_app
-
     broker = build_broker(config)
-    app = create_app(broker, tls=config.tls_files(), admins=config.admins)
-    app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
+    app = build_app(broker, config)
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url
         broker.ism.start()
         broker.start()
+        if broker.federation is not None:
+            broker.federation.start()
 
     def on_stop() -> None:
+        if broker.federation is not None:
+            broker.federation.stop()
         broker.stop()
         broker.ism.stop()
         broker.store.close()

@@ -82,11 +82,13 @@ class Broker:
         self._last_scan: float | None = None
         self.started_at: float | None = None
         self._scan_lock = threading.Lock()
+        self.federation = None   # broker.federation.attach: peers are dispatched to as CEs
 
     def ce_client(self, url: str) -> CEAgentClient:
         """The client of the CE agent at ``url`` (sharing the broker's session; timeout
-        ``dispatch_timeout_s``)."""
-        return CEAgentClient(url, session=self.http, timeout_s=self.settings.dispatch_timeout_s)
+        ``dispatch_timeout_s``); a peer's gateway URL: its forwarder (broker.federation)."""
+        forwarder = self.federation.client(url) if self.federation is not None else None
+        return forwarder or CEAgentClient(url, session=self.http, timeout_s=self.settings.dispatch_timeout_s)
 
     # -- identifiers -----------------------------------------------------------------------------
     def job_id(self, key: str) -> str:

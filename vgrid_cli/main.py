@@ -168,6 +168,20 @@ def cancel(job_id: str, broker_url: str | None) -> None:
     click.echo(f"{res['id']} {res['state']}")
 
 
+@main.command()
+@broker_opt
+@click.option("--lifetime", "lifetime_s", type=click.FloatRange(min=60), default=12 * 3600.0,
+              show_default=True, help="seconds the delegated proxy is valid (never beyond yours)")
+@handle_errors
+def delegate(broker_url: str | None, lifetime_s: float) -> None:
+    """Delegate your proxy to the broker, so that it may forward your jobs to peer brokers
+    (docs/federation.md): the broker makes the key, your proxy signs it."""
+    from vgrid_runtime.clock import WallClock
+    from vgrid_runtime.pki import user_proxy_path
+    res = BrokerClient(broker_url).delegate(user_proxy_path(), WallClock().now(), lifetime_s)
+    click.echo(f"delegated {res['dn']} (VO {res['vo']}) until {res['not_after']:.0f}")
+
+
 def _local_match(text: str, jdl_file: str, ldif: tuple[str, ...], bdii: str | None) -> dict:
     """list-match without a broker: an ISM over LDIF files or a BDII, refreshed once."""
     from vgrid_runtime.clock import WallClock

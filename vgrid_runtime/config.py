@@ -2,7 +2,8 @@
 
 ``load(cls, d, source)`` builds the dataclass ``cls`` from a mapping, rejecting unknown fields,
 missing required fields and ill-typed values with a ``ConfigError`` naming the field (and the file).
-Field types understood: str, int, float (an int is accepted), bool, ``list[str]``, and
+Field types understood: str, int, float (an int is accepted), bool, ``list[str]``, a
+dataclass (a TOML table, loaded by the same rules; ``list[D]`` an array of tables), and
 ``X | None``. Each field's documentation is its ``metadata["help"]``.
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _check(value, tp, where: str):
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         return [_check(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):         # a nested table ([[peers]] in the broker's)
+        return load(tp, value, where)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is int and isinstance(value, bool):
