@@ -62,20 +62,22 @@ def report_cmd(args) -> None:
               help="another spec than examples/sweeps/NAME.toml (e.g. a reduced one)")
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:8786)")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="LocalCluster workers (default: every core)")
+@click.option("--no-run", is_flag=True, help="compute nothing: write the page from the runs the store has")
 @click.pass_context
-def sweep_report_cmd(ctx, store_path, docs_dir, spec_file, scheduler, workers) -> None:
+def sweep_report_cmd(ctx, store_path, docs_dir, spec_file, scheduler, workers, no_run) -> None:
     """Run the report's sweep (missing runs only) and write DOCS/NAME.md with tables and PNG figures."""
     name = ctx.obj
-    _sweep_report(name, spec_file or str(SPECS_DIR / f"{name}.toml"), store_path, docs_dir, scheduler, workers)
+    _sweep_report(name, spec_file or str(SPECS_DIR / f"{name}.toml"), store_path, docs_dir, scheduler, workers,
+                  no_run)
 
 
-def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers) -> None:
+def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers, no_run=False) -> None:
     from vwn_agents.leasing import hpdc08, hpdc08doc
     from vwn_agents.leasing.hpdc08plots import write_figures
 
     from .sweep_run_cmds import execute
-    spec, store, summary = execute(spec_file, store_path or f"{name}.sqlite", scheduler, workers, 2, None,
-                                   show=err_console.is_terminal)
+    spec, store, summary = execute(spec_file, store_path or f"{name}.sqlite", scheduler, workers, 2,
+                                   0 if no_run else None, show=err_console.is_terminal)
     keys = {r.key() for r in spec.runs}
     rows = store.rows(keys=keys, status="done")
     baselines, pts = hpdc08.points(rows)
