@@ -209,3 +209,29 @@ def test_a_sweep_killed_midway_resumes_without_recomputing_or_losing_runs(tmp_pa
     assert set(after) == {run.key() for run in load_spec(spec).runs}
     for key, row in before.items():
         assert after[key] == row                          # nothing lost, nothing rewritten
+
+
+def test_a_worker_killed_mid_run_loses_no_run(tmp_path):
+    import threading
+
+    import psutil
+    spec = write_spec(tmp_path, grid=ARS + 'configurations = ["NOVM-NOSR", "NOVM-SR", "NOVM-NOBF"]')
+    runs = load_spec(spec).runs
+    store = SweepStore(tmp_path / "s.sqlite")
+    out = {}
+    t = threading.Thread(target=lambda: out.update(run_sweep(runs, store, workers=2)))
+    t.start()
+    me = psutil.Process()
+
+    def busy_worker():
+        procs = [p for p in me.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+        return len(procs) >= 2 and store.rows(status="done") and procs
+
+    try:
+        victims = wait_until(busy_worker, "two workers and a first stored run", timeout_s=120, interval_s=0.02)
+        victims[0].kill()                                # SIGKILL one worker process mid-sweep
+    finally:
+        t.join(timeout=600)
+    assert not t.is_alive()
+    assert (out["planned"], out["present"], out["failed"]) == (6, 6, [])
+    assert {r["key"] for r in store.rows(status="done")} == {r.key() for r in runs}

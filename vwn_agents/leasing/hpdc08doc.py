@@ -40,6 +40,17 @@ NOTES = """## Differences explained
   the 100 Mb/s network (`migration = yes`, Haizea's `migrate: mem` in the paper's
   configuration); with `migration = no` (resume on the same nodes) NOVM-SR at rho = 10 % is
   +11.6 % instead of -0.2 %: a suspended lease waits for its own nodes behind the ARs.
+- **NOVM-SR at rho = 20 %** (+2.2 % against the paper's +0.1 %; Haizea 1.1 was not run for
+  this cell) is the one computed cell outside 1 pp. Not explained yet. The candidates are the
+  places where vgrid's suspension path deliberately differs from Haizea 1.1 and where the
+  per-lease comparison of issue 16 found the first divergences with ARs: which running leases
+  an AR suspends (victim order of `ar-preempts-everything`), where and when a suspended lease is
+  resumed, and the re-evaluation of future reservations after a premature end. With
+  suspension, more ARs mean more suspended leases waiting for a resumption slot, so these
+  choices matter more at 20-30 % than at 10 % (where we are 0.5 pp from the paper and 0.4 pp
+  from Haizea).
+- **Missing cells** (`-`): runs not computed yet; the image-transfer configurations cost
+  minutes of CPU per run (docs/benchmarks.md, "HPDC'08 sweep on Dask").
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.

@@ -104,14 +104,14 @@ def _execute(todo, store, scheduler, workers, retries, progress, summary) -> Non
                     by_future[again.key] = (key, run)
                     pending.add(again)
                     continue
-                store.put(run, "failed", error=errors[key], attempts=attempts[key])
+                store.put(run, "failed", error=errors[key], attempts=attempts[key], key=key)
                 p = run.params()
                 summary["failed"].append({"key": key, "configuration": p["configuration"], "trace": p["trace"],
                                           "inject": p["inject"], "seed": p["seed"], "error": errors[key],
                                           "attempts": attempts[key]})
             else:
                 store.put(run, "done", result=result, attempts=attempts[key], worker=worker,
-                          error=errors.get(key, ""))
+                          error=errors.get(key, ""), key=key)
                 summary["computed_now"] += 1
             finished += 1
             if progress:

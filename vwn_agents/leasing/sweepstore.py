@@ -63,10 +63,12 @@ class SweepStore:
         return (conn.execute(select(func.max(runs_table.c.stored_seq))).scalar() or 0) + 1
 
     def put(self, run, status: str, result: dict | None = None, error: str = "", attempts: int = 1,
-            worker: str = "") -> bool:
-        """Store the outcome of ``run`` (a ``sweepspec.SimRun``); returns False (and changes
-        nothing) if a ``done`` row for its key exists already."""
-        key = run.key()
+            worker: str = "", key: str | None = None) -> bool:
+        """Store the outcome of ``run`` (a ``sweepspec.SimRun``) under ``key`` (default
+        ``run.key()``; the runner passes the key it planned with, so an input file changed during
+        the sweep cannot relabel a result); returns False (and changes nothing) if a ``done`` row
+        for the key exists already."""
+        key = key or run.key()
         p = run.params()
         values = {"sweep": p["sweep"], "configuration": p["configuration"], "trace": p["trace"],
                   "inject": p["inject"], "seed": p["seed"], "params": json.dumps(p, sort_keys=True),
