@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, func, insert, select, update
+from sqlalchemy.exc import OperationalError
 
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
@@ -50,7 +51,10 @@ class SweepStore:
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.engine = open_engine(url or sqlite_url(path))
-        metadata.create_all(self.engine)
+        try:
+            metadata.create_all(self.engine)
+        except OperationalError:        # another process created the table between check and create
+            metadata.create_all(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
