@@ -13,6 +13,7 @@ setup(
         "cheroot>=11.1,<12",   # vgrid_runtime/connections.py relies on its connection manager internals
         "click>=8.1",
         "cryptography>=42",
+        "dask[distributed]>=2024.1,<2027",   # vgrid sweep: LocalCluster or an existing scheduler
         "flask>=3.0",
         "lark>=1.1.9",
         "ldap3>=2.9",

@@ -46,10 +46,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "gip": ("vgrid_cli.infosys_cmds", "gip_cmd"),
     "simulate": ("vgrid_cli.simulate_cmds", "simulate_cmd"),
     "simulate-grid": ("vgrid_cli.gridsim_cmds", "simulate_grid_cmd"),
-    "report": ("vgrid_cli.gridsim_cmds", "report_cmd"),
+    "report": ("vgrid_cli.report_cmds", "report_cmd"),
     "workload": ("vgrid_cli.workload_cmds", "workload_group"),
     "sweep-preemption": ("vgrid_cli.sweep_cmds", "sweep_cmd"),
     "voc-sim": ("vgrid_cli.voc_cmds", "voc_sim_cmd"),
+    "sweep": ("vgrid_cli.sweep_run_cmds", "sweep_run_cmd"),
 }
 
 

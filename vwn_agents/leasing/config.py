@@ -128,6 +128,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("stop-when", "simulation", str, "all-leases-done",
            "`all-leases-done` or `besteffort-done` (stop when the queue and all best-effort leases "
            "are done).", ("all-leases-done", "besteffort-done")),
+    Option("add-overhead", "tracefile", str, "none",
+           "Which leases get `runtime-slowdown-overhead` and `bootshutdown-overhead` added to their "
+           "durations when a simulation starts: `none`, `besteffort` or `all` (Haizea's tracefile "
+           "frontend; `tracefile.apply_overheads`).", ("none", "besteffort", "all")),
+    Option("runtime-slowdown-overhead", "tracefile", float, 0.0,
+           "Percent by which a VM runs slower than the bare machine: requested and real durations "
+           "grow by this percentage, rounded to the second (HPDC'08: 5). Haizea 1.1 scales only "
+           "the requested duration (docs/leasing.md).", minimum=0.0),
+    Option("bootshutdown-overhead", "tracefile", float, 0.0,
+           "Seconds added to every lease's requested and real duration for booting and shutting "
+           "down its VMs (HPDC'08: 20).", minimum=0.0),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

@@ -17,6 +17,7 @@ from .enactment import SimulatedNodes
 from .model import Lease, Node
 from .scheduler import LeaseScheduler
 from .slottable import INF
+from .tracefile import apply_overheads
 
 
 @dataclass
@@ -32,10 +33,12 @@ class SimulationResult:
 def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None = None,
              progress=None, max_events: int = 50_000_000) -> SimulationResult:
     """Run ``leases`` on ``nodes``; ``progress(done_leases, total)`` is called now and then.
+    The configuration's VM overheads (``add-overhead``) are applied to copies of the leases first.
 
     Raises RuntimeError if the simulation does not finish in ``max_events`` steps.
     """
     config = config or LeaseConfig()
+    leases = apply_overheads(leases, config)
     clock = SimulatedClock(0.0)
     nodes_enact = SimulatedNodes(nodes)
     sched = LeaseScheduler(nodes, config, clock, nodes_enact)

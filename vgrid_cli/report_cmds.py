@@ -1,0 +1,95 @@
+"""``vgrid report NAME``: reproduce a paper's experiment as docs/experiments/NAME.md (issue 16).
+
+``vgrid report --list`` lists the reports. ``sfete`` (seed 004, issue 6) is also what ``vgrid
+report`` without NAME runs; its options (``--out``, ``--seeds``, ...) are passed on unchanged to
+``gridsim_cmds.report_cmd``. The sweep reports (``hpdc08``) run their bundled spec
+(``examples/sweeps/NAME.toml``) through ``vgrid sweep``'s runner -- only the runs missing from
+``--store`` are computed -- and write ``DOCS/NAME.md`` with the tables (ours next to the paper's,
+difference in percentage points) and the PNG figures.
+
+Exit codes: 0 ok; 1 runs failed (listed) or, for sfete, an acceptance check failed; 2 usage or
+input error.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vgrid_runtime.traces import TRACES_DIR
+
+from .common import err_console
+from .common import fail as _fail
+
+SPECS_DIR = TRACES_DIR.parent / "sweeps"
+#: name -> (what it reproduces, kind)
+REPORTS = {
+    "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
+    "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "
+               "figures (72 AR sets x 6 configurations)", "sweep"),
+}
+
+
+@click.command("report", context_settings={"ignore_unknown_options": True}, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def report_cmd(args) -> None:
+    """Reproduce a paper's experiment: vgrid report [NAME] [OPTIONS]; NAME defaults to sfete
+    (seed 004); `vgrid report --list` shows the names, `vgrid report NAME --help` their options."""
+    args = list(args)
+    if args[:1] in (["-h"], ["--help"]):
+        click.echo(click.get_current_context().get_help())
+        args = ["--list"]
+    if args[:1] == ["--list"]:
+        for n, (what, _kind) in REPORTS.items():
+            click.echo(f"{n:10} {what}")
+        return
+    name = args.pop(0) if args and not args[0].startswith("-") else "sfete"
+    if name not in REPORTS:
+        _fail(f"unknown report {name!r}; known: {', '.join(REPORTS)} (vgrid report --list)", 2)
+    if REPORTS[name][1] == "gridsim":
+        from .gridsim_cmds import report_cmd as sfete
+        sfete.main(args=args, prog_name="vgrid report sfete", standalone_mode=True)
+        return
+    sweep_report_cmd.main(args=args, prog_name=f"vgrid report {name}", obj=name, standalone_mode=True)
+
+
+@click.command("sweep-report")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), default=None,
+              help="the SQLite result store (default NAME.sqlite); resumed: only missing runs are computed")
+@click.option("--docs", "docs_dir", type=click.Path(file_okay=False), default="docs/experiments", show_default=True,
+              help="where NAME.md and the PNGs are written")
+@click.option("--spec", "spec_file", type=click.Path(dir_okay=False), default=None,
+              help="another spec than examples/sweeps/NAME.toml (e.g. a reduced one)")
+@click.option("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:8786)")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="LocalCluster workers (default: every core)")
+@click.option("--no-run", is_flag=True, help="compute nothing: write the page from the runs the store has")
+@click.pass_context
+def sweep_report_cmd(ctx, store_path, docs_dir, spec_file, scheduler, workers, no_run) -> None:
+    """Run the report's sweep (missing runs only) and write DOCS/NAME.md with tables and PNG figures."""
+    name = ctx.obj
+    _sweep_report(name, spec_file or str(SPECS_DIR / f"{name}.toml"), store_path, docs_dir, scheduler, workers,
+                  no_run)
+
+
+def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers, no_run=False) -> None:
+    from vwn_agents.leasing import hpdc08, hpdc08doc
+    from vwn_agents.leasing.hpdc08plots import write_figures
+
+    from .sweep_run_cmds import execute
+    spec, store, summary = execute(spec_file, store_path or f"{name}.sqlite", scheduler, workers, 2,
+                                   0 if no_run else None, show=err_console.is_terminal)
+    keys = {r.key() for r in spec.runs}
+    rows = store.rows(keys=keys, status="done")
+    baselines, pts = hpdc08.points(rows)
+    docs = Path(docs_dir)
+    try:
+        figures = write_figures(pts, docs)
+        text = hpdc08doc.page(rows, baselines, pts, figures, summary, spec_file)
+        (docs / f"{name}.md").write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{docs}: cannot write: {exc.strerror}", 2)
+    ok, total = hpdc08.within(hpdc08.table1(pts))
+    click.echo(f"wrote {docs / (name + '.md')} and {len(figures)} figures; {summary['present']}/{summary['planned']} "
+               f"runs; Table 1: {ok}/{total} cells within 1 pp of the paper or Haizea 1.1")
+    if summary["failed"]:
+        raise SystemExit(1)
