@@ -38,6 +38,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     ism_timeout_s: float = opt(10.0, "seconds a source may take to answer a refresh")
     selection: str = opt("sfete", "default selection policy: sfete, max or fuzzy")
     fuzzy_factor: float = opt(1.0, "FuzzyFactor of Fuzzy Rank (dimensionless, > 0)")
+    matcher: bool = opt(True, "run the matcher loop in this process (matching, dispatch, Stalled "
+                         "scans, restart recovery); false: a submission and status front end over "
+                         "a database another broker process matches from (PostgreSQL)")
     match_interval_s: float = opt(0.5, "seconds between matcher passes over Waiting jobs")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")

@@ -76,8 +76,9 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url
-        broker.ism.start()
-        broker.start()
+        if config.matcher:
+            broker.ism.start()
+            broker.start()
 
     def on_stop() -> None:
         broker.stop()
