@@ -12,13 +12,16 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, and_, or_, select, update
+from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text, and_, insert, or_,
+                        select, update)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from vgrid_runtime.sqldb import add_missing_columns, open_engine
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
+
+from .job_insert import plan_insert
 
 
 class Base(DeclarativeBase):
@@ -337,42 +340,20 @@ class JobStore:
         ``idempotency`` (``(scope, key)``, unique per scope), ``state`` (Submitted, or Waiting
         to queue it in the same transaction: history Submitted then Waiting); parents must come
         before their nodes. DuplicateSubmission (nothing stored) when a job with the same ``idempotency``
-        exists already (checked by the unique index, so two concurrent requests cannot both win)."""
+        exists already (checked by the unique index, so two concurrent requests cannot both win).
+        Returns the stored jobs in order, built from what was written (:mod:`broker.job_insert`:
+        no read back)."""
         try:
-            keys = self._insert(specs, now)
+            plan = plan_insert(specs, now, new_key)
+            with self._session.begin() as s:       # two multi-row INSERTs, no read back
+                s.execute(insert(JobRow.__table__), plan.rows)
+                s.execute(insert(HistoryRow.__table__), plan.history)
         except IntegrityError:
             idem = [tuple(sp["idempotency"]) for sp in specs if sp.get("idempotency")]
             if idem and self.find_idempotent(*idem[0]) is not None:
                 raise DuplicateSubmission(*idem[0]) from None
             raise
-        return [self.get(k) for k in keys]
-
-    def _insert(self, specs: list[dict[str, Any]], now: float) -> list[str]:
-        keys = []
-        with self._session.begin() as s:
-            for spec in specs:
-                key = spec.get("key") or new_key()
-                keys.append(key)
-                s.add(JobRow(key=key, jdl=spec["jdl"], filename=spec["filename"],
-                             state=JobState(spec.get("state") or JobState.SUBMITTED).value,
-                             submitted_at=now, updated_at=now,
-                             cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
-                             attempt=0, deep_count=0, shallow_count=0, failed_ces="[]",
-                             parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
-                             depends_on=json.dumps(spec.get("depends_on") or []),
-                             owner_dn=(spec.get("owner") or {}).get("dn"),
-                             owner_vo=(spec.get("owner") or {}).get("vo"),
-                             owner_fqans=json.dumps((spec.get("owner") or {}).get("fqans") or []),
-                             idem_scope=(spec.get("idempotency") or (None, None))[0],
-                             idem_key=(spec.get("idempotency") or (None, None))[1]))
-            s.flush()  # the job rows must exist before their history (foreign key)
-            for key, spec in zip(keys, specs):
-                s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
-                state = JobState(spec.get("state") or JobState.SUBMITTED)
-                if state is not JobState.SUBMITTED:
-                    check_transition(key, JobState.SUBMITTED, state)
-                    s.add(HistoryRow(key=key, state=state.value, time=now, reason=None))
-        return keys
+        return [Job(**kw) for kw in plan.jobs]
 
     def transition(self, key: str, new: JobState, now: float, reason: str | None = None,
                    expect: JobState | None = None, **fields: Any) -> Job:
