@@ -65,3 +65,65 @@ def test_a_failing_request_stores_nothing(sqlite_store):
     with pytest.raises(IntegrityError):      # a duplicate key in the second row: the first is rolled back
         sqlite_store.create_many([{"jdl": "c", "filename": "c"}, {"jdl": "d", "filename": "d", "key": key}], 2.0)
     assert len(sqlite_store.list(history=False)) == before + 1
+
+
+def collection_jdl(n, bad=None):
+    """A collection of ``n`` nodes; node ``bad`` (line 4 + bad) has an integer Executable at column 18."""
+    nodes = [f'  [ Executable = {3 if i == bad else chr(34) + "/bin/echo" + chr(34)}; Arguments = "node {i}"; ]'
+             for i in range(n)]
+    return "[\n Type = \"collection\";\n Nodes = {\n" + ",\n".join(nodes) + "\n };\n]\n"
+
+
+@pytest.fixture
+def idle_broker(tmp_path):
+    """A loopback broker whose matcher is stopped: what a submission stored stays as stored."""
+    from broker.service import BrokerSettings
+    from vgrid_runtime.clock import WallClock
+
+    from .broker_site import start_broker
+    server, broker = start_broker(tmp_path, [], WallClock(), BrokerSettings())
+    broker.stop()
+    yield server.url, broker
+    server.close()
+    broker.store.close()
+
+
+def all_jobs(url):
+    import requests
+    jobs, after = [], None
+    while True:
+        page = requests.get(f"{url}/jobs", params={"limit": 1000, **({"after": after} if after else {})},
+                            timeout=30).json()
+        jobs += page["jobs"]
+        after = page["next"]
+        if after is None:
+            return jobs
+
+
+def test_a_bad_node_rejects_the_whole_collection_with_its_location(idle_broker):
+    import requests
+    url, broker = idle_broker
+    r = requests.post(f"{url}/jobs", data={"jdl": collection_jdl(1000, bad=700), "filename": "big.jdl"},
+                      timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["file"], err["line"], err["column"]) == ("big.jdl", 704, 18), err
+    assert "big.jdl:704:18" in err["message"]
+    assert all_jobs(url) == []
+    assert not (broker.sandbox_dir.exists() and any(broker.sandbox_dir.iterdir()))
+
+
+def test_a_1000_node_collection_is_one_request_with_an_id_per_node(idle_broker):
+    import requests
+    url, broker = idle_broker
+    r = requests.post(f"{url}/jobs", data={"jdl": collection_jdl(1000), "filename": "big.jdl"}, timeout=60)
+    assert r.status_code == 201, r.text
+    parent = r.json()
+    assert parent["state"] == "Waiting"
+    jobs = all_jobs(url)
+    nodes = [j for j in jobs if j["parent"] == parent["id"]]
+    assert len(jobs) == 1001 and len(nodes) == 1000
+    assert len({j["key"] for j in nodes}) == 1000 and parent["key"] not in {j["key"] for j in nodes}
+    assert {j["state"] for j in jobs} == {"Waiting"} and {j["kind"] for j in nodes} == {"node"}
+    assert sorted(j["node_name"] for j in nodes) == sorted(f"Node_{i}" for i in range(1000))
+    assert len({j["submitted_at"] for j in jobs}) == 1     # stored by one create_many
