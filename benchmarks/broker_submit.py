@@ -79,10 +79,12 @@ def pct(sorted_ms: list[float], q: float) -> float:
 
 
 # -- client processes ---------------------------------------------------------------------------
-def _client_proc(args) -> list[tuple[float, int, str]]:
+def _client_proc(args) -> tuple[list[tuple[float, int, str]], float]:
     """One client process: ``threads`` threads, each with its own TLS session, doing ``per``
-    requests of ``kind``; (ms, status, key) per request."""
+    requests of ``kind``; ((ms, status, key) per request, the process's CPU seconds); a request
+    that raised has status 0 and the error as its key."""
     url, creds, kind, threads, per, keys, seed = args
+    cpu0: list[float] = []
     from vgrid_runtime.httpclient import new_session
     from vgrid_runtime.tls import TLSFiles
     tls = TLSFiles(**creds)
@@ -93,16 +95,21 @@ def _client_proc(args) -> list[tuple[float, int, str]]:
     def worker(i: int) -> None:
         s, rng, mine = new_session(tls), random.Random(seed * 1000 + i), []
         s.get(f"{url}/health", timeout=60)              # the TLS handshake, not counted
-        barrier.wait()
+        if barrier.wait() == 0:
+            cpu0.append(time.process_time())      # the handshakes are not counted
         for _ in range(per):
             t = time.perf_counter()
-            if kind == "submit":
-                r = s.post(f"{url}/jobs", data={"jdl": JDL, "filename": "b.jdl"}, timeout=300)
-                key = r.json().get("key", "") if r.status_code == 201 else r.text[:200]
-            else:
-                key = rng.choice(keys)
-                r = s.get(f"{url}/jobs/{key}", timeout=300)
-            mine.append(((time.perf_counter() - t) * 1000, r.status_code, key))
+            try:
+                if kind == "submit":
+                    r = s.post(f"{url}/jobs", data={"jdl": JDL, "filename": "b.jdl"}, timeout=300)
+                    key = r.json().get("key", "") if r.status_code == 201 else r.text[:200]
+                else:
+                    key = rng.choice(keys)
+                    r = s.get(f"{url}/jobs/{key}", timeout=300)
+                status = r.status_code
+            except Exception as exc:       # reported by the parent, which exits 1
+                status, key = 0, f"{type(exc).__name__}: {exc}"
+            mine.append(((time.perf_counter() - t) * 1000, status, key))
         with lock:
             results.extend(mine)
 
@@ -111,7 +118,7 @@ def _client_proc(args) -> list[tuple[float, int, str]]:
         t.start()
     for t in ts:
         t.join()
-    return results
+    return results, time.process_time() - cpu0[0]
 
 
 def load(url: str, creds: dict, kind: str, clients: int, per_client: int, procs: int,
@@ -126,7 +133,8 @@ def load(url: str, creds: dict, kind: str, clients: int, per_client: int, procs:
         parts = pool.map(_client_proc, [(url, creds, kind, n, per_client, keys, i)
                                         for i, n in enumerate(split)])
         wall, cpu = time.perf_counter() - t0, cpu_s(pid) - c0
-    rows = [r for p in parts for r in p]
+    rows = [r for p, _ in parts for r in p]
+    client_cpu = sum(c for _, c in parts)
     bad = [r for r in rows if r[1] != ok]
     if bad:
         raise SystemExit(f"broker_submit: {kind}: {len(bad)} requests failed, e.g. HTTP {bad[0][1]} {bad[0][2]}")
@@ -135,7 +143,8 @@ def load(url: str, creds: dict, kind: str, clients: int, per_client: int, procs:
     # wall includes the clients' TLS handshakes before the barrier: a slight underestimate of the rate
     return ({"clients": clients, "requests": n, "per_s": round(n / wall, 1),
              "p50_ms": round(statistics.median(ms), 1), "p99_ms": pct(ms, 0.99),
-             "wall_s": round(wall, 3), "broker_cpu_ms_per_request": round(cpu * 1000 / n, 3)},
+             "wall_s": round(wall, 3), "broker_cpu_ms_per_request": round(cpu * 1000 / n, 3),
+             "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 3)},
             [r[2] for r in rows])
 
 
@@ -198,20 +207,26 @@ def serve_glue(ldif: bytes, served: list[float]) -> ThreadingHTTPServer:
 
 
 def fill_database(path: Path, n: int) -> None:
-    """``n`` ended jobs (Submitted, Waiting, Aborted history) in the SQLite file ``path``."""
-    from broker.db import JobStore
+    """``n`` ended jobs in the SQLite file ``path``: rows planned as the broker stores a
+    submission (:func:`broker.job_insert.plan_insert`), written Aborted with a Submitted, Waiting,
+    Aborted history (5,000 a transaction)."""
+    from sqlalchemy import insert
+
+    from broker.db import HistoryRow, JobRow, JobStore, new_key
+    from broker.job_insert import plan_insert
     from vgrid_runtime.job_states import JobState
     store = JobStore(f"sqlite:///{path}")
     t = 1.7e9
     for start in range(0, n, 5000):
-        specs = [{"jdl": JDL, "filename": f"r{i}.jdl", "state": JobState.WAITING}
-                 for i in range(start, min(n, start + 5000))]
-        jobs = store.create_many(specs, t + start)
-        store.transition_many([j.key for j in jobs], JobState.ABORTED, t + start + 1,
-                              reason="no compatible resources", expect=JobState.WAITING) \
-            if hasattr(store, "transition_many") else [
-                store.transition(j.key, JobState.ABORTED, t + start + 1, reason="no compatible resources",
-                                 expect=JobState.WAITING) for j in jobs]
+        plan = plan_insert([{"jdl": JDL, "filename": f"r{i}.jdl", "state": JobState.WAITING}
+                            for i in range(start, min(n, start + 5000))], t + start, new_key)
+        for row in plan.rows:
+            row.update(state=JobState.ABORTED.value, reason="no compatible resources", outcome="no-resources")
+        ended = [{"key": r["key"], "state": JobState.ABORTED.value, "time": t + start + 1,
+                  "reason": "no compatible resources"} for r in plan.rows]
+        with store.engine.begin() as c:
+            c.execute(insert(JobRow.__table__), plan.rows)
+            c.execute(insert(HistoryRow.__table__), plan.history + ended)
     store.close()
 
 
