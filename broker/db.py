@@ -7,6 +7,7 @@ checks the transition table (:mod:`vgrid_runtime.job_states`) and applies the ch
 """
 from __future__ import annotations
 
+import heapq
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from vgrid_runtime.sqldb import add_missing_columns, open_engine
+from vgrid_runtime.sqldb import DBPool, add_missing_columns, open_engine
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
 
@@ -232,8 +233,8 @@ class JobStore:
     ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
     """
 
-    def __init__(self, url: str) -> None:
-        self.engine = open_engine(url)
+    def __init__(self, url: str, pool: DBPool | None = None) -> None:
+        self.engine = open_engine(url, pool)   # pool: vgrid_runtime.sqldb.DBPool (connections)
         Base.metadata.create_all(self.engine)
         add_missing_columns(self.engine, "jobs", _ADDED_COLUMNS, _ADDED_INDEXES)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -278,9 +279,7 @@ class JobStore:
         parent is ``parent``, of ``kinds``, or owned by ``owner_dn``; ``history=False`` skips
         loading the state history (the matcher's every-pass queries do not need it)."""
         with self._session() as s:
-            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
-            if states is not None:
-                q = q.where(JobRow.state.in_([st.value for st in states]))
+            q = select(JobRow)
             if keys is not None:
                 q = q.where(JobRow.key.in_(list(keys)))
             if parent is not None:
@@ -289,7 +288,14 @@ class JobStore:
                 q = q.where(JobRow.kind.in_(list(kinds)))
             if owner_dn is not None:
                 q = q.where(JobRow.owner_dn == owner_dn)
-            rows = list(s.scalars(q))
+            q = q.order_by(JobRow.submitted_at, JobRow.key)
+            if states is None:
+                rows = list(s.scalars(q))
+            else:   # one search of ix_jobs_state_order per state, already in order, merged: for
+                # "state IN (...)" SQLite would rather walk the whole ix_jobs_order (every job)
+                rows = list(heapq.merge(*(list(s.scalars(q.where(JobRow.state == st.value)))
+                                          for st in dict.fromkeys(states)),
+                                        key=lambda r: (r.submitted_at, r.key)))
             hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
             if rows and history:
                 for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))

@@ -46,7 +46,7 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)                       # the database and sandboxes: root only
     url = config.database_url or f"sqlite:///{(state / 'jobs.db').resolve()}"
-    store = JobStore(url)
+    store = JobStore(url, config.db_pool())
     ism = build_ism(config, clock)
     rng = random.Random(None if config.seed < 0 else config.seed)
     matchmaker = Matchmaker(ism.feedback, default_policy=config.selection,
