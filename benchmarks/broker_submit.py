@@ -39,6 +39,7 @@ the collection is refused or the ISM never holds the CEs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -298,10 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-jobs", type=int, default=100_000)
     ap.add_argument("--rss-ces", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--workdir", default=None,
+                    help="keep the brokers' configs, logs and state here (default: a temporary directory)")
     args = ap.parse_args(argv)
     levels = [int(x) for x in args.clients.split(",") if x]
     out: dict = {"benchmark": "broker_submit", "tls": "mutual", "threads": args.threads, "runs": []}
-    with tempfile.TemporaryDirectory(prefix="vgrid-submit-") as tmp:
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=False)
+    with (contextlib.nullcontext(args.workdir) if args.workdir
+          else tempfile.TemporaryDirectory(prefix="vgrid-submit-")) as tmp:
         d = Path(tmp)
         pki = make_demo_pki(d / "pki", ["broker"], WallClock().now())
         user = pki.user_credentials()
