@@ -12,6 +12,7 @@ from typing import Any
 from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigError, ConfigSchema, describe
+from vgrid_runtime.sqldb import DBPool
 
 from .federation.peers import PeerConfig
 
@@ -33,6 +34,13 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     bind: str = opt("127.0.0.1", "address to listen on")
     port: int = opt(8440, "TCP port; 0 takes a free one")
     database_url: str = opt("", "SQLAlchemy URL of the job database; empty = SQLite file in state_dir")
+    db_pool_size: int = opt(10, "database connections the broker keeps open (per process; "
+                            "PostgreSQL: size the server's max_connections for every broker)")
+    db_pool_overflow: int = opt(10, "extra connections opened under load above db_pool_size")
+    db_pool_timeout_s: float = opt(30.0, "seconds a request waits for a free connection (then 503)")
+    db_pool_recycle_s: float = opt(3600.0, "seconds after which a connection is replaced; -1: never")
+    sqlite_busy_timeout_s: float = opt(30.0, "seconds a write waits for another writer's lock "
+                                       "(SQLite only)")
     state_dir: str = opt("vgrid-broker", "directory for the SQLite database and the sandboxes")
     ce_urls: list[str] = opt([], "CE agent URLs whose GLUE LDIF (GET /glue) feeds the ISM (embedded default)")
     bdii: str = opt("", "LDAP URL of a BDII; when set, the ISM reads GLUE from it instead of ce_urls")
@@ -40,6 +48,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     ism_timeout_s: float = opt(10.0, "seconds a source may take to answer a refresh")
     selection: str = opt("sfete", "default selection policy: sfete, max or fuzzy")
     fuzzy_factor: float = opt(1.0, "FuzzyFactor of Fuzzy Rank (dimensionless, > 0)")
+    matcher: bool = opt(True, "run the matcher loop in this process (matching, dispatch, Stalled "
+                         "scans, restart recovery); false: a submission and status front end over "
+                         "a database another broker process matches from (PostgreSQL)")
     match_interval_s: float = opt(0.5, "seconds between matcher passes over Waiting jobs")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
@@ -72,11 +83,19 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     delegation_lifetime_s: float = opt(3600.0, "lifetime (s) of the proxy delegated to a peer "
                                        "with a forwarded job (never beyond the user's)")
 
+    def db_pool(self) -> DBPool:
+        """The job database's connection pool (:class:`vgrid_runtime.sqldb.DBPool`)."""
+        return DBPool(size=self.db_pool_size, overflow=self.db_pool_overflow,
+                      timeout_s=self.db_pool_timeout_s, recycle_s=self.db_pool_recycle_s,
+                      busy_timeout_s=self.sqlite_busy_timeout_s)
+
     def validate(self) -> str | None:
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():
             return self.serve_problem()
+        if self.db_pool().problem():
+            return f"fields db_pool_*/sqlite_busy_timeout_s: {self.db_pool().problem()}"
         if self.selection not in ("sfete", "max", "fuzzy"):
             return f"field 'selection' must be sfete, max or fuzzy, got {self.selection!r}"
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):

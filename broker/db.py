@@ -7,18 +7,22 @@ checks the transition table (:mod:`vgrid_runtime.job_states`) and applies the ch
 """
 from __future__ import annotations
 
+import heapq
 import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, and_, or_, select, update
+from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text, and_, bindparam,
+                        insert, or_, select, update)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from vgrid_runtime.sqldb import add_missing_columns, open_engine
+from vgrid_runtime.sqldb import DBPool, add_missing_columns, open_engine
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
+
+from .job_insert import plan_insert
 
 
 class Base(DeclarativeBase):
@@ -167,6 +171,13 @@ class Job:
         return self.kind in ("parametric", "collection", "dag")
 
 
+_JOBS, _HIST = JobRow.__table__, HistoryRow.__table__
+#: one job's row, and its history in order (parameter ``k``: the key); built once, not per read
+_JOB_ROW = select(_JOBS).where(_JOBS.c.key == bindparam("k"))
+_HISTORY_OF = (select(_HIST.c.state, _HIST.c.time, _HIST.c.reason).where(_HIST.c.key == bindparam("k"))
+               .order_by(_HIST.c.id))
+
+
 class StaleState(RuntimeError):
     """The job changed state under us (another worker won the conditional UPDATE)."""
 
@@ -222,8 +233,8 @@ class JobStore:
     ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
     """
 
-    def __init__(self, url: str) -> None:
-        self.engine = open_engine(url)
+    def __init__(self, url: str, pool: DBPool | None = None) -> None:
+        self.engine = open_engine(url, pool)   # pool: vgrid_runtime.sqldb.DBPool (connections)
         Base.metadata.create_all(self.engine)
         add_missing_columns(self.engine, "jobs", _ADDED_COLUMNS, _ADDED_INDEXES)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -248,12 +259,11 @@ class JobStore:
 
     def get(self, key: str) -> Job:
         """The job with ``key``; :class:`UnknownJob` if there is none."""
-        with self._session() as s:
-            row = s.get(JobRow, key)
+        with self.engine.connect() as c:   # Core rows (no ORM identity map): ~3x cheaper
+            row = c.execute(_JOB_ROW, {"k": key}).first()
             if row is None:
                 raise UnknownJob(key)
-            hist = s.scalars(select(HistoryRow).where(HistoryRow.key == key).order_by(HistoryRow.id))
-            return self._to_job(row, hist)
+            return self._to_job(row, c.execute(_HISTORY_OF, {"k": key}))
 
     def find_idempotent(self, scope: str, idem_key: str) -> Job | None:
         """The job stored with Idempotency-Key ``idem_key`` in ``scope`` (owner DN or ""), or None."""
@@ -269,9 +279,7 @@ class JobStore:
         parent is ``parent``, of ``kinds``, or owned by ``owner_dn``; ``history=False`` skips
         loading the state history (the matcher's every-pass queries do not need it)."""
         with self._session() as s:
-            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key)
-            if states is not None:
-                q = q.where(JobRow.state.in_([st.value for st in states]))
+            q = select(JobRow)
             if keys is not None:
                 q = q.where(JobRow.key.in_(list(keys)))
             if parent is not None:
@@ -280,7 +288,14 @@ class JobStore:
                 q = q.where(JobRow.kind.in_(list(kinds)))
             if owner_dn is not None:
                 q = q.where(JobRow.owner_dn == owner_dn)
-            rows = list(s.scalars(q))
+            q = q.order_by(JobRow.submitted_at, JobRow.key)
+            if states is None:
+                rows = list(s.scalars(q))
+            else:   # one search of ix_jobs_state_order per state, already in order, merged: for
+                # "state IN (...)" SQLite would rather walk the whole ix_jobs_order (every job)
+                rows = list(heapq.merge(*(list(s.scalars(q.where(JobRow.state == st.value)))
+                                          for st in dict.fromkeys(states)),
+                                        key=lambda r: (r.submitted_at, r.key)))
             hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
             if rows and history:
                 for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
@@ -337,42 +352,20 @@ class JobStore:
         ``idempotency`` (``(scope, key)``, unique per scope), ``state`` (Submitted, or Waiting
         to queue it in the same transaction: history Submitted then Waiting); parents must come
         before their nodes. DuplicateSubmission (nothing stored) when a job with the same ``idempotency``
-        exists already (checked by the unique index, so two concurrent requests cannot both win)."""
+        exists already (checked by the unique index, so two concurrent requests cannot both win).
+        Returns the stored jobs in order, built from what was written (:mod:`broker.job_insert`:
+        no read back)."""
         try:
-            keys = self._insert(specs, now)
+            plan = plan_insert(specs, now, new_key)
+            with self._session.begin() as s:       # two multi-row INSERTs, no read back
+                s.execute(insert(JobRow.__table__), plan.rows)
+                s.execute(insert(HistoryRow.__table__), plan.history)
         except IntegrityError:
             idem = [tuple(sp["idempotency"]) for sp in specs if sp.get("idempotency")]
             if idem and self.find_idempotent(*idem[0]) is not None:
                 raise DuplicateSubmission(*idem[0]) from None
             raise
-        return [self.get(k) for k in keys]
-
-    def _insert(self, specs: list[dict[str, Any]], now: float) -> list[str]:
-        keys = []
-        with self._session.begin() as s:
-            for spec in specs:
-                key = spec.get("key") or new_key()
-                keys.append(key)
-                s.add(JobRow(key=key, jdl=spec["jdl"], filename=spec["filename"],
-                             state=JobState(spec.get("state") or JobState.SUBMITTED).value,
-                             submitted_at=now, updated_at=now,
-                             cpu_caps="[]", dispatch_attempts=0, kind=spec.get("kind") or "job",
-                             attempt=0, deep_count=0, shallow_count=0, failed_ces="[]",
-                             parent_key=spec.get("parent_key"), node_name=spec.get("node_name"),
-                             depends_on=json.dumps(spec.get("depends_on") or []),
-                             owner_dn=(spec.get("owner") or {}).get("dn"),
-                             owner_vo=(spec.get("owner") or {}).get("vo"),
-                             owner_fqans=json.dumps((spec.get("owner") or {}).get("fqans") or []),
-                             idem_scope=(spec.get("idempotency") or (None, None))[0],
-                             idem_key=(spec.get("idempotency") or (None, None))[1]))
-            s.flush()  # the job rows must exist before their history (foreign key)
-            for key, spec in zip(keys, specs):
-                s.add(HistoryRow(key=key, state=JobState.SUBMITTED.value, time=now, reason=None))
-                state = JobState(spec.get("state") or JobState.SUBMITTED)
-                if state is not JobState.SUBMITTED:
-                    check_transition(key, JobState.SUBMITTED, state)
-                    s.add(HistoryRow(key=key, state=state.value, time=now, reason=None))
-        return keys
+        return [Job(**kw) for kw in plan.jobs]
 
     def transition(self, key: str, new: JobState, now: float, reason: str | None = None,
                    expect: JobState | None = None, **fields: Any) -> Job:

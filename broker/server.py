@@ -51,7 +51,7 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)                       # the database and sandboxes: root only
     url = config.database_url or f"sqlite:///{(state / 'jobs.db').resolve()}"
-    store = JobStore(url)
+    store = JobStore(url, config.db_pool())
     ism = build_ism(config, clock)
     rng = random.Random(None if config.seed < 0 else config.seed)
     matchmaker = Matchmaker(ism.feedback, default_policy=config.selection,
@@ -95,8 +95,9 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url
-        broker.ism.start()
-        broker.start()
+        if config.matcher:
+            broker.ism.start()
+            broker.start()
         if broker.federation is not None:
             broker.federation.start()
 

@@ -24,9 +24,9 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from vgrid_runtime.authn import Caller
 
-from . import authz, compound, heartbeats, idempotency, recovery, resubmission
+from . import compound, heartbeats, recovery, resubmission, submission
 from .blacklist import blacklist_ce
-from .db import DuplicateSubmission, Job, JobStore, StaleState, new_key
+from .db import Job, JobStore, StaleState
 from .sandbox_store import SandboxStore
 from .transfers import BrokerError, safe_name, transfer_secret
 from .matchmaker import CE_ID, MatchResult, Matchmaker
@@ -118,46 +118,7 @@ class Broker:
         ``Idempotency-Key``, :mod:`broker.idempotency`) a repeat of an earlier request of the same
         owner returns its job and False, storing nothing (race-safe); IdempotencyError 400 for a
         malformed key, 409 when the earlier request's JDL text differs."""
-        job_desc = jdlmod.parse_jdl(text, filename, local_files=False)
-        owner = authz.submitter(who, job_desc.virtual_organisation) if who is not None else None
-        idem = None
-        if idempotency_key is not None:
-            idem = (idempotency.scope_of(owner.dn if owner else None), idempotency.check_key(idempotency_key))
-            found = idempotency.earlier(self.store, *idem, text)
-            if found is not None:
-                return found, False
-        specs = compound.expansion_specs(job_desc, text, filename)
-        for spec in specs if owner is not None else []:
-            spec["owner"] = owner.to_json()
-        specs[0]["idempotency"] = idem
-        needed = [n for n in job_desc.input_sandbox if "://" not in n]
-        uploaded = {safe_name(n): data for n, data in input_files.items()}
-        missing = [n for n in needed if safe_name(n) not in uploaded]
-        if missing:
-            raise BrokerError(f"{filename}: InputSandbox file(s) not uploaded: {', '.join(missing)}",
-                              field="InputSandbox")
-        now = self.clock.now()
-        # the complete input sandbox is in place under the key before the rows are committed,
-        # and removed if they are not (broker/sandbox_store.py); nodes read the parent's sandbox
-        specs[0]["key"] = specs[0].get("key") or new_key()
-        for spec in specs:
-            spec["state"] = JobState.SUBMITTED if spec.get("depends_on") else JobState.WAITING
-        self.sandboxes.install(self.sandboxes.stage(uploaded), specs[0]["key"])
-        try:
-            jobs = self.store.create_many(specs, now)
-        except DuplicateSubmission:  # a concurrent request with the same key stored first
-            self.sandboxes.discard(specs[0]["key"])
-            return idempotency.earlier(self.store, *idem, text), False
-        except BaseException:
-            self.sandboxes.discard(specs[0]["key"])
-            raise
-        job = jobs[0]
-        for j in jobs:
-            if j.parent_key:
-                self._refresh_parent(j.parent_key, now)
-                break
-        self._wake.set()
-        return self.store.get(job.key), True
+        return submission.submit_once(self, text, filename, input_files, who, idempotency_key)
 
     def _transition(self, job: Job, new: JobState, now: float, reason: str | None = None,
                     **fields) -> Job:
@@ -180,6 +141,8 @@ class Broker:
             for step in compound.path_to(parent.state, target) if target else []:
                 parent = self.store.transition(parent_key, step, now, expect=parent.state,
                                                reason=reason if step == target else None)
+
+    move_parent = _refresh_parent   # the public name (broker.submission)
 
     def release_dag_nodes(self) -> int:
         """Move DAG nodes whose parents are all Done to Waiting; abort those whose parents

@@ -14,13 +14,14 @@ from infosys.sources import StaticSource
 from vgrid_runtime.wsgi import BackgroundServer
 
 
-def start_broker(tmp_path: Path, ads: list[dict], clock, settings: BrokerSettings):
-    """``(server, broker)``: a broker whose ISM holds ``ads`` (refreshed once), its SQLite store
-    in ``tmp_path``, its matcher started once the socket is bound. The caller stops the broker,
-    then closes the server and the store."""
+def start_broker(tmp_path: Path, ads: list[dict], clock, settings: BrokerSettings,
+                 store: JobStore | None = None):
+    """``(server, broker)``: a broker whose ISM holds ``ads`` (refreshed once), its ``store``
+    (default SQLite in ``tmp_path``), its matcher started once the socket is bound. The caller
+    stops the broker, then closes the server and the store."""
     ism = ISM([StaticSource(ads)], refresh_s=3600, clock=clock, feedback=FeedbackCounters())
     ism.refresh()
-    store = JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
+    store = store or JobStore(f"sqlite:///{tmp_path / 'jobs.db'}")
     broker = Broker(store, ism, Matchmaker(ism.feedback, rng=random.Random(1)), clock,
                     tmp_path / "sandboxes", settings)
     app = create_app(broker)

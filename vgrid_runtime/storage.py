@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from flask import Flask, jsonify, request
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
 from .throttle import Throttle
 
@@ -146,5 +146,6 @@ def install_storage_errors(app: Flask, service: str, path) -> None:
         return answer(storage_error(exc, service, where(), f"{request.method} {request.path}"), exc)
 
     @app.errorhandler(OperationalError)
-    def _db_error(exc: OperationalError):
+    @app.errorhandler(PoolTimeout)          # every pooled connection busy for the pool timeout
+    def _db_error(exc: OperationalError | PoolTimeout):
         return answer(storage_error(exc, service, where(), f"{request.method} {request.path}"), exc)
