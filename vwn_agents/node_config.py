@@ -70,6 +70,15 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "this node agent's URL as its CE agents call it, sent in heartbeats (\"\": the "
                 "URL the CE agent used in its VWN request)"})
 
+    image_repository: str = field(default="", metadata={
+        "help": "URL of the image repository (vgrid serve images) VM images are pulled from (\"\" = none)"})
+    image_pool_dir: str | None = field(default=None, metadata={
+        "help": "the node's image pool directory (default <work_dir>/images)"})
+    image_pool_mb: float = field(default=0.0, metadata={
+        "help": "image pool size limit (MB = 10^6 bytes; 0 = unlimited); unpinned images are evicted LRU"})
+    image_pull_patience_s: float = field(default=60.0, metadata={
+        "help": "how long a broken image download is retried (resumed by Range) before it fails (s)"})
+
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
