@@ -44,6 +44,11 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "scheduler = leases: a preempted suspendable lease's VWNs are frozen on their node "
                 "and thawed when it resumes (node agents with a freezer; docs/vwn.md), instead of "
                 "deleted and restarted; migration is then off"})
+    image_repository: str = field(default="", metadata={
+        "help": "scheduler = leases: URL of the image repository (vgrid serve images); when set, VMImage "
+                "leases are staged live (lease-preparation = imagetransfer: node agents pull at the "
+                "engine's scheduled start and rate; docs/vwn.md) and a VMImage without VMImageSize "
+                "takes the repository's size"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
     port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
     public_url: str | None = field(default=None, metadata={

@@ -112,3 +112,7 @@ class NodeAgentClient(ServiceClient):
         """POST /images/<image>/overlays -> ``{"path","backing","format"}`` (a qcow2 overlay on
         the pool's image). Raises NodeAgentError (HTTP 409 not ready)."""
         return self._call("POST", f"/images/{image}/overlays", json={"vwn": vwn}, required=("path",))
+
+    def delete_overlay(self, vwn: str) -> dict:
+        """DELETE /images/overlays/<vwn>: remove that VWN's overlay -> the pool view."""
+        return self._call("DELETE", f"/images/overlays/{vwn}", required=("images",))
