@@ -391,6 +391,7 @@ class ImagePool:
                     rec["started"], rec["resumed_from"] = self.clock.now(), have
                 else:                                  # resumed after a restart of the agent
                     rec["restart_offset"], rec["restarted"] = have, self.clock.now()
+                    rec["bytes_at_restart"] = rec.get("bytes", 0)   # counted (and saved) before the restart
                 first = False
             if have == img.size:
                 break

@@ -49,12 +49,15 @@ class TokenBucket:
         while left > 0:
             piece = min(left, self.burst)
             self._refill()
-            if self._tokens < piece:
-                wait = (piece - self._tokens) / self.rate
+            short = piece - self._tokens
+            if short > 1e-9 * piece:
+                wait = short / self.rate
                 self.waited_s += wait
                 self._sleep(wait)
                 self._refill()
-                if self._tokens < piece:        # a sleep that returned early: go round again
+                # a sleep that returned early: go round again (a shortfall within rounding of
+                # the clock's resolution is not one, else a fine clock could loop for ever)
+                if piece - self._tokens > max(1e-6 * piece, self.rate * 1e-6):
                     continue
-            self._tokens -= piece
+            self._tokens = max(0.0, self._tokens - piece)
             left -= piece
