@@ -387,11 +387,13 @@ class ImagePool:
                 part.unlink()
                 have = 0
             if first:
-                if rec.get("started") is None:
-                    rec["started"], rec["resumed_from"] = self.clock.now(), have
-                else:                                  # resumed after a restart of the agent
-                    rec["restart_offset"], rec["restarted"] = have, self.clock.now()
-                    rec["bytes_at_restart"] = rec.get("bytes", 0)   # counted (and saved) before the restart
+                with self._lock:
+                    if rec.get("resumed_by_restart") and "restart_offset" not in rec:
+                        rec["restart_offset"], rec["restarted"] = have, self.clock.now()
+                        rec["bytes_at_restart"] = rec.get("bytes", 0)  # counted (and saved) before it
+                    if rec.get("started") is None:
+                        rec["started"], rec["resumed_from"] = self.clock.now(), have
+                    self._save()
                 first = False
             if have == img.size:
                 break
