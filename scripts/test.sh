@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
-apt_install_if_missing slapd ldap-utils glue-schema postgresql openssl python3 e2fsprogs util-linux passwd mount
+apt_install_if_missing slapd ldap-utils glue-schema postgresql openssl python3 e2fsprogs util-linux passwd mount qemu-utils
 exec .venv/bin/python -m pytest -q "$@"

@@ -27,7 +27,7 @@ from vgrid_runtime.outcomes import Outcome
 from .leasing.config import LeaseConfig, load_config
 from .lease_engine import LeaseEngine, lease_args_from_jdl
 from .leasing.model import LeaseState
-from .images.staging import image_size_mb, image_staging
+from .images.staging import image_name, image_size_mb, image_staging
 
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842
@@ -156,8 +156,10 @@ class LeaseScheduling:
         if memory is not None and memory > self.ram_mb:
             raise _bad(desc, "VMMemory", f"VMMemory {memory} MB is more than a node's memory "
                        f"({self.ram_mb} MB, GlueHostMainMemoryRAMSize)")
-        if args.get("image_id") and not args.get("image_mb") and self.images is not None:
-            args["image_mb"] = image_size_mb(self.images, desc, args["image_id"], _bad)
+        if args.get("image_id") and self.images is not None:   # staged from the CE's repository
+            args["image_id"] = image_name(args["image_id"])
+            if not args.get("image_mb"):
+                args["image_mb"] = image_size_mb(self.images, desc, args["image_id"], _bad)
         start = args.get("start_s")
         if start is not None and start < self.clock.now():
             raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")

@@ -163,6 +163,15 @@ def image_staging(config, session=None):
     return client, LiveStaging(lambda lease_id: None)
 
 
+def image_name(vmimage: str) -> str:
+    """The repository name of a JDL ``VMImage`` (a URI or an absolute path, docs/jdl.md): its
+    last path segment (``https://images.example.org/sl5-worker.img`` -> ``sl5-worker.img``). The
+    CE agent stages it from its own ``image_repository``, whatever host the URI names."""
+    from urllib.parse import unquote, urlsplit
+    path = urlsplit(vmimage).path if "://" in vmimage else vmimage
+    return unquote(path.rstrip("/").rsplit("/", 1)[-1])
+
+
 def image_size_mb(client, desc, name: str, bad) -> float:
     """The size in MB (10^6 bytes) of image ``name`` from the repository's manifest. Raises
     ``bad(desc, "VMImage", message)`` (an ApiError 400 naming the attribute) for an image the
@@ -173,5 +182,6 @@ def image_size_mb(client, desc, name: str, bad) -> float:
         return client.manifest(name)["size"] / 1e6
     except ImageRepositoryError as exc:
         if exc.status == 404:
-            raise bad(desc, "VMImage", f"VMImage {name!r}: the image repository has no such image") from None
+            raise bad(desc, "VMImage", f"VMImage {desc.get('VMImage')!r}: the image repository has no "
+                      f"image {name!r}") from None
         raise ApiError(503, f"the image repository cannot be asked for {name!r}: {exc.brief()}") from None
