@@ -99,13 +99,13 @@ def run_live(work, cfg, tmp: Path, pool_mb: float) -> dict:
                 seen = 0
                 while not stop.wait(0.1):
                     events = list(receiver.events)
-                    for ev in events[seen:]:
-                        engine.job_event(ev)
-                    seen = len(events)
-                    try:
+                    try:                # as the CE agent: a start that fails is retried next tick
+                        for ev in events[seen:]:
+                            engine.job_event(ev)
                         engine.tick()
-                    except Exception:  # noqa: BLE001 - retried next tick, as the CE agent does
+                    except Exception:  # noqa: BLE001
                         pass
+                    seen = len(events)
             ticker = threading.Thread(target=tick, daemon=True)
             t0 = engine.clock.now()
             for key, start, dur, img in work:
@@ -204,6 +204,9 @@ def main() -> int:
     if not a.json:
         for r in rows:
             print(json.dumps(r), file=sys.stderr)
+    for k, st in live["status"].items():
+        if st["state"] != "Done":
+            print(f"{k}: {st['state']} {st.get('reason') or ''} {st.get('start_error') or ''}", file=sys.stderr)
     print(json.dumps(summary))
     return 0 if done == len(work) else 1
 

@@ -77,13 +77,13 @@ class Ticker:
         seen = 0
         while not self.stop.wait(0.1):
             events = list(self.receiver.events)
-            for ev in events[seen:]:
-                self.engine.job_event(ev)
-            seen = len(events)
-            try:
+            try:                 # as the CE agent: a start that fails is retried on the next tick
+                for ev in events[seen:]:
+                    self.engine.job_event(ev)
                 self.engine.tick()
-            except Exception:  # noqa: BLE001 - as the CE agent: retried next tick
+            except Exception:  # noqa: BLE001
                 pass
+            seen = len(events)
 
     def close(self):
         self.stop.set()
