@@ -153,3 +153,10 @@ def test_a_partial_file_is_resumed_by_range(repo, tmp_path):
     rec = done.transfer
     assert rec["resumed_by_restart"] and rec["restart_offset"] == 150_000
     assert rec["bytes"] - rec["bytes_at_restart"] == len(full) - 150_000   # only the tail was sent
+
+
+def test_an_unreadable_pool_state_refuses_to_start(repo, tmp_path):
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "pool.json").write_text('{"images": [{"name": "a.img", "state": "weird"}]}')
+    with pytest.raises(RuntimeError, match="pool.json is unreadable"):
+        new_pool(repo, tmp_path / "pool")

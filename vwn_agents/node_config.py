@@ -103,6 +103,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         if self.outbox_give_up_s <= 0 or self.outbox_max_items < 1 or self.heartbeat_s < 0:
             return ("fields 'outbox_give_up_s', 'outbox_max_items': must be > 0; "
                     "'heartbeat_s': must be >= 0")
+        if self.image_pool_mb < 0 or not self.image_pull_patience_s > 0:
+            return "field 'image_pool_mb': must be >= 0 (0 = unlimited); 'image_pull_patience_s': must be > 0"
         if not self.max_sandbox_mb > 0 or not self.max_body_mb > 0:
             return "fields 'max_sandbox_mb', 'max_body_mb': must be > 0"
         return None

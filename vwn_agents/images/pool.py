@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from vgrid_runtime.states import StateTable
@@ -167,9 +167,17 @@ class ImagePool:
         path = self.root / STATE_FILE
         if not path.exists():
             return
-        data = json.loads(path.read_text())
-        for d in data.get("images", []):
-            d["state"] = ImageState(d["state"])
+        try:
+            data = json.loads(path.read_text())
+            images = [dict(d, state=ImageState(d["state"])) for d in data.get("images", [])]
+            known = {f.name for f in fields(PoolImage)}
+            if any(set(d) - known for d in images):
+                raise ValueError(f"unknown fields {sorted(set().union(*images) - known)}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # the pins in it protect images leases need: refuse rather than start empty
+            raise RuntimeError(f"image pool state {path} is unreadable ({type(exc).__name__}: {exc}); "
+                               "repair or remove it (its images are then pulled again)") from None
+        for d in images:
             img = PoolImage(**d)
             if img.state is S.PULLING:               # the agent died mid-download
                 img.state = IMAGE_STATES.check(img.state, S.INTERRUPTED, img.name)
