@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from vgrid_runtime.clock import WallClock
 from vgrid_runtime.wsgi import BackgroundServer
@@ -160,3 +161,51 @@ def test_an_unreadable_pool_state_refuses_to_start(repo, tmp_path):
     (tmp_path / "pool" / "pool.json").write_text('{"images": [{"name": "a.img", "state": "weird"}]}')
     with pytest.raises(RuntimeError, match="pool.json is unreadable"):
         new_pool(repo, tmp_path / "pool")
+
+
+@pytest.fixture(scope="module")
+def small_repo(tmp_path_factory):
+    """A plain-HTTP loopback repository of six 10 kB images (the property test's many pulls)."""
+    images = tmp_path_factory.mktemp("small")
+    for i in range(6):
+        make_image(images / f"s{i}.img", 0.01, seed=40 + i)
+    srv = BackgroundServer(create_app(ImageRepositoryConfig(images_dir=str(images))))
+    yield srv.url
+    srv.close()
+
+
+@needs_qemu_img
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("pull"), st.integers(0, 5), st.lists(st.sampled_from(["L1", "L2", "L3"]), max_size=2)),
+    st.tuples(st.just("pins"), st.dictionaries(st.integers(0, 5).map(lambda i: f"s{i}.img"),
+                                               st.lists(st.sampled_from(["L1", "L2"]), min_size=1, max_size=2),
+                                               max_size=3), st.none()),
+    st.tuples(st.just("overlay"), st.integers(0, 5), st.none()),
+    st.tuples(st.just("unoverlay"), st.integers(0, 5), st.none())), min_size=1, max_size=12))
+def test_property_the_pool_stays_within_its_size_and_never_loses_a_pinned_image(small_repo, tmp_path, ops):
+    root = tmp_path / f"p{abs(hash(str(ops))) % 10**9}"
+    pool = ImagePool(root, ImageRepositoryClient(small_repo, timeout_s=10), WallClock(), capacity_mb=0.035,
+                     patience_s=1.0)                            # room for three 10 kB images
+    try:
+        for op, arg, extra in ops:
+            ready_pinned = {n for n, i in pool.images.items() if i.state is ImageState.READY and pool.pinned(n)}
+            if op == "pull":
+                img = pulled(pool, f"s{arg}.img", pins=extra)
+                assert img.state in (ImageState.READY, ImageState.FAILED)
+                if img.state is ImageState.FAILED:
+                    assert img.failure == ImageFailure.NO_ROOM
+            elif op == "pins":
+                pool.set_pins(arg)
+            elif op == "overlay":
+                try:
+                    pool.overlay(f"s{arg}.img", f"v{arg}")
+                except PoolError as exc:
+                    assert exc.code == "not-ready"
+            else:
+                pool.remove_overlay(f"v{arg}")
+            assert pool.used_bytes() <= 35_000
+            for name in ready_pinned:                      # what was pinned and there is still there
+                assert pool.images[name].state is ImageState.READY and (root / pool.images[name].file).exists()
+    finally:
+        pool.close()
