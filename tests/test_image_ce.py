@@ -69,3 +69,19 @@ def test_an_image_the_repository_lacks_is_refused_naming_vmimage(ce_site, receiv
     assert resp.status_code == 400
     err = resp.json()["error"]
     assert err["field"] == "VMImage" and "missing.img" in err["message"]
+
+
+def test_best_effort_jobs_on_one_image_share_one_fifo_transfer(ce_site, receiver):
+    ce_url, ce, node = ce_site
+    keys = []
+    for _ in range(2):
+        key, resp = submit(ce_url, receiver, '[ Executable = "/bin/sleep"; Arguments = "0.2"; '
+                                             'VMImage = "/srv/images/c.img"; LeaseDuration = 30; ]')
+        assert resp.status_code == 202, resp.text
+        keys.append(key)
+    runs = [receiver.wait_event(k, "running", timeout_s=30) for k in keys]
+    for k in keys:
+        receiver.wait_event(k, "done", timeout_s=30)
+    pulls = [t for t in node.images.transfers if t["image"] == "c.img" and not t["hit"]]
+    assert len(pulls) == 1 and pulls[0]["bytes"] == 1_500_000           # one transfer, the second reuses it
+    assert all(r["time"] >= pulls[0]["ended"] - 0.05 for r in runs)     # no VM before its image
