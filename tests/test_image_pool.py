@@ -62,6 +62,7 @@ def test_a_verified_pull_then_a_hit_and_overlays_on_the_pooled_image(repo, tmp_p
         assert info["format"] == "qcow2" and info["backing-filename"] == str((tmp_path / "pool" / img.file).resolve())
         assert info["backing-filename-format"] == "raw"
     assert disks[0]["path"] != disks[1]["path"]
+    assert pool.disk_of("vwn-n-1") == disks[0]["path"] and pool.disk_of("vwn-n-9") is None
     assert sorted(pool.view()["images"][0]["overlays"]) == ["vwn-n-1", "vwn-n-2"]
     with pytest.raises(PoolError) as exc:
         pool.overlay("b.img", "vwn-n-3")                     # not in the pool

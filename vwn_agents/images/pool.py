@@ -454,6 +454,13 @@ class ImagePool:
                 raise PoolError("overlay-failed", f"qemu-img create: {done.stderr.strip()[:300]}")
         return {"path": str(dest), "backing": str(backing.resolve()), "format": img.format}
 
+    def disk_of(self, vwn: str) -> str | None:
+        """The overlay path of VWN ``vwn`` (made by ``overlay``, e.g. by the CE's staging before
+        POST /vwns, named by the VWN key), or None: what a VM driver boots from."""
+        with self._lock:
+            path = self.root / "overlays" / f"{vwn}.qcow2"
+            return str(path) if vwn in self.overlays and path.exists() else None
+
     def remove_overlay(self, vwn: str) -> None:
         """Delete VWN ``vwn``'s overlay; its image may be evicted again (if unpinned)."""
         with self._lock:
