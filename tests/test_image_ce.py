@@ -11,11 +11,13 @@ import requests
 
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app
+from vwn_agents.images.pool import PoolError
 from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repo_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
 from .image_site import make_image
 from .test_ce_agent import submit
+from .waiting import wait_until
 
 _n = itertools.count(1)
 
@@ -85,3 +87,18 @@ def test_best_effort_jobs_on_one_image_share_one_fifo_transfer(ce_site, receiver
     pulls = [t for t in node.images.transfers if t["image"] == "c.img" and not t["hit"]]
     assert len(pulls) == 1 and pulls[0]["bytes"] == 1_500_000           # one transfer, the second reuses it
     assert all(r["time"] >= pulls[0]["ended"] - 0.05 for r in runs)     # no VM before its image
+
+
+def test_the_ce_pins_an_image_from_acceptance_to_the_end_of_its_lease(ce_site, receiver):
+    ce_url, ce, node = ce_site
+    start = int(ce.clock.now()) + 6
+    key, resp = submit(ce_url, receiver, f'[ Executable = "/bin/sleep"; Arguments = "0.2"; VMImage = "/x/c.img"; '
+                                         f'LeaseType = "advance-reservation"; LeaseStart = {start}; LeaseDuration = 2; ]')
+    assert resp.status_code == 202, resp.text
+    wait_until(lambda: key in node.images.pins.get("c.img", ()), "the AR's pin on the node", 10)
+    wait_until(lambda: node.images.get("c.img").state.value == "ready", "c.img pulled", 30)
+    with pytest.raises(PoolError):
+        node.images.evict("c.img")                          # the AR still needs it
+    receiver.wait_event(key, "done", timeout_s=30)
+    wait_until(lambda: not node.images.pins.get("c.img"), "the pin released after the lease", 30)
+    node.images.evict("c.img")                              # now it may go
