@@ -49,8 +49,9 @@ class JobLeaseRequest:
     ``cpu`` in hundredths of a core, ``memory_mb`` MB, ``duration_s`` s (``duration_from`` says
     whether it is the JDL's LeaseDuration or the CE's max_wallclock_s), ``start_s`` clock seconds
     (ARs), ``preemptible``, ``image`` (VMImage: staged live to the node's image pool when the CE
-    has an ``image_repository``, else recorded only), ``image_mb`` (VMImageSize, else the repository's size) and ``restarts`` (PreemptionClass "suspendable" or "migratable": a preempted job
-    goes back to the queue and restarts in a new VWN; "cancellable": it is aborted);
+    has an ``image_repository``, else recorded only), ``image_mb`` (VMImageSize, else the
+    repository's size) and ``restarts`` (PreemptionClass "suspendable" or "migratable": a
+    preempted job goes back to the queue and restarts in a new VWN; "cancellable": it is aborted);
     ``request_type`` (PreemptionClass, seed 002 Section 4.2), ``local`` (RequestOrigin "local")
     and ``deadline_s`` (LeaseDeadline, clock seconds) for the engine's seed 002 policies."""
 

@@ -197,8 +197,10 @@ class LeaseEngine:
                 if attempts:
                     self.enactment.attempts[lease.id] = attempts
                 self.scheduler.submit(lease)
-                self.scheduler.process(now)
-                self._staged(now)
+                try:
+                    self.scheduler.process(now)
+                finally:
+                    self._staged(now)
             return self.status(key)
 
     def _staged(self, now: float) -> None:
@@ -277,8 +279,10 @@ class LeaseEngine:
         other starts were made; the failed one is retried on the next tick)."""
         self.probe_nodes()
         with self._lock:
-            self.scheduler.process(self.clock.now())
-            self._staged(self.clock.now())
+            try:
+                self.scheduler.process(self.clock.now())
+            finally:                      # a failed start must not hold back pulls and pins
+                self._staged(self.clock.now())
 
     def probe_nodes(self) -> None:
         """``GET {node}/status`` on every node agent (timeout ``probe_timeout_s``, outside the
