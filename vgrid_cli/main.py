@@ -241,7 +241,7 @@ def list_match(jdl_file: str, broker_url: str | None, ldif: tuple[str, ...], bdi
 
 # -- services ------------------------------------------------------------------------------------
 @main.command()
-@click.argument("service", type=click.Choice(["broker", "ce", "node"]))
+@click.argument("service", type=click.Choice(["broker", "ce", "node", "images"]))
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="TOML configuration file")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
@@ -258,6 +258,9 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
         if port is not None:
             config.port = port
         serve_broker(config, ready_file)
+    elif service == "images":                  # the image repository (docs/vwn.md)
+        from vwn_agents.images.repository import serve_images
+        serve_images(config_file, ready_file, port)
     else:
         from .services import serve_agent
         serve_agent(service, config_file, ready_file, port)

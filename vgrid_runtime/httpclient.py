@@ -155,3 +155,44 @@ class ServiceClient:
             raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: the answer lacks "
                              f"{', '.join(missing)}", url, r.status_code)
         return data
+
+    def _get_stream(self, path: str, headers: dict | None = None, timeout_s: float | None = None,
+                    chunk_bytes: int = 65536):
+        """GET ``base_url + path`` without reading the answer: returns ``(status, headers,
+        chunks)`` where ``chunks`` yields the body in pieces of at most ``chunk_bytes`` (a large
+        download, e.g. a VM image). Raises ``self.Error`` for no answer, a timeout or a status
+        >= 300 (HTTP, with the JSON error body); iterating ``chunks`` raises ``self.Error``
+        (UNREACHABLE or TIMEOUT) when the transfer breaks. The caller must exhaust or close
+        ``chunks``."""
+        url = f"{self.base_url}{path}"
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            r = self.session.get(url, headers=headers or {}, timeout=timeout, stream=True)
+        except requests.Timeout as exc:
+            raise self.Error(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}", url,
+                             cause=type(exc).__name__) from exc
+        except requests.RequestException as exc:
+            raise self.Error(ErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", url,
+                             cause=type(exc).__name__) from exc
+        if r.status_code >= 300:
+            try:
+                body = r.json()
+            except ValueError:
+                body = None
+            r.close()
+            raise self.Error(ErrorKind.HTTP, f"HTTP {r.status_code} {r.text[:200]}", url, r.status_code,
+                             body if isinstance(body, dict) else None)
+
+        def chunks():
+            try:
+                yield from r.iter_content(chunk_bytes)
+            except requests.Timeout as exc:   # ReadTimeout inside iter_content
+                raise self.Error(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}", url,
+                                 cause=type(exc).__name__) from exc
+            except (requests.RequestException, OSError) as exc:
+                raise self.Error(ErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", url,
+                                 cause=type(exc).__name__) from exc
+            finally:
+                r.close()
+
+        return r.status_code, dict(r.headers), chunks()

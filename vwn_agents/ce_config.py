@@ -56,6 +56,11 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
     voc_hysteresis: int = field(default=1, metadata={
         "help": "scheduler = voc, damped: grow only when the queue exceeds the VOC size by more than this "
                 "many jobs; keep this many nodes beyond the queue while it is not empty"})
+    image_repository: str = field(default="", metadata={
+        "help": "scheduler = leases: URL of the image repository (vgrid serve images); when set, VMImage "
+                "leases are staged live (lease-preparation = imagetransfer: node agents pull at the "
+                "engine's scheduled start and rate; docs/vwn.md) and a VMImage without VMImageSize "
+                "takes the repository's size"})
     bind: str = field(default="127.0.0.1", metadata={"help": "listen address"})
     port: int = field(default=0, metadata={"help": "listen port (0 = a free port)"})
     public_url: str | None = field(default=None, metadata={

@@ -27,6 +27,7 @@ from vgrid_runtime.outcomes import Outcome
 from .leasing.config import LeaseConfig, load_config
 from .lease_engine import LeaseEngine, lease_args_from_jdl
 from .leasing.model import LeaseState
+from .images.staging import image_name, image_size_mb, image_staging
 
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842
@@ -47,9 +48,10 @@ class JobLeaseRequest:
     """The lease of one job: ``kind`` "best-effort" | "advance-reservation" | "immediate";
     ``cpu`` in hundredths of a core, ``memory_mb`` MB, ``duration_s`` s (``duration_from`` says
     whether it is the JDL's LeaseDuration or the CE's max_wallclock_s), ``start_s`` clock seconds
-    (ARs), ``preemptible``, ``image`` (VMImage, recorded only: live VWNs use the node's software),
-    ``image_mb`` and ``restarts`` (PreemptionClass "suspendable" or "migratable": a preempted job
-    goes back to the queue and restarts in a new VWN; "cancellable": it is aborted);
+    (ARs), ``preemptible``, ``image`` (VMImage: staged live to the node's image pool when the CE
+    has an ``image_repository``, else recorded only), ``image_mb`` (VMImageSize, else the
+    repository's size) and ``restarts`` (PreemptionClass "suspendable" or "migratable": a
+    preempted job goes back to the queue and restarts in a new VWN; "cancellable": it is aborted);
     ``request_type`` (PreemptionClass, seed 002 Section 4.2), ``local`` (RequestOrigin "local")
     and ``deadline_s`` (LeaseDeadline, clock seconds) for the engine's seed 002 policies."""
 
@@ -125,13 +127,16 @@ class LeaseScheduling:
         suspend = self.suspend_vwns = bool(getattr(config, "suspend_vwns", True))
         lease_cfg = base.with_options(**(SUSPEND_OVERRIDES if suspend else LIVE_OVERRIDES))
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
+        self.images, staging = image_staging(config, session)   # live staging (images/staging.py)
+        if staging is not None:
+            lease_cfg = lease_cfg.with_options(lease_preparation="imagetransfer")
         probe_s = min(config.node_timeout_s, max(0.2, config.node_down_after_s / 2))
         self.engine = LeaseEngine(site, lease_cfg, clock, session=session,
                                   default_duration_s=config.max_wallclock_s,
                                   node_down_after_s=config.node_down_after_s,
                                   probe_timeout_s=probe_s,
                                   request_timeout_s=config.node_timeout_s,
-                                  on_start=on_start, suspend_vwns=suspend) if site else None
+                                  on_start=on_start, suspend_vwns=suspend, staging=staging) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------
@@ -153,6 +158,10 @@ class LeaseScheduling:
         if memory is not None and memory > self.ram_mb:
             raise _bad(desc, "VMMemory", f"VMMemory {memory} MB is more than a node's memory "
                        f"({self.ram_mb} MB, GlueHostMainMemoryRAMSize)")
+        if args.get("image_id") and self.images is not None:   # staged from the CE's repository
+            args["image_id"] = image_name(args["image_id"])
+            if not args.get("image_mb"):
+                args["image_mb"] = image_size_mb(self.images, desc, args["image_id"], _bad)
         start = args.get("start_s")
         if start is not None and start < self.clock.now():
             raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")

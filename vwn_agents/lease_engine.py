@@ -17,8 +17,10 @@ By default a job is a best-effort lease of one VM (one node's CPU share of ``cpu
 core, ``memory_mb``) for ``duration_s`` (its wall-clock limit: when the reservation ends the
 VWN is deleted). ``start_s`` makes it an advance reservation; ``immediate=True`` an immediate
 lease. Preempted best-effort jobs are cancelled and requeued, unless ``suspend_vwns``: then a
-suspendable lease's VWNs are frozen and thawed in place (``node_enactment``). Images are not staged (``lease-preparation = unmanaged``): VWNs use the node's
-software.
+suspendable lease's VWNs are frozen and thawed in place (``node_enactment``). Images are not
+staged (``lease-preparation = unmanaged``: VWNs use the node's software) unless ``staging`` (an
+``images.staging.LiveStaging``) is given: then the configuration's ``lease-preparation``
+holds and the engine's transfers, pins and overlays are enacted on the node agents.
 
 Every start attempt gets fresh VWN keys (``vwn_key``: ``<key>``, ``<key>-r2`` ...); ``job_of``
 maps a node event's key back to the job. ``tick`` probes the node agents: one failing for
@@ -109,11 +111,14 @@ class LeaseEngine:
     def __init__(self, nodes: list[tuple[str, float, int]], config: LeaseConfig | None = None,
                  clock=None, session=None, default_duration_s: float = 86400.0,
                  node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0,
-                 request_timeout_s: float = 10.0, on_start=None, suspend_vwns: bool = False) -> None:
+                 request_timeout_s: float = 10.0, on_start=None, suspend_vwns: bool = False,
+                 staging=None) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
-        self.config = (config or LeaseConfig()).with_options(lease_preparation="unmanaged")
+        self.config = config or LeaseConfig()
+        if staging is None:       # images are staged live only with a LiveStaging (images/staging.py)
+            self.config = self.config.with_options(lease_preparation="unmanaged")
         site = [Node(i, url, (int(round(cpus * 100)), int(mem), 10**12, 10**12))
                 for i, (url, cpus, mem) in enumerate(nodes)]
         self._bodies: dict[int, dict] = {}
@@ -123,6 +128,11 @@ class LeaseEngine:
         self.enactment = NodeAgentEnactment([url for url, _, _ in nodes], self._payload, session=session,
                                             timeout=request_timeout_s, suspend=suspend_vwns)
         self.scheduler = LeaseScheduler(site, self.config, self.clock, self.enactment)
+        self.staging = staging
+        if staging is not None:
+            self.enactment.staging = staging
+            staging.key_of = lambda lease_id: self._bodies.get(lease_id, {}).get("key")
+            staging.clock = self.clock
         self.default_duration_s = default_duration_s
         self.on_start = on_start        # on_start(job key, attempt, node URL): before each POST /vwns
         self._ids = itertools.count(1)
@@ -188,8 +198,17 @@ class LeaseEngine:
                 if attempts:
                     self.enactment.attempts[lease.id] = attempts
                 self.scheduler.submit(lease)
-                self.scheduler.process(now)
+                try:
+                    self.scheduler.process(now)
+                finally:
+                    self._staged(now)
             return self.status(key)
+
+    def _staged(self, now: float) -> None:
+        """Live staging's follow-up of a scheduling pass: undelivered pulls, changed pins."""
+        if self.staging is not None:
+            self.staging.retry(self.enactment, now)
+            self.staging.sync_pins(self.enactment, self.scheduler.pools, now)
 
     def adopt_job(self, key: str, body: dict, node_url: str, vwn: str | None, start_s: float,
                   attempt: int, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
@@ -275,7 +294,10 @@ class LeaseEngine:
         other starts were made; the failed one is retried on the next tick)."""
         self.probe_nodes()
         with self._lock:
-            self.scheduler.process(self.clock.now())
+            try:
+                self.scheduler.process(self.clock.now())
+            finally:                      # a failed start must not hold back pulls and pins
+                self._staged(self.clock.now())
 
     def probe_nodes(self) -> None:
         """``GET {node}/status`` on every node agent (timeout ``probe_timeout_s``, outside the
@@ -325,6 +347,11 @@ class LeaseEngine:
                     "reason": lease.reject_reason, "start_error": self.enactment.start_errors.get(lease.id),
                     "attempts": self.enactment.attempts.get(lease.id, 0),
                     "frozen": lease.id in self.enactment.frozen}
+
+    def staging_report(self) -> list[dict]:
+        """Per image transfer and node: scheduled vs actual start/end, bytes, hit
+        (``images.staging.LiveStaging.report``); [] without live staging. Calls the node agents."""
+        return self.staging.report(self.enactment) if self.staging is not None else []
 
     def outlook(self, cpu: int = 100, memory_mb: int = 512, duration_s: float | None = None) -> dict:
         """What one more one-VM best-effort lease (``cpu`` hundredths of a core, ``memory_mb``

@@ -45,6 +45,7 @@ from . import cgroups, drivers, fairshare, node_heartbeat, node_recovery, node_s
 from .drivers import vm_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
+from .images import node_routes as node_images
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
 from .node_store import NodeStore
 from .outbox import Outbox
@@ -491,6 +492,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
         return jsonify(agent.delete_vwn(vwn).record())
 
     node_suspend.install_routes(app, agent, from_ce)
+    node_images.install_routes(app, agent, from_ce)     # image pool (docs/vwn.md)
 
     @app.get("/status")
     def status():

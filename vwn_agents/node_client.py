@@ -2,7 +2,7 @@
 
 ``NodeAgentClient(base_url, session=None, timeout_s=10.0)``: ``create_vwn`` (POST /vwns),
 ``vwns`` (GET /vwns), ``vwn`` (GET /vwns/<vwn>), ``delete_vwn`` (DELETE /vwns/<vwn>),
-``suspend_vwn`` / ``resume_vwn`` (POST /vwns/<vwn>/suspend, /resume), ``status`` (GET /status). Every failure raises ``NodeAgentError`` with a ``kind``
+``suspend_vwn`` / ``resume_vwn`` (POST /vwns/<vwn>/suspend, /resume), ``status`` (GET /status); the image pool: ``pull_image``, ``images``, ``set_image_pins``, ``make_overlay``. Every failure raises ``NodeAgentError`` with a ``kind``
 (``vgrid_runtime.httpclient.ErrorKind``: unreachable, timeout, http, bad-answer) and the HTTP
 ``status`` when the node agent answered. Used by the CE agent (fair-share placement, cancel)
 and by ``node_enactment.NodeAgentEnactment`` (the lease engine's nodes).
@@ -91,3 +91,28 @@ class NodeAgentClient(ServiceClient):
         """GET /status: ``{"node","capacity","vwns","cgroup":{...}}``; ``timeout_s`` overrides
         the client's (a liveness probe). Raises NodeAgentError."""
         return self._call("GET", "/status", timeout_s=timeout_s)
+
+    # -- image pool (vwn_agents/images/node_routes.py) -------------------------------------------
+
+    def pull_image(self, body: dict) -> dict:
+        """POST /images/pulls (``images.pool.PullRequest`` fields: image, transfer, rate_mbs,
+        pins, scheduled_start, scheduled_end, sha256) -> ``{"image","state","hit","transfer"}``.
+        Raises NodeAgentError (HTTP 400 bad name, 501 no repository configured)."""
+        return self._call("POST", "/images/pulls", json=body, required=("image", "state"))
+
+    def images(self) -> dict:
+        """GET /images: the node's pool ``{"capacity_mb","used_mb","images","transfers"}``."""
+        return self._call("GET", "/images", required=("images", "transfers"))
+
+    def set_image_pins(self, pins: dict) -> dict:
+        """PUT /images/pins ``{image: [lease keys]}`` (replaces every pin) -> the pool view."""
+        return self._call("PUT", "/images/pins", json={"pins": pins}, required=("images",))
+
+    def make_overlay(self, image: str, vwn: str) -> dict:
+        """POST /images/<image>/overlays -> ``{"path","backing","format"}`` (a qcow2 overlay on
+        the pool's image). Raises NodeAgentError (HTTP 409 not ready)."""
+        return self._call("POST", f"/images/{image}/overlays", json={"vwn": vwn}, required=("path",))
+
+    def delete_overlay(self, vwn: str) -> dict:
+        """DELETE /images/overlays/<vwn>: remove that VWN's overlay -> the pool view."""
+        return self._call("DELETE", f"/images/overlays/{vwn}", required=("images",))

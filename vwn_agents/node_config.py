@@ -84,6 +84,14 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         "help": "how long the KVM probe boot may take before TCG is used (s)"})
     vm_memory_mb: int = field(default=256, metadata={
         "help": "memory of a VM whose job states no VMMemory (MB; at least 128)"})
+    image_repository: str = field(default="", metadata={
+        "help": "URL of the image repository (vgrid serve images) VM images are pulled from (\"\" = none)"})
+    image_pool_dir: str | None = field(default=None, metadata={
+        "help": "the node's image pool directory (default <work_dir>/images)"})
+    image_pool_mb: float = field(default=0.0, metadata={
+        "help": "image pool size limit (MB = 10^6 bytes; 0 = unlimited); unpinned images are evicted LRU"})
+    image_pull_patience_s: float = field(default=60.0, metadata={
+        "help": "how long a broken image download is retried (resumed by Range) before it fails (s)"})
 
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
@@ -115,6 +123,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
         if self.outbox_give_up_s <= 0 or self.outbox_max_items < 1 or self.heartbeat_s < 0:
             return ("fields 'outbox_give_up_s', 'outbox_max_items': must be > 0; "
                     "'heartbeat_s': must be >= 0")
+        if self.image_pool_mb < 0 or not self.image_pull_patience_s > 0:
+            return "field 'image_pool_mb': must be >= 0 (0 = unlimited); 'image_pull_patience_s': must be > 0"
         if not self.max_sandbox_mb > 0 or not self.max_body_mb > 0:
             return "fields 'max_sandbox_mb', 'max_body_mb': must be > 0"
         return None

@@ -50,6 +50,7 @@ class NodeAgentEnactment:
         self.start_errors: dict[int, str] = {}      # lease id -> why its last start attempt failed
         self._ended: list[tuple[float, int]] = []
         self._lock = threading.Lock()
+        self.staging = None    # images.staging.LiveStaging: live image transfers and overlays, or None
 
     def client(self, node: int) -> NodeAgentClient:
         """The client of site node ``node``'s agent (at its current URL)."""
@@ -70,7 +71,10 @@ class NodeAgentEnactment:
         started = []
         for vm, node in enumerate(mapping):
             try:
-                info = self.client(node).create_vwn(self.payload(lease, vm))
+                body = self.payload(lease, vm)
+                if self.staging is not None:               # the VM's disk: an overlay on the pooled image
+                    self.staging.before_vm(self, lease, node, body["key"])
+                info = self.client(node).create_vwn(body)
             except NodeAgentError as exc:
                 self.answered(node, exc.answered, now)
                 self.start_errors[lease.id] = str(exc)
@@ -126,6 +130,8 @@ class NodeAgentEnactment:
             except NodeAgentError as exc:
                 if exc.status is None:  # its node is unreachable: the VWN is gone from the engine's view
                     self.failing_since.setdefault(node, now)
+        if self.staging is not None:
+            self.staging.after_stop(self, lease, now)
 
     def vms_paused(self, lease: Lease, now: float) -> None:
         """Freeze the lease's VWNs (``suspend``), else delete them (module doc)."""
@@ -169,7 +175,9 @@ class NodeAgentEnactment:
         self.resumed.add(lease.id)
 
     def start_transfer(self, res, now: float) -> None:
-        pass
+        """An image transfer starts: with ``staging`` its nodes pull the image (never raises)."""
+        if self.staging is not None:
+            self.staging.start_transfer(self, res, now)
 
     def report_end(self, lease_id: int, time: float) -> None:
         """A node agent reported the lease's VM done (thread-safe)."""
