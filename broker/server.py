@@ -69,10 +69,12 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
     from vgrid_runtime.wsgi import serve
 
     from .api import create_app
+    from .metrics import install_broker_metrics
 
     broker = build_broker(config)
     app = create_app(broker, tls=config.tls_files(), admins=config.admins)
     app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
+    install_broker_metrics(app, broker, config.metrics_dns, config.admins)   # GET /metrics
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url

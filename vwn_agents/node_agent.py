@@ -46,6 +46,7 @@ from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
 from .node_store import NodeStore
+from .node_metrics import install_node_metrics
 from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
@@ -497,6 +498,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
         return jsonify(agent.delete_vwn(vwn).record())
 
     node_suspend.install_routes(app, agent, from_ce)
+    install_node_metrics(app, agent)                 # GET /metrics (node_metrics)
 
     @app.get("/status")
     def status():
