@@ -37,8 +37,8 @@ def _families(agent):
     caps = GaugeMetricFamily("vgrid_ce_vwn_cpu_cap", "CPU cap of each running VWN (fraction of "
                              "one core)", labels=["node", "vwn"])
     with agent._lock:
-        running = [(j.node_url or j.node or "", j.vwn or j.request.key, j.cpu_caps[-1])
-                   for j in agent.jobs.values() if j.state is CEJobState.RUNNING and j.cpu_caps]
+        running = [(j.node_url or j.node or "", j.vwn, j.cpu_caps[-1]) for j in agent.jobs.values()
+                   if j.state is CEJobState.RUNNING and j.cpu_caps and j.vwn]
     for node, vwn, cap in running:
         caps.add_metric([node, vwn], float(cap[1] if isinstance(cap, (list, tuple)) else cap))
     yield caps
