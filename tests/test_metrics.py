@@ -33,7 +33,8 @@ from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
-from .waiting import wait_until
+from .test_ce_agent import site as site_ce, submit as ce_submit  # noqa: F401  (fixture)
+from .waiting import gated_jdl, release, wait_until
 
 ADDR = {"broker": "127.0.17.1", "ce": "127.0.17.2", "node": "127.0.17.3", "prom": "127.0.17.4"}
 SLEEP_JDL = '[ Executable = "/bin/sleep"; Arguments = "60"; ]'
@@ -233,3 +234,49 @@ def test_the_grafana_dashboard_is_valid_json_over_metrics_that_exist(pki, site):
     served |= {"vgrid_http_requests_total", "vgrid_node_vwn_cpu_cap", "vgrid_ce_vwn_cpu_cap"}
     used = {m for e in exprs for m in re.findall(r"\bvgrid_[a-z_]+", e)}
     assert used and used <= served, used - served
+
+
+def plain_scrape(url: str) -> dict[tuple[str, tuple], float]:
+    r = requests.get(f"{url}/metrics", timeout=10)
+    assert r.status_code == 200, r.text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+
+
+def test_the_lease_queue_length_follows_the_engine(site_ce, receiver, tmp_path):
+    """One VWN slot: a second job's lease waits (queued or reserved after the first) until the
+    first job ends; then it runs and the queue is empty."""
+    ce_url, _, _ = site_ce(n_nodes=1, vwns_per_node=1)
+    first, gate = gated_jdl(tmp_path, "metrics-first")
+    k1, r1 = ce_submit(ce_url, receiver, first)
+    assert r1.status_code == 202
+    receiver.wait_event(k1, "running")
+    k2, r2 = ce_submit(ce_url, receiver, SLEEP_JDL)
+    assert r2.status_code == 202
+    s = wait_until(lambda: (m := plain_scrape(ce_url)) and value(m, "vgrid_ce_lease_queue_length") == 1 and m,
+                   "the second lease waiting")
+    assert value(s, "vgrid_ce_jobs", state="Running") == 1 and value(s, "vgrid_ce_jobs", state="Scheduled") == 1
+    assert value(s, "vgrid_ce_leases", state="Active") == 1
+    assert [v for (n, _), v in s.items() if n == "vgrid_ce_vwn_cpu_cap"] == [1.0]
+    release(gate)
+    receiver.wait_event(k2, "running")
+    s = wait_until(lambda: (m := plain_scrape(ce_url)) and value(m, "vgrid_ce_lease_queue_length") == 0 and m,
+                   "the queue empties")
+    assert value(s, "vgrid_ce_jobs", state="Done") == 1 and value(s, "vgrid_ce_jobs", state="Running") == 1
+    assert value(s, "vgrid_ce_leases", state="Done") == 1 and value(s, "vgrid_ce_leases", state="Active") == 1
+    requests.post(f"{ce_url}/jobs/{k2}/cancel", timeout=10)
+
+
+def test_outbox_drops_are_counted_by_reason(tmp_path):
+    srv = BackgroundServer(node_app(NodeAgentConfig(node="mdrop", cgroup="none", disk_quota_mb=0,
+                                                    work_dir=str(tmp_path / "n"))))
+    try:
+        body = {"job_id": "x", "key": "drop-1", "executable": "/bin/true", "callback_url": "nowhere/events"}
+        assert requests.post(f"{srv.url}/vwns", json=body, timeout=10).status_code == 201
+        s = wait_until(lambda: (m := plain_scrape(srv.url)) and
+                       value(m, "vgrid_outbox_dropped_total", reason="bad-url") >= 1 and m, "a bad-url drop")
+        assert value(s, "vgrid_outbox_dropped_total", reason="refused") == 0
+        assert value(s, "vgrid_outbox_delivered_total") == 0
+        wait_until(lambda: value(plain_scrape(srv.url), "vgrid_node_vwns", state="done") == 1, "the VWN done")
+    finally:
+        srv.close()

@@ -9,8 +9,9 @@ All read at scrape time from the agent's state (its jobs, node loads, lease engi
   cap the node agent reported for each running VWN (C/(N+1), seed 004 Section 5.1);
 * ``vgrid_ce_total_cpus``, ``vgrid_ce_free_cpus`` (gauges: GlueCEInfoTotalCPUs and
   GlueCEStateFreeCPUs as published);
-* ``vgrid_ce_lease_queue_length`` (gauge, scheduler = leases only): leases waiting in the lease
-  engine's queue (best-effort leases not yet placed);
+* ``vgrid_ce_leases{state}`` (gauge, scheduler = leases only): the lease engine's job leases by
+  lease state (Haizea's names, ``leasing.model.LeaseState``); ``vgrid_ce_lease_queue_length``
+  (gauge): those waiting to start (Pending, Queued, Scheduled: reserved for later, Suspended);
 * ``vgrid_outbox_pending``, ``vgrid_outbox_delivered_total``, ``vgrid_outbox_dropped_total{reason}``
   (the events to the brokers, :func:`vgrid_runtime.metrics.outbox_families`).
 
@@ -24,6 +25,10 @@ from prometheus_client.core import GaugeMetricFamily
 from vgrid_runtime.metrics import gauge_by, install_metrics, may_scrape, outbox_families
 
 from .ce_jobs import CEJobState
+from .leasing.model import LeaseState
+
+#: Lease states of a lease that waits to start (the CE's lease queue, FCFS and reservations).
+WAITING_LEASES = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED)
 
 
 def _families(agent):
@@ -48,9 +53,14 @@ def _families(agent):
     engine = agent.leases.engine if agent.leases else None
     if engine is not None:
         with engine._lock:
-            queued = len(engine.scheduler.queue)
-        yield GaugeMetricFamily("vgrid_ce_lease_queue_length", "leases waiting in the lease "
-                                "engine's queue", value=queued)
+            leases: dict[str, int] = {}
+            for lease in engine._by_key.values():
+                leases[lease.state.value] = leases.get(lease.state.value, 0) + 1
+        yield gauge_by("vgrid_ce_leases", "the lease engine's job leases by lease state", "state",
+                       leases, [s.value for s in LeaseState])
+        yield GaugeMetricFamily("vgrid_ce_lease_queue_length", "leases waiting to start (Pending, "
+                                "Queued, Scheduled, Suspended)",
+                                value=sum(leases.get(s.value, 0) for s in WAITING_LEASES))
     yield from outbox_families(agent.outbox.stats())
 
 
