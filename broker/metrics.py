@@ -6,7 +6,8 @@ Read at scrape time from the job store and the ISM (nothing added to the broker'
   every state present (0 when empty);
 * ``vgrid_submissions_total`` (counter): jobs ever submitted (``Submitted`` entries of the
   job history, which is never deleted, so the count survives a restart);
-* ``vgrid_dispatches_total`` (counter): dispatches a CE agent accepted (``Scheduled`` entries);
+* ``vgrid_dispatches_total`` (counter): dispatches a CE agent accepted (``Scheduled`` entries;
+  both counted incrementally, :class:`HistoryCounts`);
 * ``vgrid_ism_refresh_duration_seconds`` (summary: ``_count`` refreshes, ``_sum`` seconds) and
   ``vgrid_ism_last_refresh_duration_seconds`` (gauge); ``vgrid_ism_snapshot_age_seconds``
   (gauge: seconds since the oldest data of the snapshot was fetched, ``Snapshot.age``; absent
@@ -21,6 +22,7 @@ selection policy of seed 004 Section 4.2), measured by wrapping the broker's tas
 """
 from __future__ import annotations
 
+import threading
 import time
 
 from prometheus_client import Counter, Histogram
@@ -54,18 +56,41 @@ class _TimedQueues:
         return getattr(self._queues, name)
 
 
-def _store_families(broker):
+class HistoryCounts:
+    """Submitted and Scheduled entries of the job history, counted incrementally: the history is
+    append-only (rows are never deleted while the broker serves), so each scrape reads only the
+    rows past the last id it saw (a primary-key range) instead of the whole table."""
+
+    STATES = (JobState.SUBMITTED.value, JobState.SCHEDULED.value)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.last_id = 0
+        self.counts = {s: 0 for s in self.STATES}
+
+    def read(self, conn) -> dict[str, int]:
+        with self._lock:
+            top = conn.execute(select(func.max(HistoryRow.id))).scalar() or 0
+            if top > self.last_id:
+                rows = conn.execute(select(HistoryRow.state, func.count())
+                                    .where(HistoryRow.id > self.last_id, HistoryRow.id <= top,
+                                           HistoryRow.state.in_(self.STATES))
+                                    .group_by(HistoryRow.state)).all()
+                for state, n in rows:
+                    self.counts[state] += n
+                self.last_id = top
+            return dict(self.counts)
+
+
+def _store_families(broker, history: HistoryCounts):
     with broker.store.engine.connect() as c:
         states = dict(c.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all())
-        history = dict(c.execute(select(HistoryRow.state, func.count())
-                                 .where(HistoryRow.state.in_([JobState.SUBMITTED.value,
-                                                              JobState.SCHEDULED.value]))
-                                 .group_by(HistoryRow.state)).all())
+        counts = history.read(c)
     yield gauge_by("vgrid_jobs", "jobs by gLite state", "state", states, [s.value for s in JobState])
     yield CounterMetricFamily("vgrid_submissions", "jobs submitted (job history)",
-                              value=history.get(JobState.SUBMITTED.value, 0))
+                              value=counts[JobState.SUBMITTED.value])
     yield CounterMetricFamily("vgrid_dispatches", "dispatches accepted by a CE agent (job history)",
-                              value=history.get(JobState.SCHEDULED.value, 0))
+                              value=counts[JobState.SCHEDULED.value])
 
 
 def _ism_families(broker):
@@ -91,8 +116,9 @@ def _ism_families(broker):
 def install_broker_metrics(app, broker, monitors=(), admins=()) -> None:
     """``GET /metrics`` on the broker's ``app`` (see module doc). Scrapers: ``monitors``
     (``metrics_dns``), ``admins``, the broker's own host certificate; anyone in plain HTTP."""
+    history = HistoryCounts()
     registry = install_metrics(
-        app, lambda: [*_store_families(broker), *_ism_families(broker)],
+        app, lambda: [*_store_families(broker, history), *_ism_families(broker)],
         lambda who: may_scrape(who, monitors, admins, app.config.get("VGRID_URL")))
     duration = Histogram("vgrid_match_duration_seconds", "seconds the matchmaking of one job took",
                          buckets=MATCH_BUCKETS_S, registry=registry)
