@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from hypothesis import given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.api import create_app as broker_app
@@ -280,3 +281,28 @@ def test_outbox_drops_are_counted_by_reason(tmp_path):
         wait_until(lambda: value(plain_scrape(srv.url), "vgrid_node_vwns", state="done") == 1, "the VWN done")
     finally:
         srv.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(st.lists(st.sampled_from(["Submitted", "Waiting", "Ready", "Scheduled", "Running"]),
+                                 max_size=8), max_size=6))
+def test_history_counted_incrementally_equals_a_full_count(tmp_path_factory, batches):
+    """HistoryCounts (reading only rows past the last id it saw) == a GROUP BY over the whole
+    history, after every batch of appended rows."""
+    from sqlalchemy import func, select
+    from broker.db import HistoryRow, JobStore
+    from broker.metrics import HistoryCounts
+    store = JobStore(f"sqlite:///{tmp_path_factory.mktemp('hist') / 'jobs.db'}")
+    try:
+        key = store.create('[ Executable = "/bin/true"; ]', "h.jdl", 0.0).key
+        counts = HistoryCounts()
+        for batch in batches:
+            with store.engine.begin() as c:
+                for state in batch:
+                    c.execute(HistoryRow.__table__.insert(), {"key": key, "state": state, "time": 1.0})
+            with store.engine.connect() as c:
+                seen = counts.read(c)
+                full = dict(c.execute(select(HistoryRow.state, func.count()).group_by(HistoryRow.state)).all())
+            assert seen == {s: full.get(s, 0) for s in HistoryCounts.STATES}
+    finally:
+        store.close()
