@@ -306,3 +306,21 @@ def test_history_counted_incrementally_equals_a_full_count(tmp_path_factory, bat
             assert seen == {s: full.get(s, 0) for s in HistoryCounts.STATES}
     finally:
         store.close()
+
+
+def test_request_labels_stay_bounded(tmp_path):
+    """Unknown paths and methods do not create series of their own; statuses are counted."""
+    srv = BackgroundServer(node_app(NodeAgentConfig(node="mlabels", cgroup="none", disk_quota_mb=0,
+                                                    work_dir=str(tmp_path / "n"))))
+    try:
+        for path in ("/no/such/1", "/no/such/2"):
+            assert requests.get(f"{srv.url}{path}", timeout=10).status_code == 404
+        assert requests.request("BREW", f"{srv.url}/vwns", timeout=10).status_code == 405
+        assert requests.get(f"{srv.url}/vwns/vwn-none-1", timeout=10).status_code == 404
+        s = plain_scrape(srv.url)
+        assert value(s, "vgrid_http_requests_total", endpoint="<unmatched>", method="GET", status="404") == 2
+        assert value(s, "vgrid_http_requests_total", endpoint="<unmatched>", method="OTHER", status="405") == 1
+        assert value(s, "vgrid_http_requests_total", endpoint="/vwns/<vwn>", method="GET", status="404") == 1
+        assert not [n for (n, labels) in s if "vwn-none-1" in str(labels) or "/no/such" in str(labels)]
+    finally:
+        srv.close()

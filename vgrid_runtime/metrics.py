@@ -9,7 +9,7 @@ events that leave no stored trace. The shared series, from :func:`install_metric
 
 * ``vgrid_http_requests_total{endpoint, method, status}`` (counter): every answered request,
   ``endpoint`` the Flask rule (``/jobs/<key>``, so job keys never become label values) or
-  ``<unmatched>``; refusals (401/403) included;
+  ``<unmatched>``, ``method`` one of the HTTP methods or ``OTHER``; refusals (401/403) included;
 * ``vgrid_tls_handshake_failures_total`` (counter) and ``vgrid_connections_closed_total{reason}``
   (counter: ``header_timeouts``, ``idle_closed``, ``evicted``, ``too_large``): read from the
   server's :class:`vgrid_runtime.connections.GuardedConnections` ``stats``, which drives every
@@ -52,6 +52,9 @@ def may_scrape(who: Caller, monitors: Iterable[str] = (), admins: Iterable[str] 
     if who.identity is None:
         return True
     return who.is_one_of(list(monitors)) or who.is_one_of(list(admins)) or who.serves(own_url)
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
 
 class FunctionCollector(Collector):
@@ -100,7 +103,8 @@ def install_metrics(app: Flask, collect: Callable[[], Iterable], allowed: Callab
     @app.after_request
     def _count(resp):
         rule = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
-        requests_total.labels(rule, request.method, str(resp.status_code)).inc()
+        method = request.method if request.method in _METHODS else "OTHER"   # bounded labels
+        requests_total.labels(rule, method, str(resp.status_code)).inc()
         return resp
 
     @app.get("/metrics")
