@@ -19,6 +19,7 @@ setup(
         "ldap3>=2.9",
         "lxml>=5",
         "matplotlib>=3.8",
+        "prometheus-client>=0.20,<1",   # GET /metrics (vgrid_runtime.metrics)
         "numpy>=1.26",
         "pyasn1>=0.5",
         "pyasn1-modules>=0.3",

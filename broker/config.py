@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigError, ConfigSchema, describe
 from vgrid_runtime.sqldb import DBPool
@@ -26,7 +27,7 @@ def opt(default: Any, doc: str):
 
 
 @dataclass
-class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
+class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     """Options of ``vgrid serve broker`` (top-level keys of the TOML file)."""
 
     SOURCE = "broker config"

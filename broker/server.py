@@ -83,6 +83,8 @@ def build_app(broker: Broker, config: BrokerConfig):
     app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
     if broker.federation is not None:
         broker.federation.install(app)
+    from .metrics import install_broker_metrics
+    install_broker_metrics(app, broker, config.metrics_dns, config.admins)   # GET /metrics
     return app
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,7 @@ class ISM:
         self._snapshot = Snapshot()
         self._views: tuple[Snapshot, tuple[AdView, ...]] = (self._snapshot, ())
         self._last_refresh: float | None = None
+        self.refresh_seconds = [0, 0.0, None]   # refreshes, their total and the last's duration (s)
         self._blacklist: dict[str, float] = {}
         self._bl_reason: dict[str, str] = {}
         self._bl_lock = threading.Lock()
@@ -185,6 +187,7 @@ class ISM:
         ``now``: the refresh time (default: clock.now()). Never raises for a failing source.
         """
         with self._refresh_lock, gc_paused():
+            began = time.perf_counter()          # refresh_seconds: GET /metrics (broker.metrics)
             mark = self.feedback.snapshot()
             results = self._fetch_all()
             now = self.clock.now() if now is None else now
@@ -194,6 +197,8 @@ class ISM:
             self._snapshot = snap
             self._last_refresh = now
             self.feedback.subtract(mark)
+            took = time.perf_counter() - began
+            self.refresh_seconds = [self.refresh_seconds[0] + 1, self.refresh_seconds[1] + took, took]
             return snap
 
     def maybe_refresh(self, now: float) -> bool:

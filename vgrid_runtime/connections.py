@@ -157,12 +157,14 @@ def _head_complete(buf: bytearray) -> bool:
 class GuardedConnections(ConnectionManager):
     """cheroot's ``ConnectionManager`` reading request heads in the selector thread under
     ``limits`` (:class:`vgrid_runtime.serving.ServeLimits`); see the module docstring.
-    ``stats`` counts ``header_timeouts``, ``idle_closed``, ``evicted``, ``too_large``."""
+    ``stats`` counts ``header_timeouts``, ``idle_closed``, ``evicted``, ``too_large``,
+    ``tls_handshake_failures`` (read by :mod:`vgrid_runtime.metrics`)."""
 
     def __init__(self, server, limits: ServeLimits) -> None:
         super().__init__(server)
         self.limits = limits
-        self.stats = {"header_timeouts": 0, "idle_closed": 0, "evicted": 0, "too_large": 0}
+        self.stats = {"header_timeouts": 0, "idle_closed": 0, "evicted": 0, "too_large": 0,
+                      "tls_handshake_failures": 0}
 
     # -- selector bookkeeping -------------------------------------------------------------------
     def _watch(self, p: _Pending, events: int) -> None:
@@ -252,7 +254,7 @@ class GuardedConnections(ConnectionManager):
                     socket.socket.shutdown(p.sock, socket.SHUT_WR)
                 except OSError:
                     pass
-            self._drop(p, f"TLS handshake failed: {exc.reason or exc}")
+            self._drop(p, f"TLS handshake failed: {exc.reason or exc}", "tls_handshake_failures")
             return
         except OSError as exc:
             self._drop(p, f"{type(exc).__name__}: {exc}")

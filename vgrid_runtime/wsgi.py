@@ -94,6 +94,7 @@ def _server(app, host: str, port: int, tls: TLSFiles | None,
         raise ServeError(f"cannot listen on {host}:{port}: {_bind_error(host, port) or exc}") from None
     stock, server._connections = server._connections, GuardedConnections(server, limits)
     stock._selector.close()
+    app.config["VGRID_CONNECTIONS"] = server._connections      # its stats: GET /metrics
     scheme = "https" if tls is not None else "http"
     shown = f"[{host}]" if ":" in host else host
     return server, f"{scheme}://{shown}:{server.bind_addr[1]}"

@@ -38,6 +38,7 @@ from vgrid_runtime.sqldb import open_engine, sqlite_url
 
 from .ce_config import CEAgentConfig
 from .ce_heartbeats import CEHeartbeats, loopback
+from .ce_metrics import install_ce_metrics
 from .ce_publish import CEPublishing
 from .ce_recovery import recover
 from .ce_store import CEStore, open_outbox
@@ -499,5 +500,7 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
     @app.get("/status")
     def status():
         return jsonify(agent.status())
+
+    install_ce_metrics(app, agent)                   # GET /metrics (ce_metrics)
 
     return app

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
 from .placement import PLACEMENTS
 
 
 @dataclass
-class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
+class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "CE agent config"

@@ -4,12 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgrid_runtime.authn import TLSOptions
+from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
 
 
 @dataclass
-class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions):
+class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "node agent config"
