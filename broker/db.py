@@ -17,6 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from vgrid_runtime.sqldb import add_missing_columns, open_engine
+
+from .bulk_store import BulkTransitions
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
 
@@ -215,12 +217,15 @@ _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs
                   "CREATE INDEX IF NOT EXISTS ix_jobs_parent_order ON jobs (parent_key, submitted_at, key)")
 
 
-class JobStore:
+class JobStore(BulkTransitions):
     """Repository of jobs over a SQLAlchemy engine. Thread-safe (one session per call).
+    Set-wise changes (``transition_many``, ``claim``): :mod:`broker.bulk_store`.
 
     ``url`` is any SQLAlchemy URL, e.g. ``sqlite:////tmp/jobs.db`` or
     ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
     """
+
+    Row, History = JobRow, HistoryRow
 
     def __init__(self, url: str) -> None:
         self.engine = open_engine(url)

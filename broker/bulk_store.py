@@ -1,0 +1,107 @@
+"""Bulk state transitions of the job store: one UPDATE for a set of jobs (issue 12).
+
+The matcher moves thousands of jobs per pass (Waiting -> Ready when it claims them, Ready ->
+Scheduled per CE once the CE accepted them, Ready -> Waiting when nothing matched yet). One
+transaction per job costs milliseconds of store work; here a set of jobs changes with one
+``UPDATE jobs ... WHERE key IN (...) AND state = <old> RETURNING key`` and their history rows
+are inserted with one multi-row ``INSERT`` (in chunks of :data:`CHUNK` keys: SQLite binds at
+most 32,766 parameters per statement), all in one transaction.
+
+The state guard makes a bulk transition as safe as :meth:`JobStore.transition`: a job whose
+state changed meanwhile (cancelled, claimed by another matcher worker) is not in the answer
+and is left untouched; the transition table is checked once for ``old -> new`` and an illegal
+change raises :class:`vgrid_runtime.states.IllegalTransition` before anything is written.
+
+:class:`BulkTransitions` is a mixin of :class:`broker.db.JobStore` (which names its row
+classes ``Row`` and ``History``), so this module does not import ``broker.db``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import and_, insert, or_, update
+
+from vgrid_runtime.job_states import JobState, check_transition
+
+#: Keys per UPDATE / INSERT statement (5 bound parameters per history row).
+CHUNK = 500
+
+
+def chunks(items: Sequence, size: int = CHUNK):
+    """``items`` in consecutive slices of at most ``size``."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class BulkTransitions:
+    """Set-wise state changes of a job store (``self.Row``, ``self.History``, ``self._session``,
+    ``self._values``, ``self._to_job`` come from :class:`broker.db.JobStore`)."""
+
+    def transition_many(self, keys: Iterable[str], new: JobState, now: float, *, expect: JobState,
+                        reason: str | None = None, increment: Iterable[str] = (),
+                        **fields: Any) -> list[str]:
+        """Move every job of ``keys`` that is still in state ``expect`` to ``new`` and set
+        ``fields`` (the same values for all; ``increment``: integer columns raised by 1, e.g.
+        ``dispatch_attempts``); one history row ``(new, now, reason)`` per moved job.
+
+        Returns the keys that moved (in the order given); the others are no longer in
+        ``expect`` (changed concurrently) or unknown, and are unchanged. One transaction;
+        ``now`` in seconds of the broker's clock. Raises IllegalTransition (nothing written)
+        when the transition table forbids ``expect -> new``, TypeError for an unknown field."""
+        keys = list(dict.fromkeys(keys))
+        check_transition(f"{len(keys)} jobs", expect, new)
+        if not keys:
+            return []
+        Row = self.Row
+        values = self._values(fields)
+        values.update(state=new.value, updated_at=now)
+        for name in increment:
+            values[name] = getattr(Row, name) + 1
+        if reason is not None:
+            values["reason"] = reason
+        moved: set[str] = set()
+        with self._session.begin() as s:
+            for part in chunks(keys):
+                stmt = (update(Row).where(Row.key.in_(part), Row.state == expect.value)
+                        .values(**values).returning(Row.key)
+                        .execution_options(synchronize_session=False))
+                done = [k for (k,) in s.execute(stmt)]
+                moved.update(done)
+                if done:
+                    s.execute(insert(self.History).values(
+                        [{"key": k, "state": new.value, "time": now, "reason": reason} for k in done]))
+        return [k for k in keys if k in moved]
+
+    def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
+              after: tuple[float, str] | None = None) -> list:
+        """Atomically claim at most ``limit`` Waiting jobs of ``kinds`` for one matcher worker:
+        Waiting -> Ready in one UPDATE (oldest first: ``(submitted_at, key)`` order, strictly
+        after ``after`` when given: the cursor of a pass), their history rows in one INSERT.
+        Returns the claimed jobs (:class:`broker.db.Job`, without history) in that order.
+
+        Atomic across workers and processes sharing the database: the UPDATE is guarded by
+        ``state = 'Waiting'``, so a job is claimed by one worker only; on PostgreSQL the
+        candidate rows are picked ``FOR UPDATE SKIP LOCKED`` so concurrent workers take
+        disjoint batches instead of waiting for each other (SQLite serialises writers)."""
+        check_transition("claimed jobs", JobState.WAITING, JobState.READY)
+        Row = self.Row
+        pick = (Row.__table__.select().with_only_columns(Row.key)
+                .where(Row.state == JobState.WAITING.value, Row.kind.in_(list(kinds)))
+                .where(or_(Row.submitted_at > after[0], and_(Row.submitted_at == after[0],
+                                                             Row.key > after[1]))
+                       if after is not None else Row.state == JobState.WAITING.value)
+                .order_by(Row.submitted_at, Row.key).limit(limit)
+                .with_for_update(skip_locked=True))
+        stmt = (update(Row).where(Row.key.in_(pick.scalar_subquery()),
+                                  Row.state == JobState.WAITING.value)
+                .values(state=JobState.READY.value, updated_at=now)
+                .returning(Row).execution_options(synchronize_session=False))
+        with self._session.begin() as s:
+            rows = list(s.scalars(stmt))
+            for part in chunks(rows):
+                s.execute(insert(self.History).values(
+                    [{"key": r.key, "state": JobState.READY.value, "time": now, "reason": None}
+                     for r in part]))
+            jobs = [self._to_job(r, ()) for r in rows]
+        jobs.sort(key=lambda j: (j.submitted_at, j.key))
+        return jobs
