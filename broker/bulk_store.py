@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import and_, insert, or_, update
+from sqlalchemy import and_, insert, or_, select, update
 
 from vgrid_runtime.job_states import JobState, check_transition
 
@@ -85,19 +85,22 @@ class BulkTransitions:
         disjoint batches instead of waiting for each other (SQLite serialises writers)."""
         check_transition("claimed jobs", JobState.WAITING, JobState.READY)
         Row = self.Row
-        pick = (Row.__table__.select().with_only_columns(Row.key)
+        pick = (select(Row.key)
                 .where(Row.state == JobState.WAITING.value, Row.kind.in_(list(kinds)))
-                .where(or_(Row.submitted_at > after[0], and_(Row.submitted_at == after[0],
-                                                             Row.key > after[1]))
-                       if after is not None else Row.state == JobState.WAITING.value)
                 .order_by(Row.submitted_at, Row.key).limit(limit)
-                .with_for_update(skip_locked=True))
-        stmt = (update(Row).where(Row.key.in_(pick.scalar_subquery()),
-                                  Row.state == JobState.WAITING.value)
-                .values(state=JobState.READY.value, updated_at=now)
-                .returning(Row).execution_options(synchronize_session=False))
+                .with_for_update(skip_locked=True))    # SQLite: no row locks, writers serialise
+        if after is not None:
+            pick = pick.where(or_(Row.submitted_at > after[0],
+                                  and_(Row.submitted_at == after[0], Row.key > after[1])))
         with self._session.begin() as s:
-            rows = list(s.scalars(stmt))
+            # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
+            # may take more than n rows on PostgreSQL (the subquery is re-run per row)
+            keys = list(s.scalars(pick))
+            rows = []
+            for part in chunks(keys):
+                rows += s.scalars(update(Row).where(Row.key.in_(part), Row.state == JobState.WAITING.value)
+                                  .values(state=JobState.READY.value, updated_at=now)
+                                  .returning(Row).execution_options(synchronize_session=False)).all()
             for part in chunks(rows):
                 s.execute(insert(self.History).values(
                     [{"key": r.key, "state": JobState.READY.value, "time": now, "reason": None}
