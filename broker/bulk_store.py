@@ -73,11 +73,13 @@ class BulkTransitions:
         return [k for k in keys if k in moved]
 
     def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
-              after: tuple[float, str] | None = None) -> list:
+              after: tuple[float, str] | None = None, owner: str | None = None) -> list:
         """Atomically claim at most ``limit`` Waiting jobs of ``kinds`` for one matcher worker:
         Waiting -> Ready in one UPDATE (oldest first: ``(submitted_at, key)`` order, strictly
         after ``after`` when given: the cursor of a pass), their history rows in one INSERT.
         Returns the claimed jobs (:class:`broker.db.Job`, without history) in that order.
+        ``owner``: the claiming broker instance (column ``claimed_by``, see
+        :meth:`ready_claimed_by`).
 
         Atomic across workers and processes sharing the database: the UPDATE is guarded by
         ``state = 'Waiting'``, so a job is claimed by one worker only; on PostgreSQL the
@@ -99,7 +101,7 @@ class BulkTransitions:
             rows = []
             for part in chunks(keys):
                 rows += s.scalars(update(Row).where(Row.key.in_(part), Row.state == JobState.WAITING.value)
-                                  .values(state=JobState.READY.value, updated_at=now)
+                                  .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
                                   .returning(Row).execution_options(synchronize_session=False)).all()
             for part in chunks(rows):
                 s.execute(insert(self.History).values(
@@ -108,3 +110,14 @@ class BulkTransitions:
             jobs = [self._to_job(r, ()) for r in rows]
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
+
+    def ready_claimed_by(self, owner: str | None) -> list[str]:
+        """Keys of the Ready jobs claimed by broker instance ``owner`` or by no recorded
+        instance (an older version, ``JobStore.transition``): what a restart of ``owner`` may
+        requeue. Ready jobs of another broker sharing the database are its own business."""
+        Row = self.Row
+        with self._session() as s:
+            return list(s.scalars(select(Row.key).where(
+                Row.state == JobState.READY.value,
+                or_(Row.claimed_by.is_(None), Row.claimed_by == owner))
+                .order_by(Row.submitted_at, Row.key)))

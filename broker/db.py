@@ -79,6 +79,8 @@ class JobRow(Base):
     last_heard: Mapped[float | None] = mapped_column(Float, nullable=True)
     stalled_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the broker instance whose matcher worker claimed the job (Ready): its restart requeues it
+    claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),
                       # every listing is ordered by (submitted_at, key): GET /jobs pages, the
@@ -208,7 +210,8 @@ _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_
                   "attempt": "INTEGER DEFAULT 0", "dispatch_key": "VARCHAR(48)",
                   "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
                   "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
-                  "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT"}
+                  "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT",
+                  "claimed_by": "VARCHAR(64)"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",
                   "CREATE INDEX IF NOT EXISTS ix_jobs_order ON jobs (submitted_at, key)",

@@ -80,7 +80,7 @@ def match_pass(broker, store, stop: threading.Event | None = None) -> int:
     done, after = 0, None
     limit = max(1, broker.settings.match_batch)
     while stop is None or not stop.is_set():
-        jobs = store.claim(broker.clock.now(), limit, after=after)
+        jobs = store.claim(broker.clock.now(), limit, after=after, owner=broker.instance)
         if not jobs:
             break
         after = (jobs[-1].submitted_at, jobs[-1].key)

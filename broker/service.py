@@ -77,6 +77,7 @@ class Broker:
         self.queues = TaskQueues(matchmaker)   # Waiting jobs' classes, matched once per snapshot
         self.http = http or new_session()   # shared by its CEAgentClients
         self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
+        self.instance = hmac.new(self._secret, b"instance", hashlib.sha256).hexdigest()[:16]  # claims
         self._stop = threading.Event()
         self._wake = matcher_worker.Wakeup()   # a submission wakes the loop and every matcher worker
         self.dispatcher = BulkDispatcher(self)  # one POST per CE per batch (broker.bulk_dispatch)

@@ -215,3 +215,18 @@ def test_a_ce_agent_without_the_bulk_endpoint_gets_one_post_per_job(tmp_path):
     finally:
         old.server.close()
         broker.store.close()
+
+
+def test_a_restart_requeues_only_its_own_claims(tmp_path):
+    """Brokers sharing one database: the Ready jobs another instance claimed are not this
+    restart's to requeue (they may be in flight); unowned ones (older versions) are."""
+    store, keys = store_with(f"sqlite:///{tmp_path / 'j.db'}", 5)
+    try:
+        a = store.claim(2.0, 2, owner="broker-a")
+        b = store.claim(2.0, 2, owner="broker-b")
+        unowned = [k for k in keys if k not in {j.key for j in a + b}]
+        store.transition(unowned[0], R, 2.0, expect=W)                 # the per-job path: no owner
+        mine = store.ready_claimed_by("broker-a")
+        assert set(mine) == {j.key for j in a} | set(unowned) and not {j.key for j in b} & set(mine)
+    finally:
+        store.close()

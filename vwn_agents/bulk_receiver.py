@@ -4,7 +4,8 @@ Thousands of CE agents cannot run on one machine; the broker's matcher benchmark
 need them only as dispatch endpoints. Every CE's GlueCEInfoContactString is
 ``<url>/ce/<name>``; the server accepts ``POST /ce/<name>/jobs/bulk`` (the CE agent's bulk
 contract, ``vwn_agents.ce_bulk``: one result per job, idempotent on the key) and
-``POST /ce/<name>/jobs`` (the single-job contract), and answers ``GET /stats`` with
+``POST /ce/<name>/jobs`` (the single-job contract) and ``GET /ce/<name>/jobs/<key>`` (every
+accepted job stays Scheduled), and answers ``GET /stats`` with
 ``{"posts", "jobs", "duplicates", "ces"}``: requests, distinct keys accepted, keys posted
 again, CEs that received jobs. A key posted again is accepted with ``created: false``, as a
 CE agent does, and counted in ``duplicates`` -- the figure the tests of two matcher workers
@@ -70,6 +71,13 @@ class SimulatedCEs:
             if not r["accepted"]:
                 return jsonify({"error": r["error"]}), 400
             return jsonify({"key": r["key"], "state": r["state"]}), 202
+
+        @app.get("/ce/<ce>/jobs/<key>")
+        def job(ce, key):          # what a restarted broker's resync asks (contract 7)
+            with self._lock:
+                if self.keys.get(key) != ce:
+                    return jsonify({"error": {"message": f"no job {key}"}}), 404
+            return jsonify({"key": key, "state": "Scheduled"})
 
         @app.get("/stats")
         def stats():
