@@ -135,19 +135,33 @@ class BulkDispatcher:
                 else f"CE {target.ce_id} unreachable: {exc.brief()}")
 
     def record(self, store, target: Target, results: list[Result], now: float) -> int:
-        """Apply ``results`` of one dispatch to ``target`` through ``store`` (the worker's own
-        JobStore): accepted -> Scheduled (one UPDATE: ``ce_id``, ``ce_url``, ``last_heard``,
-        ``dispatch_attempts`` + 1); failed -> Waiting, or Aborted (``dispatch-failed``) once
-        ``max_dispatch_attempts`` are used, one UPDATE per distinct reason. Returns how many
-        jobs were Scheduled or ended; jobs changed meanwhile (cancelled) are left alone."""
-        b = self.broker
-        accepted = [r.job for r in results if r.accepted]
-        moved = store.transition_many([j.key for j in accepted], JobState.SCHEDULED, now,
-                                      expect=JobState.READY, increment=("dispatch_attempts",),
-                                      ce_id=target.ce_id, ce_url=target.url, last_heard=now)
-        count = len(moved)
-        self._refresh_parents(accepted, moved, now)
-        failed = [r for r in results if not r.accepted]
+        """:meth:`record_all` of one dispatch."""
+        return self.record_all(store, [(target, results)], now)
+
+    def record_all(self, store, dispatched: list[tuple[Target, list[Result]]], now: float) -> int:
+        """Apply the results of a pass's dispatches (``[(target, results)]``) through ``store``
+        (the worker's own JobStore): accepted -> Scheduled with their target's ``ce_id`` and
+        ``ce_url``, ``last_heard`` = ``now``, ``dispatch_attempts`` + 1 (one UPDATE per
+        target, one transaction for all); failed -> Waiting, or Aborted (``dispatch-failed``)
+        once ``max_dispatch_attempts`` are used (one UPDATE per target and reason), the
+        target blacklisted when the failure is its own. Returns how many jobs were Scheduled
+        or ended; jobs changed meanwhile (cancelled) are left alone."""
+        accepted = [(t, [r.job for r in results if r.accepted]) for t, results in dispatched]
+        accepted = [(t, jobs) for t, jobs in accepted if jobs]
+        moved = store.transition_sets([([j.key for j in jobs], {"ce_id": t.ce_id, "ce_url": t.url,
+                                                                 "last_heard": now})
+                                       for t, jobs in accepted], JobState.SCHEDULED, now,
+                                      expect=JobState.READY, increment=("dispatch_attempts",))
+        count = sum(len(m) for m in moved)
+        self._refresh_parents([j for _, jobs in accepted for j in jobs], [k for m in moved for k in m], now)
+        for target, results in dispatched:
+            failed = [r for r in results if not r.accepted]
+            if failed:
+                count += self._failed(store, target, failed, now)
+        return count
+
+    def _failed(self, store, target: Target, failed: list[Result], now: float) -> int:
+        b, count = self.broker, 0
         for r in failed:
             if r.exc is not None and blacklist_ce(b.ism, target.ce_id, r.exc, now, b.settings.blacklist_s):
                 break

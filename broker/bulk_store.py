@@ -17,6 +17,7 @@ classes ``Row`` and ``History``), so this module does not import ``broker.db``.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import and_, insert, or_, select, update
@@ -48,29 +49,44 @@ class BulkTransitions:
         ``expect`` (changed concurrently) or unknown, and are unchanged. One transaction;
         ``now`` in seconds of the broker's clock. Raises IllegalTransition (nothing written)
         when the transition table forbids ``expect -> new``, TypeError for an unknown field."""
-        keys = list(dict.fromkeys(keys))
-        check_transition(f"{len(keys)} jobs", expect, new)
-        if not keys:
-            return []
-        Row = self.Row
-        values = self._values(fields)
-        values.update(state=new.value, updated_at=now)
+        return self.transition_sets([(keys, fields)], new, now, expect=expect, reason=reason,
+                                    increment=increment)[0]
+
+    def transition_sets(self, sets: Iterable[tuple[Iterable[str], dict[str, Any]]], new: JobState,
+                        now: float, *, expect: JobState, reason: str | None = None,
+                        increment: Iterable[str] = ()) -> list[list[str]]:
+        """:meth:`transition_many` for several sets of jobs at once, each ``(keys, fields)``
+        with its own field values (e.g. the jobs accepted by each CE of a matcher pass, with
+        that CE's ``ce_id`` and ``ce_url``): one UPDATE per set, all in one transaction.
+        Returns the moved keys of each set, in order. Same errors."""
+        sets = [(list(dict.fromkeys(keys)), self._values(fields)) for keys, fields in sets]
+        check_transition(f"{sum(len(k) for k, _ in sets)} jobs", expect, new)
+        table = self.Row.__table__
+        common: dict[str, Any] = {"state": new.value, "updated_at": now}
         for name in increment:
-            values[name] = getattr(Row, name) + 1
+            common[name] = table.c[name] + 1
         if reason is not None:
-            values["reason"] = reason
-        moved: set[str] = set()
-        with self._session.begin() as s:
-            for part in chunks(keys):
-                stmt = (update(Row).where(Row.key.in_(part), Row.state == expect.value)
-                        .values(**values).returning(Row.key)
-                        .execution_options(synchronize_session=False))
-                done = [k for (k,) in s.execute(stmt)]
-                moved.update(done)
-                if done:
-                    s.execute(insert(self.History).values(
-                        [{"key": k, "state": new.value, "time": now, "reason": reason} for k in done]))
-        return [k for k in keys if k in moved]
+            common["reason"] = reason
+        out: list[list[str]] = []
+        with self.engine.begin() as c:     # Core statements: compiled once, cached
+            for keys, values in sets:
+                moved: set[str] = set()
+                for part in chunks(keys):
+                    done = list(c.scalars(update(table).where(table.c.key.in_(part),
+                                                              table.c.state == expect.value)
+                                          .values(**values, **common).returning(table.c.key)))
+                    moved.update(done)
+                    self._history(c, done, new, now, reason)
+                out.append([k for k in keys if k in moved])
+        return out
+
+    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None) -> None:
+        """One INSERT statement for the history rows of ``keys`` (executemany of one
+        prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
+        gains from it)."""
+        if keys:
+            conn.execute(insert(self.History.__table__),
+                         [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
 
     def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
               after: tuple[float, str] | None = None, owner: str | None = None) -> list:
@@ -94,20 +110,19 @@ class BulkTransitions:
         if after is not None:
             pick = pick.where(or_(Row.submitted_at > after[0],
                                   and_(Row.submitted_at == after[0], Row.key > after[1])))
-        with self._session.begin() as s:
+        table = Row.__table__
+        with self.engine.begin() as c:
             # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
             # may take more than n rows on PostgreSQL (the subquery is re-run per row)
-            keys = list(s.scalars(pick))
+            keys = list(c.scalars(pick))
             rows = []
             for part in chunks(keys):
-                rows += s.scalars(update(Row).where(Row.key.in_(part), Row.state == JobState.WAITING.value)
+                rows += c.execute(update(table).where(table.c.key.in_(part),
+                                                      table.c.state == JobState.WAITING.value)
                                   .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
-                                  .returning(Row).execution_options(synchronize_session=False)).all()
-            for part in chunks(rows):
-                s.execute(insert(self.History).values(
-                    [{"key": r.key, "state": JobState.READY.value, "time": now, "reason": None}
-                     for r in part]))
-            jobs = [self._to_job(r, ()) for r in rows]
+                                  .returning(*table.c)).all()
+            self._history(c, [r.key for r in rows], JobState.READY, now, None)
+            jobs = [self._to_job(SimpleNamespace(**r._asdict()), ()) for r in rows]   # fast getattr
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
 

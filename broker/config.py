@@ -41,8 +41,8 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions):
     match_interval_s: float = opt(0.5, "seconds between matcher passes over Waiting jobs")
     matcher_workers: int = opt(1, "matcher worker threads, each with its own database connection; "
                                "several brokers may also share one PostgreSQL database (claims are atomic)")
-    match_batch: int = opt(1000, "Waiting jobs a matcher worker claims per UPDATE; each batch is "
-                           "matched and dispatched with one POST per CE")
+    match_batch: int = opt(5000, "Waiting jobs a matcher worker claims at once (one transaction); "
+                           "the jobs of a batch chosen for one CE go in one POST /jobs/bulk")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "

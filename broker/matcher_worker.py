@@ -120,9 +120,8 @@ def match_batch(broker, store, jobs: list) -> int:
         moved = store.transition_many([j.key for j in retry], JobState.WAITING, now, expect=JobState.READY,
                                       reason=f"{NO_MATCH} yet; retrying")
         broker.dispatcher._refresh_parents(retry, moved, now)
-    for target, batch in groups.items():
-        results = broker.dispatcher.dispatch(target, batch)
-        done += broker.dispatcher.record(store, target, results, broker.clock.now())
+    dispatched = [(target, broker.dispatcher.dispatch(target, batch)) for target, batch in groups.items()]
+    done += broker.dispatcher.record_all(store, dispatched, broker.clock.now())
     return done
 
 

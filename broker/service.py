@@ -57,7 +57,7 @@ class BrokerSettings:
     default_ce_interval_s: float = 0.0    # heartbeat interval assumed for a CE never heard; 0: none
     stall_check_s: float = 1.0            # seconds of the clock between Stalled scans
     matcher_workers: int = 1              # matcher threads, each with its own DB connection
-    match_batch: int = 1000               # Waiting jobs claimed per UPDATE (broker.matcher_worker)
+    match_batch: int = 5000               # Waiting jobs claimed at once (broker.matcher_worker)
 
 
 class Broker:
