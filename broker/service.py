@@ -77,7 +77,6 @@ class Broker:
         self.queues = TaskQueues(matchmaker)   # Waiting jobs' classes, matched once per snapshot
         self.http = http or new_session()   # shared by its CEAgentClients
         self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
-        self.instance = hmac.new(self._secret, b"instance", hashlib.sha256).hexdigest()[:16]  # claims
         self._stop = threading.Event()
         self._wake = matcher_worker.Wakeup()   # a submission wakes the loop and every matcher worker
         self.dispatcher = BulkDispatcher(self)  # one POST per CE per batch (broker.bulk_dispatch)
@@ -87,6 +86,12 @@ class Broker:
         self._last_scan: float | None = None
         self.started_at: float | None = None
         self._scan_lock = threading.Lock()
+
+    @property
+    def instance(self) -> str:
+        """This broker's name in the ``claimed_by`` column of the jobs its matcher claims: an
+        HMAC of its base URL (brokers sharing one database differ by URL)."""
+        return hmac.new(self._secret, self.settings.base_url.encode(), hashlib.sha256).hexdigest()[:16]
 
     def ce_client(self, url: str) -> CEAgentClient:
         """The client of the CE agent at ``url`` (sharing the broker's session; timeout
