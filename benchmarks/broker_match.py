@@ -21,7 +21,8 @@ record Scheduled in one UPDATE per CE. Checked: every matched job is Scheduled, 
 got each dispatch key exactly once (``duplicates`` 0).
 
 CPU = ``time.process_time()`` of the broker process (all its threads; the receiver excluded);
-the split (``claim``, ``choose``, ``dispatch`` = building the bodies + HTTP, ``record``) is
+the split (``claim``, ``parse`` of the JDL, ``choose`` (of which ``class_matching``, the
+filtering of each class once), ``dispatch`` = building the bodies + HTTP, ``record``) is
 thread CPU inside each step. The per-job matcher (``Matchmaker.match`` + ``select`` per job,
 the matcher before task queues) runs the same pipeline on the first ``--per-job-jobs`` jobs
 (1 worker, first repeat) and its choices must equal the task queues' (``same_choices``, exit 1
@@ -195,6 +196,8 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     mm.filtered = timer.wrap("class_matching", mm.filtered)
     broker.dispatcher.dispatch = timer.wrap("dispatch", broker.dispatcher.dispatch)
     broker.dispatcher.record_all = timer.wrap("record", broker.dispatcher.record_all)
+    real_parse = matcher_worker.jdlmod.parse_jdl
+    matcher_worker.jdlmod.parse_jdl = timer.wrap("parse", real_parse)   # the JDL parse per job
     stores = [JobStore(url) for _ in range(workers)]
     for s in stores:
         s.claim = timer.wrap("claim", s.claim)
@@ -206,6 +209,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     for t in threads:
         t.join()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    matcher_worker.jdlmod.parse_jdl = real_parse
     after = requests.get(f"{receiver}/stats", timeout=30).json()
     scheduled = store.list(states=[JobState.SCHEDULED], history=False)
     chosen = sorted((j.key, j.ce_id) for j in scheduled)
@@ -217,7 +221,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
             "jobs_per_s": round(jobs / wall, 1), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_per_job_us": round(1e6 * cpu / jobs, 1),
             "split_us_per_job": {k: round(1e6 * sp.get(k, 0.0) / jobs, 1)
-                                 for k in ("claim", "choose", "class_matching", "dispatch", "record")},
+                                 for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")},
             "posts": after["posts"] - before["posts"], "received": after["jobs"] - before["jobs"],
             "duplicates": after["duplicates"] - before["duplicates"],
             "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen}
