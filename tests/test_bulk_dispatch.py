@@ -156,6 +156,26 @@ def test_ce_agent_bulk_accepts_each_job_once_and_refuses_bad_ones_typed(ce_agent
     assert client.submit(body("b6"))["key"] == "b6"                         # the single-job API stays
 
 
+def test_ce_agent_bulk_jobs_are_stored_before_the_answer(tmp_path):
+    """What a bulk POST accepted survives a restart of the CE agent (one transaction before
+    the answer); a key twice in one request is created once."""
+    cfg = CEAgentConfig.from_dict({"ce_id": "ce1.vgrid.local:8443/vgrid-vwn-long", "host": "ce1.vgrid.local",
+                                   "site": "S", "queue": "long", "nodes": [], "vos": ["dteam"],
+                                   "state_dir": str(tmp_path / "ce")})
+    server = BackgroundServer(create_app(cfg))
+    try:
+        results = CEAgentClient(server.url).submit_many([body("s1"), body("s2"), body("s1")])
+        assert [(r["key"], r["created"]) for r in results] == [("s1", True), ("s2", True), ("s1", False)]
+    finally:
+        server.close()
+    again = BackgroundServer(create_app(cfg))          # a restart on the same state directory
+    try:
+        assert sorted(again.app.config["VGRID_AGENT"].jobs) == ["s1", "s2"]
+        assert [r["created"] for r in CEAgentClient(again.url).submit_many([body("s2")])] == [False]
+    finally:
+        again.close()
+
+
 def test_ce_agent_bulk_rejects_a_malformed_request_whole(ce_agent):
     url, agent = ce_agent
     for doc in ({"jobs": "x"}, {"no": []}, [1, 2]):

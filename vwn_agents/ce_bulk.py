@@ -24,7 +24,7 @@ from vgrid_runtime.config import ConfigError, load
 from vgrid_runtime.httpjson import ApiError, json_body
 from vgrid_runtime.outcomes import Outcome
 
-from .ce_jobs import JobRequest
+from .ce_jobs import CEJob, CEJobState, JobRequest, parse_job_jdl
 
 #: The most jobs one POST /jobs/bulk may carry (the broker sends at most 1,000).
 MAX_JOBS = 10_000
@@ -39,22 +39,49 @@ def refused(key, status: int, message: str, **fields) -> dict:
 
 def submit_many(agent, entries: list) -> list[dict]:
     """Accept each entry of ``entries`` (POST /jobs bodies) on ``agent`` (a CEAgent); one
-    result per entry, in order (see the module doc). Never raises for a bad entry."""
-    results = []
-    for i, entry in enumerate(entries):
+    result per entry, in order (see the module doc). As :meth:`CEAgent.submit` for each, except
+    that the new jobs are stored in one transaction (before the answer) and the placer is
+    woken once. Never raises for a bad entry."""
+    results: list[dict | None] = [None] * len(entries)
+    prepared = []
+    for i, entry in enumerate(entries):           # parse outside the agent's lock
         key = entry.get("key") if isinstance(entry, dict) else None
         try:
             req = load(JobRequest, entry, f"POST /jobs/bulk: jobs[{i}]")
-            job, created = agent.submit(req)
+            if req.key in agent.jobs:
+                prepared.append((i, req, None, None))
+                continue
+            desc = parse_job_jdl(req.jdl, req.filename)
+            lease_req = agent.leases.lease_request(desc) if agent.leases else None
         except ConfigError as exc:
-            results.append(refused(key, 400, str(exc)))
+            results[i] = refused(key, 400, str(exc))
             continue
         except ApiError as exc:
-            results.append(refused(key, exc.status, f"jobs[{i}]: {exc}",
-                                   **{k: v for k, v in exc.body.items() if k != "message"}))
+            results[i] = refused(key, exc.status, f"jobs[{i}]: {exc}",
+                                 **{k: v for k, v in exc.body.items() if k != "message"})
             continue
-        results.append({"key": job.request.key, "accepted": True, "created": created,
-                        "state": job.state.value})
+        prepared.append((i, req, desc, lease_req))
+    new = []
+    with agent._lock:
+        for i, req, desc, lease_req in prepared:
+            job = agent.jobs.get(req.key)
+            created = job is None
+            if created and desc is None:      # known when parsed, gone since: not expected
+                results[i] = refused(req.key, 409, f"jobs[{i}]: job {req.key} changed meanwhile; post it again")
+                continue
+            if created:
+                job = CEJob(req, desc, CEJobState.SCHEDULED, lease_req=lease_req, accepted=agent.clock.now())
+                agent.jobs[req.key] = job
+                new.append(job)
+            results[i] = {"key": req.key, "accepted": True, "created": created, "state": job.state.value}
+        try:
+            agent.store.save_many(new)        # before the answer, one transaction
+        except BaseException:                 # nothing stored: nothing accepted (a retry creates them)
+            for job in new:
+                agent.jobs.pop(job.request.key, None)
+            raise
+    if new:
+        agent._wake.set()
     return results
 
 
