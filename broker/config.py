@@ -53,6 +53,10 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                          "scans, restart recovery); false: a submission and status front end over "
                          "a database another broker process matches from (PostgreSQL)")
     match_interval_s: float = opt(0.5, "seconds between matcher passes over Waiting jobs")
+    matcher_workers: int = opt(1, "matcher worker threads, each with its own database connection; "
+                               "several brokers may also share one PostgreSQL database (claims are atomic)")
+    match_batch: int = opt(5000, "Waiting jobs a matcher worker claims at once (one transaction); "
+                           "the jobs of a batch chosen for one CE go in one POST /jobs/bulk")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "
@@ -102,6 +106,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):
             if getattr(self, name) <= 0:
                 return f"field {name!r} must be > 0"
+        for name in ("matcher_workers", "match_batch"):
+            if getattr(self, name) < 1:
+                return f"field {name!r} must be >= 1"
         if self.blacklist_s < 0:
             return "field 'blacklist_s' must be >= 0"
         for name in ("max_retry_count", "max_shallow_retry_count", "stalled_resubmit_s",

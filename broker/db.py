@@ -19,6 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from vgrid_runtime.sqldb import DBPool, add_missing_columns, open_engine
+
+from .bulk_store import BulkTransitions
 from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
 
@@ -81,6 +83,8 @@ class JobRow(Base):
     last_heard: Mapped[float | None] = mapped_column(Float, nullable=True)
     stalled_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the broker instance whose matcher worker claimed the job (Ready): its restart requeues it
+    claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),
                       # every listing is ordered by (submitted_at, key): GET /jobs pages, the
@@ -217,7 +221,8 @@ _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_
                   "attempt": "INTEGER DEFAULT 0", "dispatch_key": "VARCHAR(48)",
                   "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
                   "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
-                  "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT"}
+                  "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT",
+                  "claimed_by": "VARCHAR(64)"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",
                   "CREATE INDEX IF NOT EXISTS ix_jobs_order ON jobs (submitted_at, key)",
@@ -226,12 +231,15 @@ _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs
                   "CREATE INDEX IF NOT EXISTS ix_jobs_parent_order ON jobs (parent_key, submitted_at, key)")
 
 
-class JobStore:
+class JobStore(BulkTransitions):
     """Repository of jobs over a SQLAlchemy engine. Thread-safe (one session per call).
+    Set-wise changes (``transition_many``, ``claim``): :mod:`broker.bulk_store`.
 
     ``url`` is any SQLAlchemy URL, e.g. ``sqlite:////tmp/jobs.db`` or
     ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
     """
+
+    Row, History = JobRow, HistoryRow
 
     def __init__(self, url: str, pool: DBPool | None = None) -> None:
         self.engine = open_engine(url, pool)   # pool: vgrid_runtime.sqldb.DBPool (connections)

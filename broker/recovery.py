@@ -3,7 +3,9 @@
 :func:`recover` runs once before the matcher loop starts: sandboxes of submissions that were
 never stored are removed and a job whose input sandbox is incomplete is Aborted
 (``broker.sandbox_store``); Submitted jobs (not blocked DAG nodes)
-go to Waiting, Ready jobs (a dispatch that was not confirmed) back to Waiting, and every job at
+go to Waiting, Ready jobs (a dispatch that was not confirmed) claimed by this broker instance
+(``Broker.instance``, derived from its state directory's secret; not those of another broker
+sharing a PostgreSQL database) back to Waiting, and every job at
 a CE (Scheduled, Running, Stalled) is resynchronised with :func:`resync`, which asks the CE
 agent for the job's *current attempt* (its dispatch key, contract 7) and applies the events
 the broker missed; a CE that no longer knows that attempt (404) ends it like a lost job
@@ -39,8 +41,12 @@ def recover(broker) -> None:
     for job in broker.store.list(states=[JobState.SUBMITTED]):
         if not job.depends_on:  # blocked DAG nodes stay Submitted until released
             broker.move(job, JobState.WAITING, now, reason="recovered after a broker restart")
-    for job in broker.store.list(states=[JobState.READY]):
-        broker.move(job, JobState.WAITING, now, reason="dispatch not confirmed before a broker restart")
+    mine = broker.store.ready_claimed_by(broker.instance)   # not the Ready jobs of other brokers
+    for job in broker.store.list(keys=mine, history=False) if mine else []:
+        try:
+            broker.move(job, JobState.WAITING, now, reason="dispatch not confirmed before a broker restart")
+        except StaleState:      # dispatched or cancelled meanwhile
+            pass
     for job in broker.store.list(states=AT_CE):
         resync(broker, job)
 

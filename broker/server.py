@@ -64,7 +64,8 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
                                                  config.default_retry_count,
                                                  config.default_shallow_retry_count),
                               stalled_resubmit_s=config.stalled_resubmit_s,
-                              default_ce_interval_s=config.default_ce_interval_s)
+                              default_ce_interval_s=config.default_ce_interval_s,
+                              matcher_workers=config.matcher_workers, match_batch=config.match_batch)
     broker = Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
                     http=new_session(config.tls_files()))
     if config.peers:

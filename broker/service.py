@@ -24,12 +24,12 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 
 from vgrid_runtime.authn import Caller
 
-from . import compound, heartbeats, recovery, resubmission, submission
-from .blacklist import blacklist_ce
+from . import compound, heartbeats, matcher_worker, recovery, resubmission, submission
+from .bulk_dispatch import BulkDispatcher
 from .db import Job, JobStore, StaleState
 from .sandbox_store import SandboxStore
 from .transfers import BrokerError, safe_name, transfer_secret
-from .matchmaker import CE_ID, MatchResult, Matchmaker
+from .matchmaker import MatchResult, Matchmaker
 from .taskqueues import TaskQueues
 from .selection import ad_value
 from vgrid_runtime.job_states import AT_CE, IllegalTransition, JobState
@@ -38,7 +38,7 @@ from vgrid_runtime.storage import log_failure
 
 log = logging.getLogger("vgrid.broker")
 
-NO_MATCH = "no compatible resources"
+NO_MATCH = matcher_worker.NO_MATCH
 
 
 @dataclass
@@ -56,6 +56,8 @@ class BrokerSettings:
     stalled_resubmit_s: float = 60.0      # Stalled this long -> resubmitted or Aborted
     default_ce_interval_s: float = 0.0    # heartbeat interval assumed for a CE never heard; 0: none
     stall_check_s: float = 1.0            # seconds of the clock between Stalled scans
+    matcher_workers: int = 1              # matcher threads, each with its own DB connection
+    match_batch: int = 5000               # Waiting jobs claimed at once (broker.matcher_worker)
 
 
 class Broker:
@@ -76,13 +78,21 @@ class Broker:
         self.http = http or new_session()   # shared by its CEAgentClients
         self._secret = transfer_secret(self.sandbox_dir.parent / "transfer.key")
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._wake = matcher_worker.Wakeup()   # a submission wakes the loop and every matcher worker
+        self.dispatcher = BulkDispatcher(self)  # one POST per CE per batch (broker.bulk_dispatch)
+        self.workers: list[matcher_worker.MatcherWorker] = []
         self._thread: threading.Thread | None = None
         self._lock = self.lock = threading.RLock()   # one job change at a time (events, scans)
         self._last_scan: float | None = None
         self.started_at: float | None = None
         self._scan_lock = threading.Lock()
         self.federation = None   # broker.federation.attach: peers are dispatched to as CEs
+
+    @property
+    def instance(self) -> str:
+        """This broker's name in the ``claimed_by`` column of the jobs its matcher claims: an
+        HMAC of its base URL (brokers sharing one database differ by URL)."""
+        return hmac.new(self._secret, self.settings.base_url.encode(), hashlib.sha256).hexdigest()[:16]
 
     def ce_client(self, url: str) -> CEAgentClient:
         """The client of the CE agent at ``url`` (sharing the broker's session; timeout
@@ -169,38 +179,12 @@ class Broker:
         return self.matchmaker.match(job_desc, self.ism.candidates(), now=self.clock.now())
 
     def match_pending(self) -> int:
-        """One FCFS pass over Waiting jobs; returns how many were dispatched or ended."""
+        """One FCFS pass over Waiting jobs in this thread (:func:`broker.matcher_worker.match_pass`
+        on the broker's store; the workers of :meth:`start` run the same); returns how many
+        were dispatched or ended."""
         if self.ism.last_refresh is None:
             return 0  # the ISM has never been filled: wait rather than abort everything
-        done = self.release_dag_nodes()
-        for job in self.store.list(states=[JobState.WAITING], kinds=["job", "node"], history=False):
-            if self._stop.is_set():
-                break
-            if self._match_one(job):
-                done += 1
-        return done
-
-    def _match_one(self, job: Job) -> bool:
-        now = self.clock.now()
-        try:
-            job = self._transition(job, JobState.READY, now)
-        except StaleState:
-            return False  # cancelled or claimed meanwhile
-        desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
-        chosen = self.queues.choose(desc, self.ism.candidates(), now=now, vo=job.owner_vo,
-                                    fqans=tuple(job.owner_fqans), exclude=frozenset(job.failed_ces))
-        if chosen is None:
-            if now - (job.waiting_since or job.submitted_at) >= self.settings.match_expiry_s:
-                tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
-                         f"{job.last_failure}" if job.failed_ces else "")
-                self._transition(job, JobState.ABORTED, now, reason=NO_MATCH + tried,
-                                 outcome=Outcome.NO_RESOURCES)
-                return True
-            self._transition(job, JobState.WAITING, now, reason=f"{NO_MATCH} yet; retrying")
-            return False
-        self.ism.feedback.increment(chosen.ce_id)
-        url = self._ce_url(chosen.ad)
-        return self._dispatch(job, desc, str(chosen.ad.get(CE_ID, chosen.ce_id)), url)
+        return self.release_dag_nodes() + matcher_worker.match_pass(self, self.store, self._stop)
 
     @staticmethod
     def _ce_url(ad) -> str | None:
@@ -209,42 +193,6 @@ class Broker:
             if isinstance(value, str) and value.startswith(("http://", "https://")):
                 return value.rstrip("/")
         return None
-
-    def _dispatch(self, job: Job, desc, ce_id: str, url: str | None) -> bool:
-        now = self.clock.now()
-        attempts = job.dispatch_attempts + 1
-        error = None
-        if url is None:
-            error = f"CE {ce_id} publishes no HTTP GlueCEInfoContactString"
-        else:
-            body = {"job_id": self.job_id(job.key), "key": job.dispatch_key, "jdl": job.jdl,
-                    "filename": job.filename,
-                    "callback_url": f"{self.settings.base_url}/jobs/{job.key}/events",
-                    "heartbeat_url": f"{self.settings.base_url}/heartbeats",
-                    "input_sandbox": self._input_urls(job, desc),
-                    "output_upload_url": f"{self._sandbox_url(job)}/output"}
-            if job.owner_dn:
-                body["owner"] = {"dn": job.owner_dn, "vo": job.owner_vo, "fqans": job.owner_fqans}
-            try:
-                self.ce_client(url).submit(body)
-            except CEAgentError as exc:  # it answered (HTTP <status> <text>), or not (the error's class)
-                error = (f"CE {ce_id} refused the job: {exc}" if exc.status is not None
-                         else f"CE {ce_id} unreachable: {exc.brief()}")
-                blacklist_ce(self.ism, ce_id, exc, now, self.settings.blacklist_s)
-        if error is None:
-            try:
-                self._transition(job, JobState.SCHEDULED, now, ce_id=ce_id, ce_url=url,
-                                 dispatch_attempts=attempts, last_heard=now)
-            except StaleState:
-                return False
-            return True
-        log.warning("dispatch of %s failed: %s", job.key, error)
-        if attempts >= self.settings.max_dispatch_attempts:
-            self._transition(job, JobState.ABORTED, now, reason=f"dispatch failed: {error}",
-                             dispatch_attempts=attempts, outcome=Outcome.DISPATCH_FAILED)
-            return True
-        self._transition(job, JobState.WAITING, now, reason=error, dispatch_attempts=attempts)
-        return False
 
     def _input_urls(self, job: Job, desc) -> list[dict[str, str]]:
         out = []
@@ -440,7 +388,8 @@ class Broker:
     def start(self) -> None:
         self.started_at = self.clock.now()   # silence while the broker was down is not the CE's
         self.recover()
-        self._thread = threading.Thread(target=self._loop, name="vgrid-matcher", daemon=True)
+        self.workers = matcher_worker.start_workers(self)
+        self._thread = threading.Thread(target=self._loop, name="vgrid-broker-loop", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -448,6 +397,7 @@ class Broker:
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=10)
+        matcher_worker.stop_workers(self.workers)
 
     def check_stalled(self, force: bool = False) -> int:
         """A Stalled scan (:func:`broker.heartbeats.scan`, one at a time) if ``force`` or
@@ -462,9 +412,9 @@ class Broker:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.match_pending()
-            except Exception as exc:  # keep matching whatever one job did
-                log_failure(log, "matcher pass failed", exc)   # one line a minute when disk full
+                self.release_dag_nodes()   # matching: the workers (broker.matcher_worker)
+            except Exception as exc:
+                log_failure(log, "DAG release failed", exc)   # one line a minute when disk full
             try:
                 self.check_stalled()
             except Exception as exc:

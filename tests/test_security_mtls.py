@@ -336,3 +336,18 @@ def test_listing_filters_by_owner_only_for_the_owner_or_an_admin(pki, site):
     admin = carol.get(url, params={"owner": dns["alice"], "limit": 1000}, timeout=10).json()
     assert key in {j["key"] for j in admin["jobs"]}
     assert {j["owner"]["dn"] for j in admin["jobs"]} == {dns["alice"]}
+
+
+def test_only_a_broker_may_post_a_bulk_dispatch(pki, site):
+    """POST /jobs/bulk has the rule of POST /jobs: a user (or another service) gets 403 and
+    nothing is stored; the broker's identity is accepted job by job."""
+    d, _ = pki
+    entry = {"job_id": "x", "key": "bulk-evil", "jdl": JDL}
+    for who in (user(d, "alice.proxy"), new_session(tls(d, "ce"))):
+        r = who.post(f"{site['ce']}/jobs/bulk", json={"jobs": [entry]}, timeout=10)
+        assert r.status_code == 403, r.text
+    broker = new_session(tls(d, "broker"))
+    assert "bulk-evil" not in {j["key"] for j in broker.get(f"{site['ce']}/jobs", timeout=10).json()}
+    r = broker.post(f"{site['ce']}/jobs/bulk", json={"jobs": [{**entry, "key": "bulk-ok"}]}, timeout=10)
+    assert r.status_code == 200 and r.json()["results"][0]["accepted"] is True, r.text
+    broker.post(f"{site['ce']}/jobs/bulk-ok/cancel", timeout=10)

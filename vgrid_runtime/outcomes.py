@@ -58,6 +58,10 @@ class Outcome(enum.StrEnum):
     #: Broker: the job's input sandbox was found incomplete after a restart (a database from an
     #: older version, files removed by hand); never dispatched (Aborted).
     SANDBOX_LOST = "sandbox-lost"
+    #: CE agent: one job of a bulk dispatch was refused (malformed request, bad JDL): the
+    #: job's fault, not the CE's; the broker retries it (no blacklist) until
+    #: max_dispatch_attempts, then Aborts it with ``dispatch-failed`` (contract of POST /jobs/bulk).
+    REFUSED = "refused"
 
     @classmethod
     def parse(cls, value) -> "Outcome | None":

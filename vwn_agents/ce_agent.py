@@ -36,6 +36,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
+from . import ce_bulk
 from .ce_config import CEAgentConfig
 from .ce_heartbeats import CEHeartbeats, loopback
 from .ce_metrics import install_ce_metrics
@@ -447,6 +448,8 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
         from_broker("submit jobs")
         job, _ = agent.submit(parse_body(JobRequest, "POST /jobs"))
         return jsonify({"state": job.state.value, "key": job.request.key}), 202
+
+    ce_bulk.install(app, agent, from_broker)    # POST /jobs/bulk: a matcher pass's jobs at once
 
     @app.get("/jobs")
     def list_jobs():

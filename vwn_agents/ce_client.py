@@ -1,6 +1,7 @@
 """The one client of the CE agent's job API (docs/architecture.md, "CE agent").
 
-``CEAgentClient(base_url, session=None, timeout_s=10.0)``: ``submit`` (POST /jobs), ``jobs``
+``CEAgentClient(base_url, session=None, timeout_s=10.0)``: ``submit`` (POST /jobs),
+``submit_many`` (POST /jobs/bulk), ``jobs``
 (GET /jobs), ``job`` (GET /jobs/<key>), ``cancel`` (POST /jobs/<key>/cancel), ``status``
 (GET /status). Every failure raises ``CEAgentError`` with a ``kind``
 (``vgrid_runtime.httpclient.ErrorKind``: unreachable, timeout, http, bad-answer) and the HTTP
@@ -35,6 +36,21 @@ class CEAgentClient(ServiceClient):
         "output_upload_url"}``: 202 ``{"state","key"}`` (a repeated key answers the current
         state). Raises CEAgentError (HTTP 400 for bad JDL, with ``body["error"]``)."""
         return self._call("POST", "/jobs", json=body, required=("key",))
+
+    def submit_many(self, bodies: list[dict]) -> list[dict]:
+        """POST /jobs/bulk with ``{"jobs": bodies}`` (each a :meth:`submit` body): one result per
+        body, in order, ``{"key","accepted","created","state"}`` or ``{"key","accepted": false,
+        "outcome": "refused","status","error"}`` (``vwn_agents.ce_bulk``). Raises CEAgentError
+        for the whole request (HTTP 403 not a broker of this CE; 404 a CE agent without the
+        endpoint; unreachable, timeout) or an answer without one result per body."""
+        answer = self._call("POST", "/jobs/bulk", json={"jobs": bodies}, required=("results",))
+        results = answer["results"]
+        if not isinstance(results, list) or len(results) != len(bodies) or \
+                not all(isinstance(r, dict) for r in results):
+            got = len(results) if isinstance(results, list) else type(results).__name__
+            raise CEAgentError(ErrorKind.BAD_ANSWER, f"POST /jobs/bulk answered {got} results for "
+                               f"{len(bodies)} jobs", f"{self.base_url}/jobs/bulk")
+        return results
 
     def jobs(self) -> list[dict]:
         """GET /jobs: every job record at the CE, in arrival order. Raises CEAgentError."""

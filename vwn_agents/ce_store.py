@@ -69,12 +69,18 @@ class CEStore:
 
     def save(self, job: CEJob) -> None:
         """Insert or update the row of ``job`` (committed when this returns)."""
-        row = _row(job)
+        self.save_many([job])
+
+    def save_many(self, jobs: list[CEJob]) -> None:
+        """Insert or update the rows of ``jobs`` in one transaction (a bulk dispatch: committed
+        when this returns, before the CE agent answers)."""
         with self.engine.begin() as conn:
-            done = conn.execute(CE_JOBS.update().where(CE_JOBS.c.key == row["key"]).values(**row)).rowcount
-            if not done:
-                self._seq += 1
-                conn.execute(CE_JOBS.insert().values(seq=self._seq, **row))
+            for job in jobs:
+                row = _row(job)
+                done = conn.execute(CE_JOBS.update().where(CE_JOBS.c.key == row["key"]).values(**row)).rowcount
+                if not done:
+                    self._seq += 1
+                    conn.execute(CE_JOBS.insert().values(seq=self._seq, **row))
 
     def load(self, parse) -> list[CEJob]:
         """Every stored job in arrival order. ``parse(request)`` returns the parsed JDL of a job

@@ -1,0 +1,138 @@
+"""Bulk state transitions of the job store: one UPDATE for a set of jobs (issue 12).
+
+The matcher moves thousands of jobs per pass (Waiting -> Ready when it claims them, Ready ->
+Scheduled per CE once the CE accepted them, Ready -> Waiting when nothing matched yet). One
+transaction per job costs milliseconds of store work; here a set of jobs changes with one
+``UPDATE jobs ... WHERE key IN (...) AND state = <old> RETURNING key`` and their history rows
+are inserted with one multi-row ``INSERT`` (in chunks of :data:`CHUNK` keys: SQLite binds at
+most 32,766 parameters per statement), all in one transaction.
+
+The state guard makes a bulk transition as safe as :meth:`JobStore.transition`: a job whose
+state changed meanwhile (cancelled, claimed by another matcher worker) is not in the answer
+and is left untouched; the transition table is checked once for ``old -> new`` and an illegal
+change raises :class:`vgrid_runtime.states.IllegalTransition` before anything is written.
+
+:class:`BulkTransitions` is a mixin of :class:`broker.db.JobStore` (which names its row
+classes ``Row`` and ``History``), so this module does not import ``broker.db``.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import and_, insert, or_, select, update
+
+from vgrid_runtime.job_states import JobState, check_transition
+
+#: Keys per UPDATE / INSERT statement (5 bound parameters per history row).
+CHUNK = 500
+
+
+def chunks(items: Sequence, size: int = CHUNK):
+    """``items`` in consecutive slices of at most ``size``."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class BulkTransitions:
+    """Set-wise state changes of a job store (``self.Row``, ``self.History``, ``self._session``,
+    ``self._values``, ``self._to_job`` come from :class:`broker.db.JobStore`)."""
+
+    def transition_many(self, keys: Iterable[str], new: JobState, now: float, *, expect: JobState,
+                        reason: str | None = None, increment: Iterable[str] = (),
+                        **fields: Any) -> list[str]:
+        """Move every job of ``keys`` that is still in state ``expect`` to ``new`` and set
+        ``fields`` (the same values for all; ``increment``: integer columns raised by 1, e.g.
+        ``dispatch_attempts``); one history row ``(new, now, reason)`` per moved job.
+
+        Returns the keys that moved (in the order given); the others are no longer in
+        ``expect`` (changed concurrently) or unknown, and are unchanged. One transaction;
+        ``now`` in seconds of the broker's clock. Raises IllegalTransition (nothing written)
+        when the transition table forbids ``expect -> new``, TypeError for an unknown field."""
+        return self.transition_sets([(keys, fields)], new, now, expect=expect, reason=reason,
+                                    increment=increment)[0]
+
+    def transition_sets(self, sets: Iterable[tuple[Iterable[str], dict[str, Any]]], new: JobState,
+                        now: float, *, expect: JobState, reason: str | None = None,
+                        increment: Iterable[str] = ()) -> list[list[str]]:
+        """:meth:`transition_many` for several sets of jobs at once, each ``(keys, fields)``
+        with its own field values (e.g. the jobs accepted by each CE of a matcher pass, with
+        that CE's ``ce_id`` and ``ce_url``): one UPDATE per set, all in one transaction.
+        Returns the moved keys of each set, in order. Same errors."""
+        sets = [(list(dict.fromkeys(keys)), self._values(fields)) for keys, fields in sets]
+        check_transition(f"{sum(len(k) for k, _ in sets)} jobs", expect, new)
+        table = self.Row.__table__
+        common: dict[str, Any] = {"state": new.value, "updated_at": now}
+        for name in increment:
+            common[name] = table.c[name] + 1
+        if reason is not None:
+            common["reason"] = reason
+        out: list[list[str]] = []
+        with self.engine.begin() as c:     # Core statements: compiled once, cached
+            for keys, values in sets:
+                moved: set[str] = set()
+                for part in chunks(keys):
+                    done = list(c.scalars(update(table).where(table.c.key.in_(part),
+                                                              table.c.state == expect.value)
+                                          .values(**values, **common).returning(table.c.key)))
+                    moved.update(done)
+                    self._history(c, done, new, now, reason)
+                out.append([k for k in keys if k in moved])
+        return out
+
+    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None) -> None:
+        """One INSERT statement for the history rows of ``keys`` (executemany of one
+        prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
+        gains from it)."""
+        if keys:
+            conn.execute(insert(self.History.__table__),
+                         [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
+
+    def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
+              after: tuple[float, str] | None = None, owner: str | None = None) -> list:
+        """Atomically claim at most ``limit`` Waiting jobs of ``kinds`` for one matcher worker:
+        Waiting -> Ready in one UPDATE (oldest first: ``(submitted_at, key)`` order, strictly
+        after ``after`` when given: the cursor of a pass), their history rows in one INSERT.
+        Returns the claimed jobs (:class:`broker.db.Job`, without history) in that order.
+        ``owner``: the claiming broker instance (column ``claimed_by``, see
+        :meth:`ready_claimed_by`).
+
+        Atomic across workers and processes sharing the database: the UPDATE is guarded by
+        ``state = 'Waiting'``, so a job is claimed by one worker only; on PostgreSQL the
+        candidate rows are picked ``FOR UPDATE SKIP LOCKED`` so concurrent workers take
+        disjoint batches instead of waiting for each other (SQLite serialises writers)."""
+        check_transition("claimed jobs", JobState.WAITING, JobState.READY)
+        Row = self.Row
+        pick = (select(Row.key)
+                .where(Row.state == JobState.WAITING.value, Row.kind.in_(list(kinds)))
+                .order_by(Row.submitted_at, Row.key).limit(limit)
+                .with_for_update(skip_locked=True))    # SQLite: no row locks, writers serialise
+        if after is not None:
+            pick = pick.where(or_(Row.submitted_at > after[0],
+                                  and_(Row.submitted_at == after[0], Row.key > after[1])))
+        table = Row.__table__
+        with self.engine.begin() as c:
+            # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
+            # may take more than n rows on PostgreSQL (the subquery is re-run per row)
+            keys = list(c.scalars(pick))
+            rows = []
+            for part in chunks(keys):
+                rows += c.execute(update(table).where(table.c.key.in_(part),
+                                                      table.c.state == JobState.WAITING.value)
+                                  .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
+                                  .returning(*table.c)).all()
+            self._history(c, [r.key for r in rows], JobState.READY, now, None)
+            jobs = [self._to_job(SimpleNamespace(**r._asdict()), ()) for r in rows]   # fast getattr
+        jobs.sort(key=lambda j: (j.submitted_at, j.key))
+        return jobs
+
+    def ready_claimed_by(self, owner: str | None) -> list[str]:
+        """Keys of the Ready jobs claimed by broker instance ``owner`` or by no recorded
+        instance (an older version, ``JobStore.transition``): what a restart of ``owner`` may
+        requeue. Ready jobs of another broker sharing the database are its own business."""
+        Row = self.Row
+        with self._session() as s:
+            return list(s.scalars(select(Row.key).where(
+                Row.state == JobState.READY.value,
+                or_(Row.claimed_by.is_(None), Row.claimed_by == owner))
+                .order_by(Row.submitted_at, Row.key)))

@@ -1,0 +1,178 @@
+"""The matcher as its own worker: claim Waiting jobs in batches, choose, dispatch per CE (issue 12).
+
+A matcher worker is a thread beside the broker's HTTP server with **its own database
+connection** (its own :class:`broker.db.JobStore`, i.e. engine and pool, on the broker's
+database URL), woken by every submission (:class:`Wakeup`) and every ``match_interval_s``.
+``BrokerSettings.matcher_workers`` of them run (config ``matcher_workers``); several brokers
+may also share one PostgreSQL database. One pass (:func:`match_pass`) repeats, until no
+Waiting job is left behind its cursor:
+
+1. **claim** a batch of at most ``match_batch`` Waiting jobs, oldest first, in one UPDATE
+   (:meth:`broker.bulk_store.BulkTransitions.claim`: Waiting -> Ready, guarded by the state,
+   ``FOR UPDATE SKIP LOCKED`` on PostgreSQL): two workers never hold the same job;
+2. **choose** a CE for each (:class:`broker.taskqueues.TaskQueues`: a class is matched once per
+   ISM snapshot, per job only the selection; the feedback counter of the chosen CE is
+   incremented, seed 004 Section 4.2), grouping the jobs by CE; jobs without a match go back
+   to Waiting in one UPDATE (or end Aborted, ``no-resources``, after ``match_expiry_s``);
+3. **dispatch** each group in one POST and record the results in one UPDATE per outcome
+   (:class:`broker.bulk_dispatch.BulkDispatcher`).
+
+Why a worker of its own: the HTTP threads' submissions then never hold the matcher's
+connection or its transactions, and the matcher's store work is a few statements per batch
+instead of two transactions per job, so a submission burst no longer starves dispatch
+(``tests/test_matcher_worker.py``). Python threads share one interpreter lock: the workers
+gain from overlapping waits (HTTP, database), not from a second core.
+
+Crash safety: a job claimed (Ready) but not yet recorded Scheduled when the broker dies goes
+back to Waiting at the next start (:mod:`broker.recovery`) and is posted again under the same
+dispatch key, which the CE agent accepts once only.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+
+import jdl as jdlmod
+from vgrid_runtime.job_states import JobState
+from vgrid_runtime.outcomes import Outcome
+from vgrid_runtime.storage import log_failure
+
+from .bulk_dispatch import Target
+from .db import JobStore
+from .matchmaker import CE_ID
+
+log = logging.getLogger("vgrid.broker")
+
+NO_MATCH = "no compatible resources"
+
+
+class Wakeup:
+    """The broker's wake-up: ``set()`` wakes its own loop and every matcher worker; ``wait``
+    and ``clear`` are those of the loop's own ``threading.Event``."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.events: list[threading.Event] = []
+
+    def set(self) -> None:
+        self._event.set()
+        for e in list(self.events):
+            e.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def match_pass(broker, store, stop: threading.Event | None = None) -> int:
+    """One FCFS pass over the Waiting jobs through ``store`` (a JobStore on the broker's
+    database): batches of ``broker.settings.match_batch`` claimed, chosen, dispatched and
+    recorded, until a claim finds nothing behind the pass's cursor (jobs put back to Waiting
+    in this pass are behind it). Returns how many jobs were Scheduled or ended."""
+    if broker.ism.last_refresh is None:
+        return 0   # the ISM has never been filled: wait rather than abort everything
+    done, after = 0, None
+    limit = max(1, broker.settings.match_batch)
+    while stop is None or not stop.is_set():
+        jobs = store.claim(broker.clock.now(), limit, after=after, owner=broker.instance)
+        if not jobs:
+            break
+        after = (jobs[-1].submitted_at, jobs[-1].key)
+        done += match_batch(broker, store, jobs)
+        if len(jobs) < limit:
+            break
+    return done
+
+
+def match_batch(broker, store, jobs: list) -> int:
+    """Choose, dispatch and record one batch of claimed (Ready) ``jobs``; how many were
+    Scheduled or ended."""
+    now = broker.clock.now()
+    ads = broker.ism.candidates()                      # one ISM snapshot for the batch
+    feedback = broker.matchmaker.feedback
+    groups: dict[Target, list] = defaultdict(list)
+    retry, done = [], 0
+    for job in jobs:
+        try:
+            desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
+        except jdlmod.JDLError as exc:   # validated at submission: only a corrupted row
+            done += _end(broker, store, job, now, f"stored JDL does not parse: {exc}", Outcome.DISPATCH_FAILED)
+            continue
+        chosen = broker.queues.choose(desc, ads, now=now, vo=job.owner_vo, fqans=tuple(job.owner_fqans),
+                                      exclude=frozenset(job.failed_ces))
+        if chosen is None:
+            if now - (job.waiting_since or job.submitted_at) >= broker.settings.match_expiry_s:
+                tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
+                         f"{job.last_failure}" if job.failed_ces else "")
+                done += _end(broker, store, job, now, NO_MATCH + tried, Outcome.NO_RESOURCES)
+            else:
+                retry.append(job)
+            continue
+        feedback.increment(chosen.ce_id)
+        groups[Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))].append((job, desc))
+    if retry:
+        moved = store.transition_many([j.key for j in retry], JobState.WAITING, now, expect=JobState.READY,
+                                      reason=f"{NO_MATCH} yet; retrying")
+        broker.dispatcher._refresh_parents(retry, moved, now)
+    dispatched = [(target, broker.dispatcher.dispatch(target, batch)) for target, batch in groups.items()]
+    done += broker.dispatcher.record_all(store, dispatched, broker.clock.now())
+    return done
+
+
+def _end(broker, store, job, now: float, reason: str, outcome: Outcome) -> int:
+    moved = store.transition_many([job.key], JobState.ABORTED, now, expect=JobState.READY,
+                                  reason=reason, outcome=outcome)
+    broker.dispatcher._refresh_parents([job], moved, now)
+    if moved and job.parent_key:
+        broker.wake()    # DAG nodes depending on it may be released (aborted)
+    return len(moved)
+
+
+class MatcherWorker(threading.Thread):
+    """One matcher worker of ``broker``: its own JobStore on ``url`` (the broker's database),
+    passes on every wake-up and every ``match_interval_s``; stops with the broker."""
+
+    def __init__(self, broker, index: int, url: str) -> None:
+        super().__init__(name=f"vgrid-matcher-{index}", daemon=True)
+        self.broker = broker
+        self.store = JobStore(url)
+        self.wake = threading.Event()
+        self.passes = 0
+
+    def run(self) -> None:
+        b = self.broker
+        try:
+            while not b._stop.is_set():
+                self.wake.clear()
+                try:
+                    match_pass(b, self.store, b._stop)
+                except Exception as exc:   # keep matching whatever one batch did
+                    log_failure(log, f"{self.name}: matcher pass failed", exc)
+                self.passes += 1
+                self.wake.wait(b.settings.match_interval_s)
+        finally:
+            self.store.close()
+
+
+def start_workers(broker) -> list[MatcherWorker]:
+    """Start ``broker.settings.matcher_workers`` workers, each with its own connection to the
+    broker's database, registered with the broker's :class:`Wakeup`."""
+    url = broker.store.engine.url.render_as_string(hide_password=False)
+    workers = [MatcherWorker(broker, i, url) for i in range(max(1, broker.settings.matcher_workers))]
+    for w in workers:
+        broker._wake.events.append(w.wake)
+        w.start()
+    return workers
+
+
+def stop_workers(workers: list[MatcherWorker], timeout_s: float = 10.0) -> None:
+    """Join the workers of a stopping broker (its ``_stop`` is set and it was woken)."""
+    for w in workers:
+        w.wake.set()
+        w.join(timeout=timeout_s)
