@@ -173,7 +173,9 @@ def test_the_lease_engine_suspends_a_vm_to_disk_and_resumes_it(start_node, tmp_p
     """The CE agent's lease engine (``suspend_vwns``) on a libvirt node: an advance reservation
     on the full node suspends the Best-Effort-Suspendable job's VM (its memory image saved to
     disk, qemu gone), the AR runs in its own VM, and the job's VM is restored and finishes with
-    its counter unbroken (issue 13's flow, enacted by save/restore)."""
+    its counter unbroken (issue 13's flow, enacted by save/restore). Both state their VMMemory:
+    a frozen lease's memory stays held, so without it each would ask the whole node's RAM and the
+    engine would stop and requeue the job instead of suspending it."""
     from vgrid_runtime.clock import SimulatedClock
     from vgrid_runtime.wsgi import BackgroundServer
     from vwn_agents.ce_agent import CEAgentConfig, create_app
@@ -196,14 +198,14 @@ def test_the_lease_engine_suspends_a_vm_to_disk_and_resumes_it(start_node, tmp_p
         be, resp = submit(server.url, receiver, (
             f'[ Executable = "/bin/sh"; Arguments = "-c \'i=0; while [ $i -lt {n} ]; do i=$((i+1)); '
             'echo $i; sleep 0.5; done\'"; StdOutput = "out.txt"; OutputSandbox = {"out.txt"}; '
-            'PreemptionClass = "suspendable"; ]'))
+            'PreemptionClass = "suspendable"; VMMemory = 128; ]'))
         assert resp.status_code == 202, resp.text
         vwn = receiver.wait_event(be, "running", timeout_s=180)["vwn"]
         wait_until(lambda: progress(node, vwn) > 0, "the counter to print", timeout_s=60)
         ticks = EngineTicks(ce)
         start = int(clock.now()) + 5
         ar, resp = submit(server.url, receiver, '[ Executable = "/bin/true"; LeaseType = '
-                          f'"advance-reservation"; LeaseStart = {start}; LeaseDuration = 60; ]')
+                          f'"advance-reservation"; LeaseStart = {start}; LeaseDuration = 60; VMMemory = 128; ]')
         assert resp.status_code == 202, resp.text
         ticks.wait()
         clock.advance_to(start - 0.5)          # the job's VM reservation ended: suspension
