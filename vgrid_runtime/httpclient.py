@@ -118,15 +118,12 @@ class ServiceClient:
         if self._own_session:
             self.session.close()
 
-    def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None,
-              answer: type | None = dict, required: tuple[str, ...] = ()) -> Any:
-        """``method`` ``base_url + path`` with an optional JSON body; returns the decoded JSON
-        answer, checked to be an instance of ``answer`` (None: the answer is not read) with
-        every key of ``required``. Raises ``self.Error`` (see module doc)."""
-        url = f"{self.base_url}{path}"
+    def _send(self, method: str, url: str, timeout_s: float | None, **kwargs):
+        """``session.request`` with the errors mapped to ``self.Error``: TIMEOUT, UNREACHABLE,
+        or HTTP for a status >= 300 (with the JSON error body when there is one)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            r = self.session.request(method, url, json=json, timeout=timeout)
+            r = self.session.request(method, url, timeout=timeout, **kwargs)
         except requests.Timeout as exc:        # before ConnectionError: ConnectTimeout is both
             raise self.Error(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}", url,
                              cause=type(exc).__name__) from exc
@@ -138,8 +135,18 @@ class ServiceClient:
                 body = r.json()
             except ValueError:
                 body = None
+            r.close()
             raise self.Error(ErrorKind.HTTP, f"HTTP {r.status_code} {r.text[:200]}", url, r.status_code,
                              body if isinstance(body, dict) else None)
+        return r
+
+    def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None,
+              answer: type | None = dict, required: tuple[str, ...] = ()) -> Any:
+        """``method`` ``base_url + path`` with an optional JSON body; returns the decoded JSON
+        answer, checked to be an instance of ``answer`` (None: the answer is not read) with
+        every key of ``required``. Raises ``self.Error`` (see module doc)."""
+        url = f"{self.base_url}{path}"
+        r = self._send(method, url, timeout_s, json=json)
         if answer is None:
             return None
         try:
@@ -165,23 +172,7 @@ class ServiceClient:
         (UNREACHABLE or TIMEOUT) when the transfer breaks. The caller must exhaust or close
         ``chunks``."""
         url = f"{self.base_url}{path}"
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            r = self.session.get(url, headers=headers or {}, timeout=timeout, stream=True)
-        except requests.Timeout as exc:
-            raise self.Error(ErrorKind.TIMEOUT, f"{type(exc).__name__}: {exc}", url,
-                             cause=type(exc).__name__) from exc
-        except requests.RequestException as exc:
-            raise self.Error(ErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", url,
-                             cause=type(exc).__name__) from exc
-        if r.status_code >= 300:
-            try:
-                body = r.json()
-            except ValueError:
-                body = None
-            r.close()
-            raise self.Error(ErrorKind.HTTP, f"HTTP {r.status_code} {r.text[:200]}", url, r.status_code,
-                             body if isinstance(body, dict) else None)
+        r = self._send("GET", url, timeout_s, headers=headers or {}, stream=True)
 
         def chunks():
             try:
