@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings, strategies as stc
+from hypothesis import example, given, settings, strategies as stc
 
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig, LeaseScheduler, LeaseState, SimulatedNodes, uniform_site
@@ -141,6 +141,7 @@ def test_without_frozen_vms_nothing_is_held():
 
 @settings(max_examples=30, deadline=None)
 @given(stc.integers(min_value=0, max_value=10**6))
+@example(2812)   # a second AR's preemption moved a planned suspension later (ar.preempt, fixed)
 def test_random_workloads_with_frozen_suspensions_never_overcommit_memory(seed):
     """Random best-effort leases and ARs on 3 nodes; the simulated frozen nodes raise
     OverCommitError if a placement ever counts frozen memory free; every lease ends."""

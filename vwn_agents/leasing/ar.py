@@ -112,7 +112,9 @@ def preempt(sched, lease, t: float, now: float, requeue: list, freeze: bool = Tr
         return False  # resuming or migrating right now
     later = [r for r in resv if r is not vm and r.state is ResState.SCHEDULED]
     if freeze and can_suspend(lease, cfg) and sched.enactment_supports_suspend:
-        new_end = t - suspend_time(lease, vm.mapping, cfg)
+        # never later than an earlier preemption already ends it: a second AR must not undo
+        # the suspension planned for the first (found by hypothesis, test_leasing_frozen_memory)
+        new_end = min(t - suspend_time(lease, vm.mapping, cfg), vm.end)
         paused = new_end < now or new_end <= vm.start
         if paused:  # no time to suspend before t: pause now, suspend while the AR runs
             if vm.start >= now:

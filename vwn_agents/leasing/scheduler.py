@@ -165,7 +165,9 @@ class LeaseScheduler:
         parent.time_run = max(s.time_run for s in subs)
 
     def cancel(self, lease_id: int) -> Lease:
-        """Cancel a lease: stop its VMs, drop its reservations. KeyError if unknown."""
+        """Cancel a lease: stop its VMs, drop its reservations, and let the best-effort leases
+        that have not started move earlier (as after a premature end, :meth:`reevaluate`).
+        KeyError if unknown."""
         lease = self.leases[lease_id]
         now = self.clock.now()
         if lease.done:
@@ -184,6 +186,7 @@ class LeaseScheduler:
         lease.end_s = now
         self._dirty = True
         self._requeue_batch(lease_id)
+        self.reevaluate(now)     # what it held is free: later best-effort leases may move earlier
         return lease
 
     def requeue(self, lease: Lease) -> None:
