@@ -2,7 +2,7 @@
 vwn_agents/voc). Hypothesis properties: never more VOC nodes than slots, busy nodes never
 terminated, the damped policy's growth limit and warm nodes, max-min fair shares."""
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.states import IllegalTransition
@@ -195,6 +195,7 @@ def test_watchdog_invariants_over_random_runs(policy_name, slots, script):
 @given(st.sampled_from(["greedy", "damped"]), st.integers(1, 6),
        st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 30), st.integers(1, 50)), min_size=1, max_size=15),
        st.lists(st.tuples(st.integers(0, 120), st.sampled_from(["a", "b"])), max_size=3))
+@example("greedy", 1, [("a", 0, 1)], [(8, "a")])   # the last node killed as its job ended, between ticks
 @SETTINGS
 def test_simulated_runs_finish_every_job_within_the_slots(policy_name, slots, jobs, kills):
     w = Workload("random", tuple(SimJob(vo, 10.0 * s, float(r)) for vo, s, r in jobs), slots=slots,

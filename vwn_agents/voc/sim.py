@@ -177,6 +177,7 @@ class Simulation:
             self._sample(t)
             if self.events and all(k in (MATCH, TICK) for _, k, _, _ in self.events) and self._finished() \
                     and not self.pool.nodes:
+                vacated = t          # the last node left between ticks (killed): the site is empty now
                 break
         return SimResult(w.name, self.policy.name, makespan, vacated,
                          self.pool.boots, self.node_s, [self.waits[i] for i in sorted(self.waits)], self.series,
