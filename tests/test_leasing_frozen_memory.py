@@ -142,6 +142,10 @@ def test_without_frozen_vms_nothing_is_held():
 @settings(max_examples=30, deadline=None)
 @given(stc.integers(min_value=0, max_value=10**6))
 @example(2812)   # a second AR's preemption moved a planned suspension later (ar.preempt, fixed)
+@example(49024)  # a past suspension's hold was never removed, so a new one was not planned
+@example(225)    # an earlier suspension kept the later hold's start
+@example(664)    # cancel-and-requeue extended a lease planned to be suspended earlier
+@example(1144)   # a hold planned beside an AR already scheduled on that memory
 def test_random_workloads_with_frozen_suspensions_never_overcommit_memory(seed):
     """Random best-effort leases and ARs on 3 nodes; the simulated frozen nodes raise
     OverCommitError if a placement ever counts frozen memory free; every lease ends."""

@@ -120,18 +120,26 @@ def preempt(sched, lease, t: float, now: float, requeue: list, freeze: bool = Tr
             if vm.start >= now:
                 return False
             new_end = now
+        tx = st.begin()
         for r in later:
             st.remove(r)
         st.move(vm, vm.start, new_end)
         for r in suspend_reservations(lease, vm.mapping, new_end, cfg, memory_only=paused):
             st.add(r)
-            frozenhold.planned(sched, lease, vm.mapping, r.end)
+            if frozenhold.planned(sched, lease, vm.mapping, r.end) is False:
+                st.rollback(tx)          # its frozen memory would not fit: not this victim
+                return False
+        st.commit(tx)
         st.set(lease, "preemptions", lease.preemptions + 1)
         return True
-    # cancel-and-requeue: the lease runs until t, then is killed and queued again from scratch
+    # cancel-and-requeue: the lease runs until t (or an earlier planned end), then is killed and
+    # queued again from scratch; a hold planned for an earlier suspension goes (nothing frozen)
     for r in later:
         st.remove(r)
-    st.move(vm, vm.start, max(t, now))
+    held = frozenhold.of(st, lease)
+    if held is not None:
+        st.remove(held)
+    st.move(vm, vm.start, min(vm.end, max(t, now)))
     st.set(lease, "cancel_at_end", True)
     st.set(lease, "preemptions", lease.preemptions + 1)
     return True

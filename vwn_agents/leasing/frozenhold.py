@@ -44,6 +44,17 @@ def of(st, lease) -> Reservation | None:
     return next((r for r in st.of_lease(lease) if r.kind is ResKind.HOLD), None)
 
 
+def _current(sched, lease, t: float) -> Reservation | None:
+    """The lease's hold at ``t`` (s), or None; a hold that ended by ``t`` (a past suspension's,
+    whose end at the resumption is not an event of the slot table: the hold was never started
+    by ``process``) is removed first, inside the caller's transaction."""
+    held = of(sched.st, lease)
+    if held is not None and held.end != INF and held.end <= t:
+        sched.st.remove(held)
+        return None
+    return held
+
+
 def in_place(sched) -> bool:
     """Whether the enactment suspends VMs in place (``suspends_in_place``: frozen, memory kept)."""
     return bool(getattr(sched.enactment, "suspends_in_place", False))
@@ -57,14 +68,26 @@ def _memory_use(lease, mapping: tuple) -> dict:
     return use
 
 
-def planned(sched, lease, mapping: tuple, t: float) -> Reservation | None:
+def planned(sched, lease, mapping: tuple, t: float, strict: bool = True) -> Reservation | bool | None:
     """When a preemption plans ``lease``'s suspension ending at ``t`` (s) and the enactment
     suspends in place: the hold of its memory from ``t`` on (scheduled with the plan, so the
-    request that preempts it is placed only where that memory is not needed). None otherwise."""
-    if not in_place(sched) or of(sched.st, lease) is not None:
+    request that preempts it is placed only where that memory is not needed). None otherwise;
+    False when reservations already planned on those nodes need that memory (the caller must
+    not freeze the lease: stop it instead); ``strict=False`` keeps the hold anyway (seed 002's
+    candidate sets, ``localpreemption``, decide on their own)."""
+    if not in_place(sched):
         return None
-    return sched.st.add(Reservation(ResKind.HOLD, lease, t, INF, use=_memory_use(lease, mapping),
+    held = _current(sched, lease, t)
+    if held is not None:             # planned already: a later preemption may suspend it earlier
+        if t < held.start:
+            sched.st.move(held, t, held.end)
+        return None
+    held = sched.st.add(Reservation(ResKind.HOLD, lease, t, INF, use=_memory_use(lease, mapping),
                                     mapping=mapping, state=ResState.ACTIVE))
+    if strict and any(sched.st.free(node, t, INF)[MEM] < 0 for node in held.use):
+        sched.st.remove(held)        # what is already planned there needs that memory
+        return False
+    return held
 
 
 def hold(sched, lease, t: float) -> Reservation | None:
@@ -72,7 +95,7 @@ def hold(sched, lease, t: float) -> Reservation | None:
     enactment really kept its VMs (``holds_memory(lease)``: frozen), else its planned hold is
     dropped (they were stopped: memory free). The hold, or None."""
     keeps = getattr(sched.enactment, "holds_memory", None)
-    held = of(sched.st, lease)
+    held = _current(sched, lease, t)
     if keeps is None or not lease.mapping or not keeps(lease):
         if held is not None:
             drop(sched, lease)

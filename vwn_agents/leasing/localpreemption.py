@@ -148,5 +148,5 @@ def _preempt(sched, cand: Candidate, t: float, now: float, model: OverheadModel,
     st.move(vm, vm.start, end)
     for r in suspend_reservations(lease, vm.mapping, end, sched.cfg, memory_only=paused):
         st.add(r)
-        frozenhold.planned(sched, lease, vm.mapping, r.end)   # frozen in place: memory kept
+        frozenhold.planned(sched, lease, vm.mapping, r.end, strict=False)   # frozen: memory kept
     return True
