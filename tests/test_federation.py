@@ -20,7 +20,7 @@ from broker.server import build_app, build_broker
 from vgrid_runtime.clock import WallClock
 from vgrid_runtime.delegation import sign_request
 from vgrid_runtime.httpclient import new_session
-from vgrid_runtime.pki import Credential, create_ca, issue_host, issue_user
+from vgrid_runtime.pki import Credential, issue_user
 from vgrid_runtime.proxy import create_proxy, write_proxy
 from vgrid_runtime.tls import TLSFiles
 from vgrid_runtime.voms import issue_ac
@@ -28,6 +28,7 @@ from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
+from .pki_site import site_pki
 from .waiting import wait_until
 
 NAMES = "abc"
@@ -48,19 +49,7 @@ def free_port(ip: str) -> int:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
-    now = WallClock().now()
-    ca = create_ca(now=now)
-    (d / "certs").mkdir()
-    (d / "certs" / "ca.pem").write_bytes(ca.cert_pem())
-    voms = issue_host(ca, "voms.vgrid.local", now=now)
-    for vo in ("dteam", "atlas"):
-        (d / "vomsdir" / vo).mkdir(parents=True)
-        (d / "vomsdir" / vo / "voms.pem").write_bytes(voms.cert_pem())
-    dns = {}
-    for name, ip in IP.items():
-        cred = issue_host(ca, f"{name}.vgrid.local", [ip], now=now)
-        cred.save(d / f"{name}.pem", d / f"{name}.key")
-        dns[name] = cred.dn
+    ca, voms, dns, now = site_pki(d, IP, ("dteam", "atlas"))
     for user, plen, vo in (("alice", None, "dteam"), ("bob", None, "dteam"), ("dora", 0, "dteam"),
                            ("erin", None, "atlas")):
         cred = issue_user(ca, user.capitalize(), now=now)

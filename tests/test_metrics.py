@@ -24,7 +24,6 @@ from broker.api import create_app as broker_app
 from broker.config import BrokerConfig
 from broker.metrics import install_broker_metrics
 from broker.server import build_broker
-from vgrid_runtime.clock import WallClock
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.pki import create_ca, issue_host, issue_user
 from vgrid_runtime.proxy import create_proxy, write_proxy
@@ -34,6 +33,7 @@ from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
+from .pki_site import site_pki
 from .test_ce_agent import site as site_ce, submit as ce_submit  # noqa: F401  (fixture)
 from .waiting import gated_jdl, release, wait_until
 
@@ -45,18 +45,7 @@ DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "vgrid
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
-    now = WallClock().now()
-    ca = create_ca(now=now)
-    (d / "certs").mkdir()
-    (d / "certs" / "ca.pem").write_bytes(ca.cert_pem())
-    voms = issue_host(ca, "voms.vgrid.local", now=now)
-    (d / "vomsdir" / "dteam").mkdir(parents=True)
-    (d / "vomsdir" / "dteam" / "voms.pem").write_bytes(voms.cert_pem())
-    dns = {}
-    for name, ip in ADDR.items():
-        cred = issue_host(ca, f"{name}.vgrid.local", [ip], now=now)
-        cred.save(d / f"{name}.pem", d / f"{name}.key")
-        dns[name] = cred.dn
+    ca, voms, dns, now = site_pki(d, ADDR)
     for who in ("alice", "carol"):
         cred = issue_user(ca, who.capitalize(), now=now)
         dns[who] = cred.dn

@@ -15,13 +15,15 @@ from broker.config import BrokerConfig
 from broker.server import build_broker
 from vgrid_runtime.clock import WallClock
 from vgrid_runtime.httpclient import new_session
-from vgrid_runtime.pki import create_ca, issue_host, issue_user
+from vgrid_runtime.pki import issue_user
 from vgrid_runtime.proxy import create_proxy, write_proxy
 from vgrid_runtime.tls import TLSFiles
 from vgrid_runtime.voms import issue_ac
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
+
+from .pki_site import site_pki
 
 JDL = '[ Executable = "/bin/true"; ]'
 ADDR = {"broker": "127.0.10.1", "ce": "127.0.10.2", "node": "127.0.10.3", "rogue": "127.0.10.4"}
@@ -30,19 +32,7 @@ ADDR = {"broker": "127.0.10.1", "ce": "127.0.10.2", "node": "127.0.10.3", "rogue
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
-    now = WallClock().now()
-    ca = create_ca(now=now)
-    (d / "certs").mkdir()
-    (d / "certs" / "ca.pem").write_bytes(ca.cert_pem())
-    voms = issue_host(ca, "voms.vgrid.local", now=now)
-    for vo in ("dteam", "atlas"):
-        (d / "vomsdir" / vo).mkdir(parents=True)
-        (d / "vomsdir" / vo / "voms.pem").write_bytes(voms.cert_pem())
-    dns = {}
-    for name, ip in ADDR.items():
-        cred = issue_host(ca, f"{name}.vgrid.local", [ip], now=now)
-        cred.save(d / f"{name}.pem", d / f"{name}.key")
-        dns[name] = cred.dn
+    ca, voms, dns, now = site_pki(d, ADDR, ("dteam", "atlas"))
     for user, vo in (("alice", "dteam"), ("bob", "dteam"), ("carol", "dteam"), ("nova", None)):
         cred = issue_user(ca, user.capitalize(), now=now)
         dns[user] = cred.dn
