@@ -53,7 +53,7 @@ from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
-from .vwn_process import (OUT_FILE, WRAPPER_ARGS, compile_wrapper, is_wrapper, read_lines,
+from .vwn_process import (OUT_FILE, stage_in_and_start, WRAPPER_ARGS, compile_wrapper, is_wrapper, read_lines,
                           start_time, wait_gone, write_spec)
 from .vwn_states import SHARING, VWNState
 
@@ -267,16 +267,8 @@ class NodeAgent:
         try:
             if self.driver.runs_jobs:              # libvirt: the job runs in the guest
                 return vm_job.run(self, v)
-            if v.wrapper_pid is None:
-                try:
-                    self.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or self._stopping)
-                except (SandboxError, OSError) as exc:
-                    v.fail(Outcome.WRAPPER_ERROR, str(exc))
-                    return
-                with self._lock:
-                    if v.cancelled or self._stopping:
-                        return
-                    self._start(v)
+            if v.wrapper_pid is None and not stage_in_and_start(self, v, self._start):
+                return
             if v.wrapper_pid is not None and not v.end_recorded:
                 self._watch(v)
         except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported

@@ -18,6 +18,10 @@ import select
 import time
 from pathlib import Path
 
+from vgrid_runtime.outcomes import Outcome
+
+from .sandbox import SandboxError
+
 OUT_FILE = "wrapper.out"
 #: How the node agent starts the wrapper, after the interpreter: ``-S``, no site (site-packages
 #: and the editable-install finder cost ~20 ms a job); it needs only the stdlib and PYTHONPATH.
@@ -113,3 +117,21 @@ def wait_gone(pid: int, start: int | None, timeout_s: float) -> bool:
         return bool(ready) or start_time(pid) != start
     finally:
         os.close(fd)
+
+
+def stage_in_and_start(agent, v, start) -> bool:
+    """Stage VWN ``v``'s input sandbox into its jail, then -- unless it was cancelled or the
+    agent is stopping meanwhile -- call ``start(v)`` under the agent's lock. Returns whether
+    ``start`` was called; a sandbox or disk error fails ``v`` (``Outcome.WRAPPER_ERROR``) and
+    returns False. Shared by the cgroup path (``NodeAgent._run``) and the VM path
+    (``drivers.vm_job.run``)."""
+    try:
+        agent.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or agent._stopping)
+    except (SandboxError, OSError) as exc:
+        v.fail(Outcome.WRAPPER_ERROR, str(exc))
+        return False
+    with agent._lock:
+        if v.cancelled or agent._stopping:
+            return False
+        start(v)
+    return True

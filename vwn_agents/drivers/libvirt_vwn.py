@@ -126,12 +126,7 @@ class LibvirtDriver(VWNDriver):
         """Pause + save (module doc); nothing when already saved; CgroupError on failure."""
         if self.vms.state(vwn) == "saved":
             return
-        try:
-            t = self.vms.suspend(vwn)
-        except VMError as exc:
-            raise CgroupError(str(exc)) from None
-        self.stats["saves"] += 1
-        log.info("%s: saved %.1f MB in %.2f s (%.1f MB/s)", vwn, t.mb, t.seconds, t.mb_s)
+        self._timed(self.vms.suspend, vwn, "saves", "saved")
 
     def thaw(self, vwn: str, timeout_s: float = 0) -> None:
         """Restore + unpause (module doc); nothing when it runs; CgroupError on failure."""
@@ -144,12 +139,17 @@ class LibvirtDriver(VWNDriver):
             return
         if st != "saved":
             return
+        self._timed(self.vms.resume, vwn, "restores", "restored")
+
+    def _timed(self, op, vwn: str, counter: str, verb: str) -> None:
+        """``op(vwn)`` (save or restore, which measure themselves: MB, s, MB/s), counted in
+        ``stats[counter]`` and logged; a VMError becomes a CgroupError (the freezer's error)."""
         try:
-            t = self.vms.resume(vwn)
+            t = op(vwn)
         except VMError as exc:
             raise CgroupError(str(exc)) from None
-        self.stats["restores"] += 1
-        log.info("%s: restored %.1f MB in %.2f s (%.1f MB/s)", vwn, t.mb, t.seconds, t.mb_s)
+        self.stats[counter] += 1
+        log.info("%s: %s %.1f MB in %.2f s (%.1f MB/s)", vwn, verb, t.mb, t.seconds, t.mb_s)
 
 
 def _probe(guest, accel: str, timeout_s: float) -> tuple[bool, str]:

@@ -28,8 +28,7 @@ from pathlib import Path
 from vgrid_runtime.outcomes import Outcome
 
 from ..jobpaths import PathError, check_relative
-from ..sandbox import SandboxError
-from ..vwn_process import start_time, write_spec
+from ..vwn_process import stage_in_and_start, start_time, write_spec
 from ..vwn_states import VWNState
 from .guest import job_archive, parse_channel
 from .libvirt_driver import VMError
@@ -92,17 +91,11 @@ def run(agent, v) -> None:
         return                                     # failed before it ran (a failed migration)
     booted_at = None
     if v.wrapper_pid is None:
-        try:
-            agent.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or agent._stopping)
-        except (SandboxError, OSError) as exc:
-            v.fail(Outcome.WRAPPER_ERROR, str(exc))
-            return
-        with agent._lock:
-            if v.cancelled or agent._stopping:
-                return
+        def boot(v) -> None:
+            nonlocal booted_at
             booted_at = time.monotonic()
             _start(agent, v)
-        if v.wrapper_pid is None:
+        if not stage_in_and_start(agent, v, boot) or v.wrapper_pid is None:
             return
     else:
         drv.vms.adopt(v.vwn)
