@@ -242,7 +242,8 @@ class JobStore(BulkTransitions):
     Row, History = JobRow, HistoryRow
 
     def __init__(self, url: str, pool: DBPool | None = None) -> None:
-        self.engine = open_engine(url, pool)   # pool: vgrid_runtime.sqldb.DBPool (connections)
+        self.pool = pool                       # vgrid_runtime.sqldb.DBPool (connections), or the default
+        self.engine = open_engine(url, pool)
         Base.metadata.create_all(self.engine)
         add_missing_columns(self.engine, "jobs", _ADDED_COLUMNS, _ADDED_INDEXES)
         self._session = sessionmaker(self.engine, expire_on_commit=False)

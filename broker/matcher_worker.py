@@ -98,9 +98,13 @@ def match_batch(broker, store, jobs: list) -> int:
     feedback = broker.matchmaker.feedback
     groups: dict[Target, list] = defaultdict(list)
     retry, done = [], 0
+    parsed: dict[tuple[str, str], object] = {}         # equal JDL texts are parsed once a batch
     for job in jobs:
         try:
-            desc = jdlmod.parse_jdl(job.jdl, job.filename, local_files=False)
+            desc = parsed.get((job.jdl, job.filename))
+            if desc is None:
+                desc = parsed[(job.jdl, job.filename)] = jdlmod.parse_jdl(job.jdl, job.filename,
+                                                                         local_files=False)
         except jdlmod.JDLError as exc:   # validated at submission: only a corrupted row
             done += _end(broker, store, job, now, f"stored JDL does not parse: {exc}", Outcome.DISPATCH_FAILED)
             continue
@@ -141,7 +145,7 @@ class MatcherWorker(threading.Thread):
     def __init__(self, broker, index: int, url: str) -> None:
         super().__init__(name=f"vgrid-matcher-{index}", daemon=True)
         self.broker = broker
-        self.store = JobStore(url)
+        self.store = JobStore(url, broker.store.pool)   # the broker's pool and busy-timeout settings
         self.wake = threading.Event()
         self.passes = 0
 
