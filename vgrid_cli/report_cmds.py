@@ -25,6 +25,8 @@ SPECS_DIR = TRACES_DIR.parent / "sweeps"
 #: name -> (what it reproduces, kind)
 REPORTS = {
     "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
+    "sfete-table1": ("seed 004 Section 6.1: SFETE against FCFS/ECT, EDF/ECT, LLF/ECT (Table I, "
+                     "Figures 4-6)", "offline"),
     "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "
                "figures (72 AR sets x 6 configurations)", "sweep"),
 }
@@ -41,7 +43,7 @@ def report_cmd(args) -> None:
         args = ["--list"]
     if args[:1] == ["--list"]:
         for n, (what, _kind) in REPORTS.items():
-            click.echo(f"{n:10} {what}")
+            click.echo(f"{n:13} {what}")
         return
     name = args.pop(0) if args and not args[0].startswith("-") else "sfete"
     if name not in REPORTS:
@@ -49,6 +51,10 @@ def report_cmd(args) -> None:
     if REPORTS[name][1] == "gridsim":
         from .gridsim_cmds import report_cmd as sfete
         sfete.main(args=args, prog_name="vgrid report sfete", standalone_mode=True)
+        return
+    if REPORTS[name][1] == "offline":
+        from .offline_cmds import table1_cmd
+        table1_cmd.main(args=args, prog_name=f"vgrid report {name}", standalone_mode=True)
         return
     sweep_report_cmd.main(args=args, prog_name=f"vgrid report {name}", obj=name, standalone_mode=True)
 
