@@ -27,6 +27,8 @@ REPORTS = {
     "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
     "sfete-table1": ("seed 004 Section 6.1: SFETE against FCFS/ECT, EDF/ECT, LLF/ECT (Table I, "
                      "Figures 4-6)", "offline"),
+    "seed000": ("seed 000 Section 8.3: best-effort and advance reservations mixed, with and without "
+                "VMs, image prefetching and reuse (Tables 8.3-8.7)", "seed000"),
     "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "
                "figures (72 AR sets x 6 configurations)", "sweep"),
 }
@@ -51,6 +53,10 @@ def report_cmd(args) -> None:
     if REPORTS[name][1] == "gridsim":
         from .gridsim_cmds import report_cmd as sfete
         sfete.main(args=args, prog_name="vgrid report sfete", standalone_mode=True)
+        return
+    if REPORTS[name][1] == "seed000":
+        from .seed000_cmds import seed000_cmd
+        seed000_cmd.main(args=args, prog_name=f"vgrid report {name}", standalone_mode=True)
         return
     if REPORTS[name][1] == "offline":
         from .offline_cmds import table1_cmd
