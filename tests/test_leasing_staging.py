@@ -189,3 +189,13 @@ def test_strict_expiry_transfers_again_after_expiration():
     again = simulate(leases, site2, LeaseConfig({**BASE, "diskimage-cache-expire": True}))
     got = {l.id: l for l in again.scheduler.leases.values()}
     assert got[1].ar_on_time and got[2].ar_on_time
+
+
+def test_naive_jit_allots_time_for_all_of_the_leases_own_transfers():
+    site = uniform_site(3, 1, 1024)
+    lease = ar(1, 1000, "a.img", n=3)
+    r = simulate([lease], site, LeaseConfig({**BASE, "ar-transfer-strategy": "jit"}))
+    # three unicast transfers share the link: JIT starts them 3 x size / B early, so they end on time
+    assert ar_satisfaction(r.scheduler) == {1: 1.0}
+    starts = {res.start for res in r.scheduler.staging.naive}
+    assert len(starts) == 1 and 1000 - starts.pop() == pytest.approx(3 * (1000 - 900))

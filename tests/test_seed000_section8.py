@@ -68,11 +68,28 @@ def test_report_command_writes_the_page(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     page = (tmp_path / "seed000.md").read_text()
     assert "| 8.3 VM predeployed / no VM |" in page and "seed000_ratios.png" in page
-    rows = json.loads((tmp_path / "seed000_runs.json").read_text())
-    assert len(rows) == 12 * 4 and (tmp_path / "seed000_ratios.png").stat().st_size > 10_000
+    doc = json.loads((tmp_path / "seed000_runs.json").read_text())
+    assert len(doc["section_8_3"]) == 12 * 4 and len(doc["section_8_1"]) == 2 * 4 and len(doc["figure_8_4"]) == 2
+    for png in ("seed000_ratios.png", "seed000_fig8_2_8_3.png", "seed000_fig8_4.png"):
+        assert (tmp_path / png).stat().st_size > 10_000
+    assert "| I | EDF (scheduled) |" in page and "| EDF-JIT |" in page
 
 
 def test_report_command_refuses_an_unknown_duration(tmp_path):
     from vgrid_cli.report_cmds import report_cmd
     res = CliRunner().invoke(report_cmd, ["seed000", "--out", str(tmp_path), "--durations", "tiny"])
     assert res.exit_code == 2 and "tiny" in res.output and "Traceback" not in res.output
+
+
+def test_edf_satisfies_every_client_and_job_style_none():
+    from vwn_agents.leasing import seed000_ar as a
+    edf, job = (a.satisfaction("II", st, seed=0) for st in ("edf", "job-style"))
+    assert edf["submitted"] >= 25 and edf["rejected"] == 0 and min(edf["satisfaction"]) == 1.0
+    # job-style starts the transfer at the reservation's start: every client loses it
+    assert max(job["satisfaction"]) < 1.0 and len(job["satisfaction"]) == edf["submitted"]
+
+
+def test_edf_jit_holds_fewer_images_than_edf():
+    from vwn_agents.leasing import seed000_ar as a
+    edf, jit = a.disk_usage("edf"), a.disk_usage("edf-jit")
+    assert jit["peak_mb"] * 4 <= edf["peak_mb"]      # Figure 8.4: 2.4 GB against 31.2 GB

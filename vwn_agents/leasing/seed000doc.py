@@ -134,14 +134,19 @@ def disk_and_transfers(rows) -> str:
     return "\n".join(lines)
 
 
-INTRO = """# Seed 000 Section 8.3: best-effort and advance reservations mixed (Tables 8.3-8.7)
+INTRO = """# Seed 000 Section 8: AR staging accuracy and mixed workloads (Figures 8.2-8.4, Tables 8.3-8.7)
 
 Made by
 
     {command}
 
-({runs} simulations; `vwn_agents/leasing/seed000.py` generates the traces and runs them through
-the lease engine, `seed000doc.py` writes this page; every run is in `seed000_runs.json`).
+({runs} simulations for Section 8.3 and {runs81} for Section 8.1; `vwn_agents/leasing/seed000.py`
+and `seed000_ar.py` generate the traces and run them through the lease engine, `seed000doc.py`
+and `seed000ardoc.py` write this page; every run is in `seed000_runs.json`).
+
+{section81}
+
+## Section 8.3: best-effort and advance reservations mixed (Tables 8.3-8.7)
 
 The thesis's 36 traces are random and not published, so ours are generated with its stated
 parameters: 8 dual-CPU nodes of 1 GB, two 512 MB VMs each, 100 Mb/s, 37 images of 600 MB (7 at
@@ -163,13 +168,13 @@ silent we chose (`TraceSpec`):
 Cells are compared by each ratio's sign and size, not by seconds: a different random trace
 moves the seconds by several percent on its own.
 
-## Summary
+### Summary
 
 {summary}
 
 ![ratios](seed000_ratios.png)
 
-## Disk and transfers
+### Disk and transfers
 
 {disk}
 
@@ -179,13 +184,14 @@ held. A 3 GB LRU pool (`diskimage-cache-size = 3000`) stays at 3 GB but transfer
 short 000-025 75-25 trace it transfers 327 GB against 140 GB, and the best-effort work ends
 11 % after the predeployed run instead of 4 %.
 
-## Every trace: all-best-effort time (s) per configuration; ratios in % (ours / thesis)
+### Every trace: all-best-effort time (s) per configuration; ratios in % (ours / thesis)
 
 {table}
 """
 
 
-def page(rows, paper, command: str) -> str:
-    """The whole docs/experiments/seed000.md."""
+def page(rows, paper, command: str, section81: str = "", runs81: int = 0) -> str:
+    """The whole docs/experiments/seed000.md (``section81``: Markdown of Section 8.1's part)."""
     return INTRO.format(command=command, runs=len(rows), summary=summary(rows, paper),
-                        disk=disk_and_transfers(rows), table=table(rows, paper))
+                        disk=disk_and_transfers(rows), table=table(rows, paper),
+                        section81=section81, runs81=runs81)

@@ -186,10 +186,12 @@ class Staging:
         return self._earliest_gap(t, dur, busy)
 
     def _stage_naive(self, lease: Lease, missing: list, t_s: float, t_e: float, now: float) -> bool:
-        dur = self.transfer_time(lease.image_mb, "ar")
+        groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
+        # JIT allots the full link to the lease's own transfers (seed 000 Section 8.1: "just
+        # enough time" to stage the workspace's images), blind to every other lease's
+        dur = self.transfer_time(lease.image_mb, "ar") * len(groups)
         start = {"job-style": t_s, "jit": t_s - dur, "aggressive": now}[self.strategy]
         start = max(start, now)
-        groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
         for dest in groups:
             res = self._new_transfer(lease, "ar-naive", start, dest, None)
             self.naive.append(res)
