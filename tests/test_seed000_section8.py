@@ -70,6 +70,7 @@ def test_report_command_writes_the_page(tmp_path, monkeypatch):
     assert "| 8.3 VM predeployed / no VM |" in page and "seed000_ratios.png" in page
     doc = json.loads((tmp_path / "seed000_runs.json").read_text())
     assert len(doc["section_8_3"]) == 12 * 4 and len(doc["section_8_1"]) == 2 * 4 and len(doc["figure_8_4"]) == 2
+    assert len(doc["section_4"]) == 2 and "| 4.1 | long 075-100 75-25 |" in page
     for png in ("seed000_ratios.png", "seed000_fig8_2_8_3.png", "seed000_fig8_4.png"):
         assert (tmp_path / png).stat().st_size > 10_000
     assert "| I | EDF (scheduled) |" in page and "| EDF-JIT |" in page

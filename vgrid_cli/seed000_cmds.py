@@ -86,7 +86,7 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
     from vwn_agents.leasing.seed000_ar import STRATEGIES
     from vwn_agents.leasing.seed000ardoc import (disk_figure, disk_table, satisfaction_figure,
                                                  satisfaction_table)
-    from vwn_agents.leasing.seed000doc import figure, page
+    from vwn_agents.leasing.seed000doc import figure, page, table4_markdown
 
     if not PAPER_CSV.is_file():
         raise click.ClickException(f"missing input {PAPER_CSV} (the thesis's Tables 8.3-8.6)")
@@ -97,6 +97,9 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
                                  f"{', '.join(DURATIONS)}", param_hint="--durations")
     paper = paper_tables(PAPER_CSV)
     jobs = [(*cell, c, s) for cell in cells() if cell[0] in wanted for c in CONFIGS for s in range(seeds)]
+    from vwn_agents.leasing.seed000 import JOB_CONFIGS, TABLE4
+    jobs += [(*cell, c, s) for cell, _, _ in TABLE4.values() if cell[0] in wanted
+             for c in JOB_CONFIGS for s in range(seeds)]
     jobs81 = [(k, st, s) for k in ("I", "II") for st in STRATEGIES for s in range(seeds)] + \
         [("disk", st, s) for st in ("edf", "edf-jit") for s in range(seeds)]
     rows, rows81 = [], []
@@ -111,10 +114,12 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
     rows.sort(key=lambda r: (r["duration"], r["ar_size"], r["mix"], r["config"], r["seed"]))
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    rows4 = [r for r in rows if r["config"] in JOB_CONFIGS]
+    rows = [r for r in rows if r["config"] not in JOB_CONFIGS]
     sat_rows = [r for r in rows81 if "trace" in r]
     disk_rows = sorted((r for r in rows81 if "peak_mb" in r), key=lambda r: (r["strategy"], r["seed"]))
     (out_dir / "seed000_runs.json").write_text(json.dumps(
-        {"section_8_3": rows, "section_8_1": sat_rows,
+        {"section_8_3": rows, "section_4": rows4, "section_8_1": sat_rows,
          "figure_8_4": [{k: v for k, v in r.items() if k != "series"} for r in disk_rows]},
         indent=0) + "\n", encoding="utf-8")
     figure(rows, paper, out_dir)
@@ -122,5 +127,6 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
     disk_figure(disk_rows, out_dir)
     section81 = SECTION81.format(sat_table=satisfaction_table(sat_rows), disk_table=disk_table(disk_rows))
     command = f"vgrid report seed000 --seeds {seeds}" + (f" --durations {durations}" if len(wanted) < 3 else "")
+    section81 += "\n" + table4_markdown(rows + rows4)
     (out_dir / "seed000.md").write_text(page(rows, paper, command, section81, len(rows81)), encoding="utf-8")
     click.echo(f"wrote {out_dir / 'seed000.md'} ({len(rows)} runs)")
