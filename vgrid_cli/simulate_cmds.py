@@ -44,8 +44,23 @@ def _list_traces(ctx: click.Context, _param, value: bool) -> None:
     ctx.exit(0)
 
 
+def _haizea_path(name: str, config_file: str) -> str:
+    """A path a Haizea file names: as written, relative to the file, or a bundled trace with
+    the same file name (Haizea's files name their install's paths)."""
+    from pathlib import Path
+    for cand in (Path(name), Path(config_file).parent / name):
+        if cand.is_file():
+            return str(cand)
+    base = Path(name).name
+    for cat_name, rel in traces.CATALOGUE.items():
+        if Path(rel).name == base or cat_name == Path(base).stem:
+            return traces.resolve(cat_name)
+    raise traces.TraceNameError(f"{config_file}: [tracefile] {name}: no such file, and no bundled "
+                                f"trace is named {base} (vgrid simulate --list-traces)")
+
+
 @click.command("simulate")
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False), required=False)
 @click.option("--list-traces", is_flag=True, is_eager=True, expose_value=False, callback=_list_traces,
               help="list the bundled traces' names (usable as TRACE and --inject-ar) and exit")
 @click.option("--site", "site_file", type=click.Path(dir_okay=False), default=None,
@@ -58,7 +73,9 @@ def _list_traces(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--swf-cpus-per-node", type=click.IntRange(min=1), default=1, show_default=True,
               help="SWF conversion: processors per VM (the bundled blue-* files are already divided)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML configuration (Haizea option names; see docs/leasing.md)")
+              help="TOML configuration (Haizea option names), or a Haizea 1.1 configuration file "
+                   "read unchanged (its [tracefile] and resources then give TRACE and the site); "
+                   "see docs/leasing.md")
 @click.option("--inject-ar", "inject", type=click.Path(dir_okay=False), default=None,
               help="LWF (file or bundled name) with advance reservations to add to the trace")
 @click.option("--preemption-policy", "preemption_policy", default=None,
@@ -70,12 +87,26 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
                  preemption_policy, as_json, out_dir) -> None:
     """Simulate the lease engine on TRACE (Haizea LWF or SWF file, or a bundled trace's name, see
     --list-traces) and report leases and metrics."""
+    from vwn_agents.leasing.haizeaconf import is_haizea_file, load_haizea
     if site_file and nodes:
         _fail("give either --site or --nodes, not both", 2)
+    haizea = None
     try:
+        if config_file and is_haizea_file(config_file):
+            haizea = load_haizea(config_file)
+            config = haizea.config
+            if trace is None and haizea.tracefile:
+                trace = _haizea_path(haizea.tracefile, config_file)
+            if inject is None and haizea.injectionfile:
+                inject = _haizea_path(haizea.injectionfile, config_file)
+            if not site_file and not nodes and haizea.nodes:
+                nodes, cpus_per_node, mem_per_node = haizea.nodes, haizea.cpus_per_node, haizea.mem_per_node
+        else:
+            config = load_config(config_file) if config_file else LeaseConfig()
+        if trace is None:
+            _fail("give TRACE, or a Haizea configuration file whose [tracefile] names one", 2)
         trace = traces.resolve(trace)
         inject = traces.resolve(inject) if inject else None
-        config = load_config(config_file) if config_file else LeaseConfig()
         if preemption_policy:
             config = config.with_options(policy_preemption=preemption_policy)
         workload = read_trace(trace, cpus_per_node=swf_cpus_per_node, memory_mb=mem_per_node)
@@ -93,6 +124,8 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
             _fail(f"{trace} has no <site>; give --nodes N (and --cpus-per-node, --mem-per-node) or --site FILE", 2)
     except (TraceError, ConfigError, traces.TraceNameError) as exc:
         _fail(str(exc), 2)
+    except OSError as exc:
+        _fail(f"{exc.filename}: {exc.strerror}", 2)
     result = _run(leases, site, config, show_progress=sys.stderr.isatty() and not as_json)
     report = result.report()
     if out_dir:
