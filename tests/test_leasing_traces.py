@@ -89,6 +89,19 @@ def test_lwf_xml_errors_name_file_and_line(tmp_path):
     assert str(p) in str(exc.value) and exc.value.line > 0
 
 
+def test_deadline_leases_are_refused_not_taken_for_ars(tmp_path):
+    p = tmp_path / "deadline.lwf"
+    p.write_text(XML.replace('<start><exact time="01:00:00"/></start><duration time="00:30:00"/>',
+                             '<start><exact time="01:00:00"/></start><deadline time="02:00:00"/>'
+                             '<duration time="00:30:00"/>'))
+    with pytest.raises(TraceError) as exc:
+        read_trace(p)
+    assert str(exc.value).startswith(f"{p}:18:") and "deadline leases" in str(exc.value)
+    p.write_text(XML.replace("<start><now/></start>", "<start><soon/></start>"))
+    with pytest.raises(TraceError, match="<start> may hold <exact> or <now>, not <soon>"):
+        read_trace(p)
+
+
 def test_old_lwf_text(tmp_path):
     p = tmp_path / "old.lwf"
     p.write_text("# comment\n0 86400 4504 4000 17 1 1024 0 'NONE.img' 600\n10 -1 100 100 2 1 512 0 a.img 300\n")

@@ -154,6 +154,14 @@ def _lwf_lease(req, path, default_id, id_offset=0) -> Lease:
     if nodeset is None or dur is None:
         raise TraceError(path, lease_el.sourceline, "<lease> needs <nodes><node-set> and <duration>")
     start = lease_el.find("start")
+    deadline_el = lease_el.find("deadline")
+    if deadline_el is not None:   # Haizea's deadline leases: not an AR, not modelled here
+        raise TraceError(path, deadline_el.sourceline, "deadline leases (<deadline>) are not supported "
+                         "by vgrid's lease engine; give the lease an <exact> start (an advance "
+                         "reservation) or no start (best-effort)")
+    for child in (start if start is not None else ()):
+        if isinstance(child.tag, str) and child.tag not in ("exact", "now"):
+            raise TraceError(path, child.sourceline, f"<start> may hold <exact> or <now>, not <{child.tag}>")
     exact = start.find("exact") if start is not None else None
     now = start.find("now") if start is not None else None
     ltype = LeaseType.BEST_EFFORT
