@@ -12,7 +12,7 @@ from .paths import TRACES
 TESTS = TRACES / "lwf/haizea-tests"
 LEASE_KEYS = {"id", "type", "state", "submit_s", "requested_start_s", "start_s", "end_s", "nodes", "wait_s",
               "suspensions", "transfers", "mb_transferred", "origin", "request_type", "deadline_s", "preemptions",
-              "overhead_s"}
+              "overhead_s", "segments", "slowdown", "reject_reason"}
 METRIC_KEYS = {"all_best_effort_s", "mean_wait_s", "mean_bounded_slowdown", "utilization", "ar_accepted",
                "ar_rejected", "ar_client_satisfaction", "mb_transferred", "peak_disk_mb_per_node",
                "local_rejection_rate", "external_rejection_rate", "utilization_eq11", "preemptions",
@@ -92,3 +92,19 @@ def test_input_errors_exit_2_without_traceback(trace, tmp_path):
     assert r.exit_code == 2 and "cannot read" in r.output
     r = runner.invoke(simulate_cmd, [str(trace), "--nodes", "2", "--site", str(trace)])
     assert r.exit_code == 2
+
+
+def test_per_lease_segments_slowdown_and_rejection_reason(tmp_path):
+    res = CliRunner().invoke(simulate_cmd, [str(TESTS / "preemption.lwf"), "--json", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    leases = {l["id"]: l for l in json.loads(res.output)["leases"]}
+    suspended = [l for l in leases.values() if l["suspensions"]]
+    assert suspended, "preemption.lwf suspends a best-effort lease"
+    for l in suspended:      # one segment before the suspension and one after the resumption
+        segs = l["segments"]
+        assert len(segs) == l["suspensions"] + 1 and segs[0]["start_s"] == l["start_s"]
+        assert segs[-1]["end_s"] == l["end_s"] and all(a["end_s"] <= b["start_s"] for a, b in zip(segs, segs[1:]))
+        assert l["slowdown"] > 1.0
+    assert all(l["reject_reason"] is None for l in leases.values() if l["state"] != "Rejected")
+    rows = (tmp_path / "leases.csv").read_text().splitlines()
+    assert rows[0].endswith("slowdown,reject_reason,segments") and "@P" in rows[1] + rows[2]

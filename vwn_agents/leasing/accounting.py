@@ -55,6 +55,13 @@ def lease_record(lease, nodes) -> dict:
         "deadline_s": lease.deadline_s,
         "preemptions": lease.preemptions,
         "overhead_s": lease.overhead_s,
+        # Haizea-style per-lease detail: run segments between suspensions, bounded slowdown
+        # (best-effort: (end - submit) / max(time run, 10 s), at least 1), why it was rejected
+        "segments": [{"start_s": seg.start, "end_s": seg.end,
+                      "nodes": [nodes[n].name for n in seg.nodes]} for seg in lease.segments],
+        "slowdown": (max(1.0, (end - lease.submit_s) / max(lease.time_run, 10.0))
+                     if lease.is_be and end is not None and lease.state is LeaseState.DONE else None),
+        "reject_reason": lease.reject_reason or None,
     }
 
 

@@ -28,7 +28,7 @@ GANTT_MAX_LEASES = 300
 GANTT_MAX_NODES = 64
 CSV_FIELDS = ["id", "type", "state", "submit_s", "requested_start_s", "start_s", "end_s", "nodes", "wait_s",
               "suspensions", "transfers", "mb_transferred", "origin", "request_type", "deadline_s", "preemptions",
-              "overhead_s"]
+              "overhead_s", "slowdown", "reject_reason", "segments"]
 
 
 def write_outputs(sched, report: dict, out_dir: str | Path) -> list[Path]:
@@ -51,6 +51,8 @@ def _leases_csv(report: dict, path: Path) -> Path:
         for rec in report["leases"]:
             row = dict(rec)
             row["nodes"] = " ".join(rec["nodes"])
+            row["segments"] = ";".join(f"{g['start_s']:g}-{g['end_s']:g}@{'+'.join(g['nodes'])}"
+                                       for g in rec["segments"])
             w.writerow(row)
     return path
 
