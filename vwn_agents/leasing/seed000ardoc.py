@@ -16,6 +16,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from .seed000_ar import STRATEGIES  # noqa: E402
 
+def save_png(fig, out: Path, name: str, dpi: int = 100) -> Path:
+    """Lay ``fig`` out, write ``out/name`` (creating ``out``), close it; the path."""
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 LABELS = {"edf": "EDF (scheduled)", "jit": "JIT", "aggressive": "Aggressive", "job-style": "Job-style"}
 
 
@@ -34,12 +44,7 @@ def satisfaction_figure(rows, out: Path) -> Path:
         ax.set_title(f"Figure {fig_no}: Trace {kind} (dots: ARs, bar: mean)", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("client satisfaction (% of the reserved time)")
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "seed000_fig8_2_8_3.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, out, "seed000_fig8_2_8_3.png")
 
 
 def disk_figure(rows, out: Path) -> Path:
@@ -58,12 +63,7 @@ def disk_figure(rows, out: Path) -> Path:
     ax.set_title("Figure 8.4: disk usage with EDF and EDF/JIT (94 ARs, 10 h)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "seed000_fig8_4.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, out, "seed000_fig8_4.png")
 
 
 def satisfaction_table(rows) -> str:

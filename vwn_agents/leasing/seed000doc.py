@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .seed000 import CONFIGS, TABLE4, cells  # noqa: E402
+from .seed000ardoc import save_png  # noqa: E402
 
 #: (our ratio, thesis's ratio) pairs compared: (numerator config, denominator config, paper keys)
 RATIOS = {
@@ -77,12 +78,7 @@ def figure(rows, paper, out: Path) -> Path:
     axes.flat[0].scatter([], [], c="tab:blue", label="long")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("Seed 000 Section 8.3: time to complete all best-effort requests, ratio per trace", fontsize=10)
-    fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "seed000_ratios.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, out, "seed000_ratios.png")
 
 
 def _fmt(v, f="{:+.1f}"):
