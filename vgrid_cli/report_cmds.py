@@ -27,6 +27,8 @@ REPORTS = {
     "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
     "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "
                "figures (72 AR sets x 6 configurations)", "sweep"),
+    "federation": ("issue 15 / seed 002 Section 4.1: the LCG trace split into three Grids, with and without "
+                   "peering gateways (wait, rejected, forwarded)", "fedsim"),
 }
 
 
@@ -49,6 +51,10 @@ def report_cmd(args) -> None:
     if REPORTS[name][1] == "gridsim":
         from .gridsim_cmds import report_cmd as sfete
         sfete.main(args=args, prog_name="vgrid report sfete", standalone_mode=True)
+        return
+    if REPORTS[name][1] == "fedsim":
+        from .fedsim_cmds import federation_cmd
+        federation_cmd.main(args=args, prog_name="vgrid report federation", standalone_mode=True)
         return
     sweep_report_cmd.main(args=args, prog_name=f"vgrid report {name}", obj=name, standalone_mode=True)
 
