@@ -182,3 +182,26 @@ def test_a_preempted_forwarded_job_is_resubmitted_by_the_origin(grid):
                             if r.origin_id == a_job["id"]]) >= 2, timeout_s=60,
                what="the resubmitted attempt is forwarded again")
     grid["alice"].cancel(key)
+
+
+def test_a_suspendable_forwarded_lease_is_requeued_at_the_peer_and_runs_once_to_done(grid):
+    """PreemptionClass "suspendable": B's node agent has no freezer here (cgroup = "none"), so
+    the preempted lease's VWN is deleted and the job restarts at B after the local AR; the
+    origin's job ends Done once, not resubmitted. (The requeue is a note of B's CE agent only:
+    neither B's broker nor the origin records it -- docs/federation.md, "left".)"""
+    alice = grid["alice"]
+    wait_until(lambda: b_free_as_a_sees_it(grid), timeout_s=60, what="A sees a free CPU at peer B")
+    jdl = ('[ Executable = "/bin/sleep"; Arguments = "15"; VirtualOrganisation = "dteam"; '
+           'PreemptionClass = "suspendable"; LeaseDuration = 60; ]')
+    key = alice.submit_text(jdl, "suspendable.jdl")["key"]
+    job = wait_state(alice, key, {"Running"} | ENDED, timeout_s=90)
+    assert job["state"] == "Running", (job["reason"], job["history"])
+    b_job = peer_job(grid, "b", job["dispatch_key"])
+    assert b_job is not None
+    local_request_at_b(grid)
+    end = wait_state(alice, key, ENDED, timeout_s=120)
+    assert end["state"] == "Done" and end["exit_code"] == 0 and end["deep_resubmissions"] == 0, end["history"]
+    rec = session_of(grid["pki"], "broker-b").get(f"{grid['ce']['b']}/jobs/{b_job.dispatch_key}", timeout=10).json()
+    assert rec["lease"]["attempts"] == 2 and rec["lease"]["request_type"] == "suspendable", rec["lease"]
+    assert rec["reason"].startswith("preempted by an advance reservation"), rec["reason"]
+    assert grid["brokers"]["b"].get(b_job.key).state.value == "Done"
