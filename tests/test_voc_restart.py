@@ -106,7 +106,9 @@ def test_kill_9_of_the_ce_agent_keeps_the_voc_pool(tmp_path, receiver):
             ce2 = group.start("ce", "vocr", ce_toml(tmp_path / "ce-state", node.url, port=port))
             assert ce2.url == ce.url
             assert receiver.wait_event(first[0], "done", timeout_s=60)["exit_code"] == 0
-            after = voc(ce2.url)
+            # the restarted agent adopts its stored pool when its recovery is over
+            after = wait_until(lambda: (lambda v: v if len(v["nodes"]) == 2 else None)(voc(ce2.url)),
+                               "the stored VOC nodes adopted", timeout_s=30)
             assert after["boots"] == 2, "no node booted again"
             by_id = {n["id"]: n for n in after["nodes"]}
             assert set(by_id) == {n["id"] for n in before["nodes"]}, (before["nodes"], after["nodes"])
