@@ -220,8 +220,8 @@ class Broker:
 
     # -- events from CE agents -------------------------------------------------------------------
     def handle_event(self, key: str, event: dict[str, Any]) -> Job:
-        """Apply one CE-agent event: running / caps / done / aborted, or suspended / resumed (a
-        history note of the Running job, no state change; see docs/architecture.md).
+        """Apply one CE-agent event: running / caps / done / aborted, or suspended / resumed /
+        requeued (a history note of the Running job, no state change; see docs/architecture.md).
 
         Events of an ended job are ignored (the job is returned unchanged), those of a past
         attempt raise ``resubmission.PastAttempt`` (nothing applied); a Stalled job first goes
@@ -253,8 +253,9 @@ class Broker:
                 job = heartbeats.recover(self, job, now, f"heard again: {kind} event")
                 if job.state not in AT_CE or job.state is JobState.STALLED:
                     return job          # resubmitted meanwhile: this attempt is over
-            if kind in ("suspended", "resumed"):
-                return self.store.note(key, now, f"{kind}: VWN {event.get('vwn')} on node {event.get('node')}", **fields)
+            if kind in ("suspended", "resumed", "requeued"):
+                what = f"VWN {event.get('vwn')} on node {event.get('node')}" if kind != "requeued" else event.get("reason")
+                return self.store.note(key, now, f"{kind}: {what}", **fields)
             if kind == "caps" or (kind == "running" and job.state is JobState.RUNNING):
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":

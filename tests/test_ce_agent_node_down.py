@@ -112,7 +112,10 @@ def test_preempted_suspendable_job_restarts_in_a_new_vwn_and_runs_to_done(site, 
     receiver.wait_event(ar, "done", timeout_s=30)
     done = receiver.wait_event(be, "done", timeout_s=30)
     assert done["exit_code"] == 0 and done["vwn"] != first["vwn"]
-    assert kinds_of(receiver, be) == ["running", "running", "done"]   # the old VWN's end is not forwarded
+    # the old VWN's end is not forwarded; the requeue is (a history note at the broker)
+    assert kinds_of(receiver, be) == ["running", "requeued", "running", "done"]
+    requeued = next(e for e in receiver.events_for(be) if e["event"] == "requeued")
+    assert requeued["outcome"] == "requeued" and requeued["reason"].startswith("preempted by an advance reservation")
     agent = nodes[0]
     assert agent.vwns[first["vwn"]].state == "cancelled"
     assert agent.vwns[done["vwn"]].request.key == vwn_key(be, 2) == f"{be}-r2"

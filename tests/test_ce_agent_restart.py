@@ -177,7 +177,7 @@ def test_a_requeued_job_stays_queued_across_a_restart_and_restarts_in_a_fresh_vw
         assert done["exit_code"] == 0 and done["vwn"] != first["vwn"]
         assert node_agent.vwns[done["vwn"]].request.key == f"{be}-r2"
         assert [e["event"] for e in receiver.events_for(be) if e["event"] not in ("caps",)] == \
-            ["running", "running", "done"]
+            ["running", "requeued", "running", "done"]
     finally:
         release(ar_gate)
         release(be_gate)

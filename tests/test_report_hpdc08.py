@@ -16,7 +16,7 @@ from .test_sweep_runner import ARS, write_spec
 def test_report_list_names_every_report():
     r = CliRunner().invoke(report_cmd, ["--list"])
     assert r.exit_code == 0
-    assert [line.split()[0] for line in r.output.splitlines()] == ["sfete", "hpdc08"]
+    assert [line.split()[0] for line in r.output.splitlines()] == ["sfete", "sfete-table1", "seed000", "hpdc08", "federation"]
     r = CliRunner().invoke(report_cmd, ["nope"])
     assert r.exit_code == 2 and "unknown report 'nope'" in r.output
 

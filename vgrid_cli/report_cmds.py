@@ -12,6 +12,8 @@ input error.
 """
 from __future__ import annotations
 
+import importlib
+
 from pathlib import Path
 
 import click
@@ -27,11 +29,17 @@ REPORTS = {
     "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
     "sfete-table1": ("seed 004 Section 6.1: SFETE against FCFS/ECT, EDF/ECT, LLF/ECT (Table I, "
                      "Figures 4-6)", "offline"),
-    "seed000": ("seed 000 Section 8.3: best-effort and advance reservations mixed, with and without "
-                "VMs, image prefetching and reuse (Tables 8.3-8.7)", "seed000"),
+    "seed000": ("seed 000 Sections 4 and 8: AR staging accuracy (Figures 8.2-8.4), VMs as jobs (Tables "
+                "4.1, 4.2), best-effort and ARs mixed with and without VMs, prefetching and reuse "
+                "(Tables 8.3-8.7)", "seed000"),
     "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "
                "figures (72 AR sets x 6 configurations)", "sweep"),
+    "federation": ("issue 15 / seed 002 Section 4.1: the LCG trace split into three Grids, with and without "
+                   "peering gateways (wait, rejected, forwarded)", "fedsim"),
 }
+#: report kind -> (module of vgrid_cli, click command) run with the remaining arguments
+_COMMANDS = {"gridsim": ("gridsim_cmds", "report_cmd"), "offline": ("offline_cmds", "table1_cmd"),
+             "seed000": ("seed000_cmds", "seed000_cmd"), "fedsim": ("fedsim_cmds", "federation_cmd")}
 
 
 @click.command("report", context_settings={"ignore_unknown_options": True}, add_help_option=False)
@@ -50,17 +58,10 @@ def report_cmd(args) -> None:
     name = args.pop(0) if args and not args[0].startswith("-") else "sfete"
     if name not in REPORTS:
         _fail(f"unknown report {name!r}; known: {', '.join(REPORTS)} (vgrid report --list)", 2)
-    if REPORTS[name][1] == "gridsim":
-        from .gridsim_cmds import report_cmd as sfete
-        sfete.main(args=args, prog_name="vgrid report sfete", standalone_mode=True)
-        return
-    if REPORTS[name][1] == "seed000":
-        from .seed000_cmds import seed000_cmd
-        seed000_cmd.main(args=args, prog_name=f"vgrid report {name}", standalone_mode=True)
-        return
-    if REPORTS[name][1] == "offline":
-        from .offline_cmds import table1_cmd
-        table1_cmd.main(args=args, prog_name=f"vgrid report {name}", standalone_mode=True)
+    if REPORTS[name][1] in _COMMANDS:
+        module, command = _COMMANDS[REPORTS[name][1]]
+        cmd = getattr(importlib.import_module(f"vgrid_cli.{module}"), command)
+        cmd.main(args=args, prog_name=f"vgrid report {name}", standalone_mode=True)
         return
     sweep_report_cmd.main(args=args, prog_name=f"vgrid report {name}", obj=name, standalone_mode=True)
 

@@ -243,6 +243,7 @@ class CEAgent(CEPublishing):
             job.lease_start = None
             job.note(Outcome.REQUEUED, REQUEUED_REASON)
             self._save(job)
+            self._forward(job, "requeued", self.clock.now())     # a history note at the broker
         log.info("%s: %s", job.request.key, job.reason)
 
     def _vwn_finished(self, job: CEJob) -> bool:

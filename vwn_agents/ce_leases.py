@@ -229,7 +229,8 @@ class LeaseScheduling:
         """Why a job whose lease is in ``st`` (``view``) must end now without a node event, as
         ``(code, reason)``, or None. Rejected: ``LEASE_REJECTED``; Done at its planned end:
         ``WALLCLOCK_LIMIT`` (killed at the wall-clock limit); started and back in the queue:
-        ``PREEMPTED`` (by an advance reservation)."""
+        ``PREEMPTED`` (by an advance reservation); cancelled by the engine with a reason (a
+        Best-Effort-Cancellable lease a local request preempted, seed 002): ``PREEMPTED``."""
         state = LeaseState(st["state"])
         if state is LeaseState.REJECTED:
             if req.kind == "immediate":
@@ -243,6 +244,8 @@ class LeaseScheduling:
             limit = "LeaseDuration" if req.duration_from == "LeaseDuration" else "the CE's max_wallclock_s"
             return Outcome.WALLCLOCK_LIMIT, (f"killed at its wall-clock limit: the lease's {req.duration_s:g} s "
                                              f"({limit}) ended and its VWN was deleted")
+        if state is LeaseState.CANCELLED and st["reason"]:   # the engine's, not the job's cancel (seed 002:
+            return Outcome.PREEMPTED, f"{st['reason']}: its VWN was deleted"   # a local request, issue 15)
         if st["start_s"] is not None and state in (LeaseState.QUEUED, LeaseState.SCHEDULED,
                                                   LeaseState.SUSPENDED) and not st.get("frozen"):
             return Outcome.PREEMPTED, "preempted by an advance reservation: its VWN was deleted"

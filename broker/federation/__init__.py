@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .delegations import DelegationStore
 from .forwarding import Forwarder
+from .notes import NoteRelay
 from .peers import PeerConfig, Peers
 from .policy import FederatedChooser
 from .received import ReceivedStore
@@ -69,6 +70,7 @@ def attach(broker, peers: list[PeerConfig], state_dir: Path, tls=None, **knobs) 
     to be installed on the app, its relay to be started once the broker's URL is known)."""
     fed = Federation(broker, Peers(peers), state_dir, tls, **knobs)
     broker.federation = fed
+    NoteRelay(fed)      # suspended / resumed / requeued notes of received jobs go to their origins
     broker.queues = FederatedChooser(broker.queues, fed.peers, lambda: broker.settings.base_url,
                                      fed.threshold_s, fed.max_hops)
     return fed

@@ -54,11 +54,15 @@ def refuse(status: int, message: str, reason: str, **details):
 
 def external_jdl(desc, gateways: list[str], hops: int) -> str:
     """The JDL text of a received job: ``RequestOrigin = "external"``, ``VgridGateways``,
-    ``VgridHops`` (later definitions replace earlier ones: ClassAd semantics)."""
+    ``VgridHops``, and ``RetryCount = 0; ShallowRetryCount = 0``: the origin's resubmission
+    rules apply, not the peer's -- a failure here (a local request preempted it, its node was
+    lost) is reported to the origin, which resubmits or ends it (later definitions replace
+    earlier ones: ClassAd semantics)."""
     text = jdlmod.to_jdl(desc).rstrip()
     assert text.endswith("]")
     gw = ", ".join('"' + g.replace("\\", "\\\\").replace('"', '\\"') + '"' for g in gateways)
-    extra = f'  RequestOrigin = "external";\n  VgridGateways = {{ {gw} }};\n  VgridHops = {int(hops)};\n'
+    extra = (f'  RequestOrigin = "external";\n  VgridGateways = {{ {gw} }};\n  VgridHops = {int(hops)};\n'
+             '  RetryCount = 0;\n  ShallowRetryCount = 0;\n')
     return text[:-1] + extra + "]\n"
 
 

@@ -79,6 +79,13 @@ class ReceivedStore:
             r = c.execute(select(t).where(t.c.peer == peer, t.c.origin_key == origin_key)).first()
         return _row(r) if r else None
 
+    def by_key(self, key: str) -> Received | None:
+        """The row of the received job ``key`` (this broker's job key), or None."""
+        t = received_table
+        with self.engine.connect() as c:
+            r = c.execute(select(t).where(t.c.key == key)).first()
+        return _row(r) if r else None
+
     def open(self) -> list[Received]:
         """Rows whose final state has not been reported yet, oldest first."""
         t = received_table

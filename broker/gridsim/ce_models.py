@@ -66,6 +66,17 @@ class FcfsLrms:
     def next_event_s(self) -> float:
         return self._running[0][0] if self._running else math.inf
 
+    def estimated_response_s(self, now: float, limit) -> float:
+        """GlueCEStateEstimatedResponseTime (s) of one more job at ``now``: 0 with a free CPU,
+        else the backlog of wall-clock limits (``limit(job)`` seconds: what is left of the
+        running jobs' limits plus the queued jobs' limits) over the CPUs -- an estimate from
+        what a CE knows (limits, not run times), as the live CE agent's lease engine computes
+        it from leases' durations."""
+        if self._free > 0:
+            return 0.0
+        left = sum(max(0.0, job.start_s + limit(job) - now) for _, _, job in self._running)
+        return (left + sum(limit(job) for job in self._queue)) / self.spec.cpus
+
     def fire(self, now: float) -> list[Job]:
         """Finish the jobs due by ``now``, start queued jobs on the freed CPUs."""
         done = []

@@ -22,7 +22,7 @@ import functools
 import gzip
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -74,12 +74,14 @@ def poisson_jobs(spec: PoissonSpec, fastest_si00: float, rng: random.Random) -> 
 @dataclass(frozen=True)
 class SwfTrace:
     """A parsed SWF trace: jobs (``site`` set, ``work`` = run time in CPU-seconds at 1 SI00),
-    the site names, and each site's peak number of concurrently running jobs."""
+    the site names, each site's peak number of concurrently running jobs, and each job's
+    group (field 13; the VO in the LCG trace) by job id."""
 
     jobs: tuple[tuple[int, str, float, float, float, str], ...]  # id, user, submit, run, req, site
     sites: tuple[str, ...]
     peak_jobs: dict[str, int]
     skipped: int
+    groups: dict[int, str] = field(default_factory=dict)
 
 
 def _open_text(path: Path):
@@ -103,6 +105,7 @@ def _peaks(starts_ends: dict[str, list[tuple[float, int]]]) -> dict[str, int]:
 @functools.lru_cache(maxsize=4)
 def _read_swf_cached(path: str, mtime: float) -> SwfTrace:
     names: dict[int, str] = {}
+    groups: dict[int, str] = {}
     jobs = []
     events: dict[str, list[tuple[float, int]]] = {}
     skipped = 0
@@ -128,12 +131,13 @@ def _read_swf_cached(path: str, mtime: float) -> SwfTrace:
                 continue
             site = names.get(part, f"site-{part}")
             jobs.append((int(f[0]), f"user{f[11]}", submit, run, req, site))
+            groups[int(f[0])] = f[12]
             start = submit + max(wait, 0.0)
             ev = events.setdefault(site, [])
             ev.append((start, 1))
             ev.append((start + run, -1))
     jobs.sort(key=lambda j: (j[2], j[0]))
-    return SwfTrace(tuple(jobs), tuple(sorted(events)), _peaks(events), skipped)
+    return SwfTrace(tuple(jobs), tuple(sorted(events)), _peaks(events), skipped, groups)
 
 
 def read_swf(path: str | Path) -> SwfTrace:

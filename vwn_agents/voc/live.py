@@ -26,6 +26,7 @@ from ..placement import NodeLoad
 from vgrid_runtime.outcomes import Outcome
 from .policies import make_policy
 from .pool import VOCNode, VOCNodeState, VOCPool
+from .store import VOCStore
 from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -94,18 +95,52 @@ class VOCScheduling:
         self.driver = CgroupDriver(self)
         self.pool = VOCPool(len(self.driver.slots), self.driver)
         self.watchdog = Watchdog(self.pool, make_policy(c.voc_policy, **options), c.voc_interval_s)
+        self.store = VOCStore(agent.db)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="voc-watchdog", daemon=True)
 
     def start(self) -> None:
-        """Adopt the running jobs (after a restart) as busy nodes, then start the watchdog."""
+        """Adopt the stored pool (after a restart, ``voc.store``) and the running jobs no stored
+        node holds, then start the watchdog. A stored node keeps its id, VO, slot and state: a
+        busy node whose job ended meanwhile is idle; a booting node's boot (its thread died with
+        the old process) is resumed, not counted again; a node on a slot no longer configured is
+        dropped. No node is booted twice and a claimed node stays its job's."""
         now = self.agent.clock.now()
+        stored, serial, boots = self.store.load()
         with self.agent._lock:
+            active = {k for k, j in self.agent.jobs.items() if j.state not in ENDED}
             running = [j for j in self.agent.jobs.values() if j.state not in ENDED and j.node_url]
+        resume = []
         with self.lock:
+            keep = []
+            for n in stored:
+                if n.slot not in self.driver.slots and not n.slot.endswith("#adopted"):
+                    log.warning("VOC: stored node %s is on %s, no longer a slot of this CE: dropped", n.id, n.slot)
+                    continue
+                if n.state is VOCNodeState.BUSY and n.job not in active:
+                    n.state, n.job, n.idle_since = VOCNodeState.IDLE, None, now
+                keep.append(n)
+                if n.state is VOCNodeState.BOOTING:
+                    resume.append(n)
+            self.pool.restore(keep, serial, boots)
+            held = {n.job for n in keep if n.job}
             for job in running:
-                self.pool.adopt(job_vo(job), self._slot_on(job.node_url), job.request.key, now)
+                if job.request.key not in held:
+                    self.pool.adopt(job_vo(job), self._slot_on(job.node_url), job.request.key, now)
+            self.persist()
+        if keep:
+            log.info("VOC: %d stored nodes adopted (%d boots resumed)", len(keep), len(resume))
+        for n in resume:
+            self.driver.boot(n)
         self._thread.start()
+
+    def persist(self) -> None:
+        """Store the pool (``VOCStore.save``; call with ``self.lock`` held). A failing database
+        is logged, never raised into the watchdog or the placer."""
+        try:
+            self.store.save(self.pool)
+        except Exception:
+            log.exception("VOC: storing the pool")
 
     def stop(self) -> None:
         self._stop.set()
@@ -132,6 +167,7 @@ class VOCScheduling:
         demand = self.demand()
         with self.lock:
             report = self.watchdog.tick(self.agent.clock.now(), demand)
+            self.persist()
         if report.booted or report.terminated:
             log.info("VOC watchdog: booted %s, terminated %s", report.booted, report.terminated)
         return report
@@ -179,6 +215,7 @@ class VOCScheduling:
     def ready(self, node_id: str) -> None:
         with self.lock:
             node = self.pool.ready(node_id, self.agent.clock.now())
+            self.persist()
         if node is not None:
             self.agent._wake.set()              # a job of its VO may be waiting
 
@@ -191,6 +228,7 @@ class VOCScheduling:
             self.dead[url] = why
             for n in [n for n in self.pool.live() if n.slot.rsplit("#", 1)[0] == url]:
                 self.pool.lost(n.id, now, why)
+            self.persist()
 
     # -- the placer's side -------------------------------------------------------------------
 
@@ -201,6 +239,7 @@ class VOCScheduling:
             if job.state is not CEJobState.SCHEDULED or job.vwn:
                 return []
             node = self.pool.node_of(key) or self.pool.claim(job_vo(job), key, self.agent.clock.now())
+            self.persist()          # the claim is stored before the VWN is created
         if node is None:
             return []
         url = node.slot.rsplit("#", 1)[0]
@@ -229,6 +268,7 @@ class VOCScheduling:
             node = self.pool.node_of(key)
             if node is not None:
                 self.pool.release(node.id, self.agent.clock.now())
+                self.persist()
         self.agent._wake.set()
 
     def status(self) -> dict:

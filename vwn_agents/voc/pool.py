@@ -177,6 +177,18 @@ class VOCPool:
         self.nodes[node.id] = node
         return node
 
+    @property
+    def serial(self) -> int:
+        """The number of the last node id given (ids are ``voc-<vo>-<serial>``)."""
+        return self._serial
+
+    def restore(self, nodes: Sequence[VOCNode], serial: int, boots: int) -> None:
+        """Put back the nodes a restarted CE agent stored (``voc.store``), as they were: no
+        boot counted, no driver call; later ids continue after ``serial``."""
+        for node in nodes:
+            self.nodes[node.id] = node
+        self._serial, self.boots = max(self._serial, serial), max(self.boots, boots)
+
     def terminate(self, node_id: str, now: float) -> VOCNode:
         """Stop an idle or booting node cleanly (the watchdog shrinking a VOC). A busy node is
         never terminated: ValueError."""
