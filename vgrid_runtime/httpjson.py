@@ -13,6 +13,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from .config import ConfigError, load
+from .openapi import BodyError, route_body_model, validate_body
 from .storage import install_storage_errors
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,18 @@ def _state_dir(app: Flask):
 
 def json_body() -> dict:
     """The request's JSON object; ApiError 400 when absent, malformed (also nested too deeply,
-    :class:`SafeJSONProvider`) or not an object (413 from Flask when larger than the app's
-    MAX_CONTENT_LENGTH)."""
+    :class:`SafeJSONProvider`), not an object, or not fitting the pydantic body model the
+    route is registered with (:mod:`vgrid_runtime.openapi`; the error names the ``field``);
+    413 from Flask when larger than the app's MAX_CONTENT_LENGTH."""
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
+    model = route_body_model()
+    if model is not None:
+        try:
+            validate_body(model, body, f"{request.method} {request.url_rule.rule}")
+        except BodyError as exc:
+            raise ApiError(400, str(exc), field=exc.field) from None
     return body
 
 

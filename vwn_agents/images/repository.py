@@ -41,7 +41,10 @@ from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentic
 from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers
+from vgrid_runtime.openapi import install_openapi
 from vgrid_runtime.serving import ServeOptions
+
+from .repo_api import REPO_SPEC
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +185,8 @@ def create_app(config: ImageRepositoryConfig, clock: Clock | None = None) -> Fla
         resp.headers["Digest"] = "sha-256=" + base64.b64encode(bytes.fromhex(entry["sha256"])).decode()
         resp.headers["Accept-Ranges"] = "bytes"
         return resp
+
+    install_openapi(app, REPO_SPEC)              # GET /openapi.json (repo_api)
 
     @app.get("/status")
     def status():

@@ -1,0 +1,165 @@
+"""``GET /openapi.json`` of the four services over real mutual TLS, and schemathesis against each
+(issue 17): one site on loopback (broker -> CE agent -> node agent, and an image repository the
+node pulls from), each service called with the identity that may use it (a user proxy for the
+broker, the broker's host certificate for the CE agent, the CE's for the node agent, the node's
+for the repository). Every generated request must answer without a 5xx and every answer must
+conform to the service's own document (status code, content type, JSON Schema).
+
+Examples are bounded (``VGRID_FUZZ_EXAMPLES``, default 12 per operation, derandomized, positive
+and negative data) so the four runs take well under 2 minutes on an idle machine.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+
+from broker.api import create_app as broker_app
+from broker.config import BrokerConfig
+from broker.server import build_broker
+from vgrid_runtime.httpclient import new_session
+from vgrid_runtime.pki import create_ca, issue_host, issue_user
+from vgrid_runtime.proxy import create_proxy, write_proxy
+from vgrid_runtime.tls import TLSFiles
+from vgrid_runtime.voms import issue_ac
+from vgrid_runtime.wsgi import BackgroundServer
+from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
+from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repo_app
+from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
+
+from .pki_site import site_pki
+
+ADDR = {"broker": "127.0.19.1", "ce": "127.0.19.2", "node": "127.0.19.3", "repo": "127.0.19.4"}
+EXAMPLES = int(os.environ.get("VGRID_FUZZ_EXAMPLES", "12"))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca, voms, dns, now = site_pki(d, ADDR)
+    cred = issue_user(ca, "Alice", now=now)
+    dns["alice"] = cred.dn
+    write_proxy(d / "alice.proxy", create_proxy(cred, now, 3600,
+                                                acs=[issue_ac(voms, "dteam", ["/dteam"], cred.cert, now, 3600)]))
+    stranger = create_ca(dn="/DC=org/DC=elsewhere/CN=other CA", now=now)
+    issue_host(stranger, "intruder", ["127.0.19.9"], now=now).save(d / "intruder.pem", d / "intruder.key")
+    return d, dns
+
+
+def fields(d, name):
+    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
+            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}
+
+
+def session(d, name) -> requests.Session:
+    key = None if name.endswith(".proxy") else str(d / f"{name}.key")
+    cert = str(d / (name if name.endswith(".proxy") else f"{name}.pem"))
+    return new_session(TLSFiles(cert=cert, key=key, cert_dir=str(d / "certs"), voms_dir=str(d / "vomsdir")))
+
+
+@pytest.fixture(scope="module")
+def site(pki, tmp_path_factory):
+    d, dns = pki
+    work = tmp_path_factory.mktemp("openapi-site")
+    (work / "images").mkdir()
+    (work / "images" / "tiny.img").write_bytes(bytes(range(256)) * 16)
+    repo_cfg = ImageRepositoryConfig(images_dir=str(work / "images"), node_dns=[dns["node"]], ce_dns=[dns["ce"]],
+                                     **fields(d, "repo"))
+    repo = BackgroundServer(repo_app(repo_cfg), host=ADDR["repo"], tls=repo_cfg.tls_files())
+    node_cfg = NodeAgentConfig(node="f1", cgroup="none", work_dir=str(work / "node"), ce_dns=[dns["ce"]],
+                               disk_quota_mb=0, image_repository=repo.url, **fields(d, "node"))
+    node = BackgroundServer(node_app(node_cfg), host=ADDR["node"], tls=node_cfg.tls_files())
+    ce_cfg = CEAgentConfig(ce_id="ce.vgrid.local:8443/vgrid-vwn-fuzz", host="ce.vgrid.local", site="S",
+                           queue="fuzz", nodes=[node.url], vos=["dteam"], broker_dns=[dns["broker"]],
+                           state_dir=str(work / "ce"), **fields(d, "ce"))
+    ce = BackgroundServer(ce_app(ce_cfg), host=ADDR["ce"], tls=ce_cfg.tls_files())
+    b_cfg = BrokerConfig(state_dir=str(work / "broker"), ce_urls=[ce.url], ism_refresh_s=1.0,
+                         match_interval_s=0.1, **fields(d, "broker"))
+    broker = build_broker(b_cfg)
+    app = broker_app(broker, tls=b_cfg.tls_files(), admins=b_cfg.admins)
+
+    def on_bound(url):
+        broker.settings.base_url = url
+        broker.ism.start()
+        broker.start()
+
+    app.config["VGRID_ON_BOUND"] = on_bound
+    bsrv = BackgroundServer(app, host=ADDR["broker"], tls=b_cfg.tls_files())
+    yield {"broker": bsrv.url, "ce": ce.url, "node": node.url, "repo": repo.url}
+    bsrv.close()
+    broker.stop()
+    broker.ism.stop()
+    broker.store.close()
+    ce.close()
+    node.close()
+    repo.close()
+
+
+#: who calls each service in the fuzz run: the identity its routes are for
+CALLER = {"broker": "alice.proxy", "ce": "broker", "node": "ce", "repo": "node"}
+
+
+def test_any_authenticated_caller_reads_the_document_and_no_certificate_is_refused(pki, site):
+    d, _ = pki
+    for svc, url in site.items():
+        for who in ("alice.proxy", CALLER[svc]):
+            r = session(d, who).get(f"{url}/openapi.json", timeout=10)
+            assert r.status_code == 200, (svc, who, r.text)
+            doc = r.json()
+            assert doc["openapi"].startswith("3.1") and doc["paths"], svc
+            assert doc["components"]["securitySchemes"]["mutualTLS"]["type"] == "mutualTLS"
+        anon = requests.get(f"{url}/openapi.json", verify=str(d / "certs" / "ca.pem"), timeout=10)
+        assert anon.status_code == 401 and anon.json()["error"]["reason"] == "no-certificate", svc
+        # a certificate from a CA the site does not trust is refused in the handshake
+        with pytest.raises(requests.exceptions.RequestException):
+            r = requests.get(f"{url}/openapi.json", verify=str(d / "certs" / "ca.pem"), timeout=10,
+                             cert=(str(d / "intruder.pem"), str(d / "intruder.key")))
+            raise requests.exceptions.ConnectionError(f"answered {r.status_code}")
+
+
+CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_code_conformance,
+          schemathesis.checks.content_type_conformance, schemathesis.checks.response_schema_conformance]
+
+
+def fuzz(d, url: str, who: str, examples: int) -> tuple[int, list[str]]:
+    """Run schemathesis over every operation of the document at ``url``; (requests sent,
+    failures as ``"METHOD path: message"``)."""
+    http = session(d, who)
+    doc = http.get(f"{url}/openapi.json", timeout=10).json()
+    schema = schemathesis.openapi.from_dict(doc)
+    sent, failures = [0], []
+    for result in schema.get_all_operations():
+        op = result.ok()
+        for mode, n in ((schemathesis.GenerationMode.POSITIVE, examples),
+                        (schemathesis.GenerationMode.NEGATIVE, max(2, examples // 2))):
+            @settings(max_examples=n, deadline=None, database=None, derandomize=True,
+                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            @given(case=op.as_strategy(generation_mode=mode))
+            def run(case):
+                sent[0] += 1
+                response = case.call(base_url=url, session=http, timeout=30)
+                case.validate_response(response, checks=CHECKS)
+
+            try:
+                run()
+            except Unsatisfiable:       # nothing to negate (no body, string path parameters)
+                continue
+            except Exception as exc:  # noqa: BLE001 - collect every operation's failure
+                failures.append(f"{op.method.upper()} {op.path} ({mode.value}): {exc}"[:3000])
+    return sent[0], failures
+
+
+@pytest.mark.parametrize("svc", ["repo", "node", "ce", "broker"])
+def test_schemathesis_finds_no_5xx_and_no_answer_off_the_schema(pki, site, svc):
+    d, _ = pki
+    t0, c0 = time.monotonic(), time.process_time()
+    sent, failures = fuzz(d, site[svc], CALLER[svc], EXAMPLES)
+    wall, cpu = time.monotonic() - t0, time.process_time() - c0
+    print(f"schemathesis {svc}: {sent} requests, wall {wall:.1f} s, test-process CPU {cpu:.1f} s")
+    assert sent >= 10
+    assert not failures, "\n\n".join(failures)
