@@ -163,3 +163,16 @@ def test_schemathesis_finds_no_5xx_and_no_answer_off_the_schema(pki, site, svc):
     print(f"schemathesis {svc}: {sent} requests, wall {wall:.1f} s, test-process CPU {cpu:.1f} s")
     assert sent >= 10
     assert not failures, "\n\n".join(failures)
+
+
+def test_the_repository_metrics_are_for_monitors_and_itself_only(pki, site):
+    """GET /metrics of the image repository (issue 17 image-transfer metrics) over TLS: its own
+    host certificate reads it; a user, a node that may download images and no certificate do not."""
+    d, _ = pki
+    url = f"{site['repo']}/metrics"
+    r = session(d, "repo").get(url, timeout=10)
+    assert r.status_code == 200 and "vgrid_image_repo_served_bytes_total" in r.text
+    for who in ("alice.proxy", "node"):
+        r = session(d, who).get(url, timeout=10)
+        assert r.status_code == 403 and r.json()["error"]["reason"] == "forbidden", who
+    assert requests.get(url, verify=str(d / "certs" / "ca.pem"), timeout=10).status_code == 401

@@ -41,9 +41,11 @@ from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentic
 from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers
+from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.openapi import install_openapi
 from vgrid_runtime.serving import ServeOptions
 
+from .metrics import install_repo_metrics
 from .repo_api import REPO_SPEC
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ QCOW2_MAGIC = b"QFI\xfb"
 
 
 @dataclass
-class ImageRepositoryConfig(ConfigSchema, TLSOptions, ServeOptions):
+class ImageRepositoryConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     """Configuration of ``vgrid serve images`` (TOML; docs/vwn.md, "Image repository")."""
 
     SOURCE = "image repository config"
@@ -187,6 +189,7 @@ def create_app(config: ImageRepositoryConfig, clock: Clock | None = None) -> Fla
         return resp
 
     install_openapi(app, REPO_SPEC)              # GET /openapi.json (repo_api)
+    install_repo_metrics(app, catalog, config)   # GET /metrics (images.metrics)
 
     @app.get("/status")
     def status():
