@@ -4,6 +4,10 @@ on loopback; the TLS refusal of the repository's /metrics is in test_openapi_fuz
 ready, one hit, one not-found, the pool's bytes and images by state."""
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,3 +77,12 @@ def test_pulls_hits_and_failures_move_the_node_and_repository_metrics(pair):
     assert sum(v for (n, labels), v in r.items()
                if n == "vgrid_image_repo_downloads_total" and dict(labels)["status"] in ("200", "206")) == 1
     assert value(r, "vgrid_image_repo_images") == 1
+
+
+def test_the_dashboards_image_panels_query_metrics_that_exist(pair):
+    repo, node, _ = pair
+    board = json.loads((Path(__file__).resolve().parent.parent / "docs" / "grafana" / "vgrid.json").read_text())
+    used = {m for p in board["panels"] for t in p.get("targets", [])
+            for m in re.findall(r"\bvgrid_image_[a-z_]+", t["expr"])}
+    served = {name for name, _ in scrape(node)} | {name for name, _ in scrape(repo)}
+    assert len(used) >= 5 and used <= served, used - served
