@@ -183,7 +183,7 @@ class ForwardedJob(_Body):
     hops: int = 1
 
 
-_JOB = "the job's owner or an administrator (broker ``admins``)"
+_JOB = "the job's owner or an administrator (broker `admins`)"
 _SERVICE = "a service (host certificate)"
 _QUERY = {"state": ({"type": "string"}, "comma-separated gLite states"),
           "owner": ({"type": "string"}, "a DN (administrators only; others see their own jobs)"),
