@@ -33,6 +33,7 @@ from vwn_agents.images.repository import ImageRepositoryConfig, create_app as re
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
 from .pki_site import site_pki
+from .waiting import wait_until
 
 ADDR = {"broker": "127.0.19.1", "ce": "127.0.19.2", "node": "127.0.19.3", "repo": "127.0.19.4"}
 EXAMPLES = int(os.environ.get("VGRID_FUZZ_EXAMPLES", "12"))
@@ -90,7 +91,17 @@ def site(pki, tmp_path_factory):
 
     app.config["VGRID_ON_BOUND"] = on_bound
     bsrv = BackgroundServer(app, host=ADDR["broker"], tls=b_cfg.tls_files())
-    yield {"broker": bsrv.url, "ce": ce.url, "node": node.url, "repo": repo.url}
+    urls = {"broker": bsrv.url, "ce": ce.url, "node": node.url, "repo": repo.url}
+    # one running job, so the fuzz also reads and changes real records (path parameters below)
+    alice = session(d, "alice.proxy")
+    r = alice.post(f"{bsrv.url}/jobs", data={"jdl": '[ Executable = "/bin/sleep"; Arguments = "60"; ]',
+                                             "filename": "fuzz.jdl"}, timeout=10)
+    assert r.status_code == 201, r.text
+    job = wait_until(lambda: (j := alice.get(f"{bsrv.url}/jobs/{r.json()['key']}", timeout=10).json())
+                     and j["state"] == "Running" and j, "the fuzz site's job Running")
+    KNOWN.update(broker={"key": job["key"]}, ce={"key": job["dispatch_key"]}, node={"vwn": job["vwn"]},
+                 repo={"name": "tiny.img"})
+    yield urls
     bsrv.close()
     broker.stop()
     broker.ism.stop()
@@ -100,6 +111,9 @@ def site(pki, tmp_path_factory):
     repo.close()
 
 
+#: path parameters naming real things of the site (filled by the fixture): a job at the broker
+#: and the CE, its VWN, an image
+KNOWN: dict[str, dict[str, str]] = {}
 #: who calls each service in the fuzz run: the identity its routes are for
 CALLER = {"broker": "alice.proxy", "ce": "broker", "node": "ce", "repo": "node"}
 
@@ -126,20 +140,26 @@ CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_cod
           schemathesis.checks.content_type_conformance, schemathesis.checks.response_schema_conformance]
 
 
-def fuzz(d, url: str, who: str, examples: int) -> tuple[int, list[str]]:
-    """Run schemathesis over every operation of the document at ``url``; (requests sent,
-    failures as ``"METHOD path: message"``)."""
+def fuzz(d, url: str, who: str, examples: int, known: dict[str, str]) -> tuple[int, list[str]]:
+    """Run schemathesis over every operation of the document at ``url``: positive and negative
+    data, then (positive) with the path parameters of ``known`` where an operation's are all
+    there; (requests sent, failures as ``"METHOD path (mode): message"``)."""
     http = session(d, who)
     doc = http.get(f"{url}/openapi.json", timeout=10).json()
     schema = schemathesis.openapi.from_dict(doc)
     sent, failures = [0], []
     for result in schema.get_all_operations():
         op = result.ok()
-        for mode, n in ((schemathesis.GenerationMode.POSITIVE, examples),
-                        (schemathesis.GenerationMode.NEGATIVE, max(2, examples // 2))):
+        names = {p.name for p in op.path_parameters}
+        runs = [("positive", examples, {}), ("negative", max(2, examples // 2), {})]
+        if names and names <= set(known):
+            runs.append(("positive, known", max(2, examples // 2), {n: known[n] for n in names}))
+        for label, n, params in runs:
+            mode = schemathesis.GenerationMode.NEGATIVE if label == "negative" else schemathesis.GenerationMode.POSITIVE
+
             @settings(max_examples=n, deadline=None, database=None, derandomize=True,
                       phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
-            @given(case=op.as_strategy(generation_mode=mode))
+            @given(case=op.as_strategy(generation_mode=mode, path_parameters=params or None))
             def run(case):
                 sent[0] += 1
                 response = case.call(base_url=url, session=http, timeout=30)
@@ -150,7 +170,7 @@ def fuzz(d, url: str, who: str, examples: int) -> tuple[int, list[str]]:
             except Unsatisfiable:       # nothing to negate (no body, string path parameters)
                 continue
             except Exception as exc:  # noqa: BLE001 - collect every operation's failure
-                failures.append(f"{op.method.upper()} {op.path} ({mode.value}): {exc}"[:3000])
+                failures.append(f"{op.method.upper()} {op.path} ({label}): {exc}"[:3000])
     return sent[0], failures
 
 
@@ -158,7 +178,7 @@ def fuzz(d, url: str, who: str, examples: int) -> tuple[int, list[str]]:
 def test_schemathesis_finds_no_5xx_and_no_answer_off_the_schema(pki, site, svc):
     d, _ = pki
     t0, c0 = time.monotonic(), time.process_time()
-    sent, failures = fuzz(d, site[svc], CALLER[svc], EXAMPLES)
+    sent, failures = fuzz(d, site[svc], CALLER[svc], EXAMPLES, KNOWN[svc])
     wall, cpu = time.monotonic() - t0, time.process_time() - c0
     print(f"schemathesis {svc}: {sent} requests, wall {wall:.1f} s, test-process CPU {cpu:.1f} s")
     assert sent >= 10
