@@ -55,7 +55,7 @@ def apps(tmp_path_factory):
 @pytest.mark.parametrize("svc", ["broker", "ce", "node", "repo"])
 def test_every_route_is_described_and_nothing_else(apps, svc):
     app, spec = apps[svc]
-    routes = flask_paths(app)
+    routes = flask_paths(app, api_only=True)     # an HTML blueprint (dashboard) is not the API
     described = {(o.method, o.flask_rule) for o in spec.ops}
     assert routes - described == set(), f"{svc}: routes without a description"
     extra = described - routes - (FEDERATION if svc == "broker" else set())
@@ -119,3 +119,15 @@ def test_a_dataclass_body_keeps_config_load_messages(apps):
     r = c.post("/vwns", json={"job_id": "j", "key": "k", "executable": "/bin/true", "colour": "red"})
     assert r.status_code == 400 and "unknown field 'colour'" in r.get_json()["error"]["message"]
 
+
+
+def test_html_blueprints_are_not_part_of_the_api():
+    from flask import Blueprint, Flask
+    app = Flask("t")
+    app.add_url_rule("/jobs", "jobs", lambda: "", methods=["GET"])
+    for name in ("dashboard", "federation"):
+        bp = Blueprint(name, __name__)
+        bp.add_url_rule(f"/{name}", "page", lambda: "")
+        app.register_blueprint(bp)
+    assert flask_paths(app, api_only=True) == {("GET", "/jobs"), ("GET", "/federation")}
+    assert ("GET", "/dashboard") in flask_paths(app)

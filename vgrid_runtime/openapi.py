@@ -229,7 +229,15 @@ def install_openapi(app: Flask, spec: ApiSpec) -> None:
         return jsonify(cached[0])
 
 
-def flask_paths(app: Flask) -> set[tuple[str, str]]:
-    """``{(METHOD, rule)}`` of every route of ``app`` (HEAD/OPTIONS and static left out)."""
+#: Blueprints whose routes are part of a JSON API (others, e.g. an HTML dashboard, are not
+#: described: :func:`flask_paths` with ``api_only``).
+API_BLUEPRINTS = {"federation"}
+
+
+def flask_paths(app: Flask, api_only: bool = False) -> set[tuple[str, str]]:
+    """``{(METHOD, rule)}`` of every route of ``app`` (HEAD/OPTIONS and static left out);
+    ``api_only``: without the routes of blueprints not in :data:`API_BLUEPRINTS` (HTML pages)."""
+    def api(endpoint: str) -> bool:
+        return "." not in endpoint or endpoint.split(".", 1)[0] in API_BLUEPRINTS
     return {(m, r.rule) for r in app.url_map.iter_rules() if r.endpoint != "static"
-            for m in r.methods - {"HEAD", "OPTIONS"}}
+            and (not api_only or api(r.endpoint)) for m in r.methods - {"HEAD", "OPTIONS"}}
