@@ -205,7 +205,7 @@ SPEC = ApiSpec(
                    507: "disk or database full"}),
         Op("GET", "/jobs", "list jobs, one page", "any user (their own jobs; administrators: all)",
            {200: JobPage}, errors={400: "a bad query parameter (field named)"}, query=_QUERY),
-        Op("GET", "/jobs/{key}", "a job's record (ETag; 304 on If-None-Match)", _JOB, {200: JobRecord},
+        Op("GET", "/jobs/{key}", "a job's record (ETag; 304 on If-None-Match)", _JOB, {200: JobRecord, 304: "empty"},
            errors={404: "unknown job"}),
         Op("POST", "/jobs/{key}/cancel", "cancel a job", _JOB, {200: JobRecord},
            errors={404: "unknown job", 409: "the job has ended"}),

@@ -84,9 +84,9 @@ def _service(doc: dict) -> list[str]:
     for path, methods in doc["paths"].items():
         for method, op in methods.items():
             body = _media(op["requestBody"]["content"], schemas) if "requestBody" in op else ""
-            ok = [f"{s} {_media(r.get('content', {}), schemas)}" for s, r in op["responses"].items()
-                  if s.startswith("2")]
-            errs = [s for s in op["responses"] if not s.startswith("2") and s not in ("401", "403", "500")]
+            ok = [f"{s} {_media(r['content'], schemas)}" if "content" in r else s
+                  for s, r in op["responses"].items() if s[0] in "23"]
+            errs = [s for s in op["responses"] if s[0] not in "23" and s not in ("401", "403", "500")]
             answers = "; ".join(ok) + (f"; errors {', '.join(errs)}" if errs else "")
             who = op["description"].removeprefix("Who may: ").rstrip(".")
             lines.append(f"| {method.upper()} | `{path}` | {_cell(op['summary'])} | {_cell(who)} | "

@@ -61,7 +61,7 @@ class Op:
     """One route of a service: ``path`` in OpenAPI form (``/jobs/{key}``), ``who``: the
     authorization rule in words; ``body``: model of a JSON body (``form=True``: also or only a
     multipart form, ``raw=True``: raw bytes); ``answers``: ``{status: model | "text" | "binary" |
-    None (JSON, any shape)}``; ``errors``: ``{status: when}`` beside :data:`COMMON_ERRORS`;
+    "empty" (no body: 304) | None (JSON, any shape)}``; ``errors``: ``{status: when}`` beside :data:`COMMON_ERRORS`;
     ``query``: ``{name: (JSON Schema, description)}``."""
 
     method: str
@@ -137,6 +137,9 @@ class ApiSpec:
                        for n, (s, d) in o.query.items()]
             responses = {}
             for status, kind in sorted(o.answers.items()):
+                if kind == "empty":          # 304 Not Modified: no body
+                    responses[str(status)] = {"description": "not modified (If-None-Match)"}
+                    continue
                 responses[str(status)] = {"description": "success",
                                           "content": _content(kind, components, "serialization")}
             for status, when in sorted({**COMMON_ERRORS, **o.errors}.items()):

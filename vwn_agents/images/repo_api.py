@@ -34,7 +34,7 @@ _REPO_OPS = [
     Op("GET", "/images/{name}/manifest", "one image's entry", _READERS, {200: ImageEntry},
        errors={404: "no such image"}),
     Op("GET", "/images/{name}", "the image's bytes (Range, If-Range; ETag = sha256)", _READERS,
-       {200: "binary", 206: "binary"}, errors={404: "no such image", 416: "range not satisfiable"}),
+       {200: "binary", 206: "binary", 304: "empty"}, errors={404: "no such image", 416: "range not satisfiable"}),
     Op("GET", "/status", "how many images and bytes", "any authenticated caller (counts: readers only)",
        {200: RepoStatus}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
