@@ -16,7 +16,7 @@ import jdl as jdlmod
 
 from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
-from vgrid_runtime.openapi import BodyError, install_openapi, route_body_model, validate_body
+from vgrid_runtime.openapi import BodyError, check_route_body, install_openapi
 from vgrid_runtime.storage import install_storage_errors
 from vgrid_runtime.tls import TLSFiles
 
@@ -86,13 +86,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     install_openapi(app, SPEC)                   # GET /openapi.json; body models (api_models)
     admins = list(admins)
 
-    def checked(body: Any) -> Any:
-        """``body`` after validation by the route's model (BodyError -> 400 naming the field)."""
-        model = route_body_model()
-        if model is not None and isinstance(body, dict):
-            validate_body(model, body, f"{request.method} {request.url_rule.rule}")
-        return body
-
+    checked = check_route_body                   # the route's body model (api_models): BodyError -> 400
     def owned(key: str, what: str):
         """The job ``key`` if the caller may see it (owner or admin), else 403."""
         job = broker.get(key)

@@ -13,7 +13,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from .config import ConfigError, load
-from .openapi import BodyError, route_body_model, validate_body
+from .openapi import BodyError, check_route_body
 from .storage import install_storage_errors
 
 log = logging.getLogger(__name__)
@@ -110,13 +110,10 @@ def json_body() -> dict:
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    model = route_body_model()
-    if model is not None:
-        try:
-            validate_body(model, body, f"{request.method} {request.url_rule.rule}")
-        except BodyError as exc:
-            raise ApiError(400, str(exc), field=exc.field) from None
-    return body
+    try:
+        return check_route_body(body)
+    except BodyError as exc:
+        raise ApiError(400, str(exc), field=exc.field) from None
 
 
 def parse_body(cls, what: str):

@@ -218,6 +218,16 @@ def route_body_model(app: Flask | None = None):
     return o.body
 
 
+def check_route_body(body: Any) -> Any:
+    """``body`` (a request's parsed JSON) checked by the pydantic model of the current route
+    (:func:`route_body_model`; nothing to check for a non-object or a route without one);
+    BodyError naming the first bad field."""
+    model = route_body_model()
+    if model is not None and isinstance(body, dict):
+        validate_body(model, body, f"{request.method} {request.url_rule.rule}")
+    return body
+
+
 def install_openapi(app: Flask, spec: ApiSpec) -> None:
     """Register ``spec`` (``app.config["VGRID_OPENAPI"]``) and serve it as ``GET /openapi.json``
     to any authenticated caller (the app's :func:`vgrid_runtime.authn.install_authentication`
