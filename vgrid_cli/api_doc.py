@@ -51,7 +51,7 @@ def _type(s: dict, schemas: dict) -> str:
     if "$ref" in s:
         return s["$ref"].rsplit("/", 1)[-1]
     if "anyOf" in s:
-        return " \\| ".join(_type(x, schemas) for x in s["anyOf"])
+        return " | ".join(_type(x, schemas) for x in s["anyOf"])
     t = s.get("type")
     if t == "array":
         return f"list[{_type(s.get('items', {}), schemas)}]"
