@@ -155,6 +155,20 @@ class Stored(_Open):
     stored: str
 
 
+class ISMView(_Open):
+    """GET /ism: ``vgrid info --json`` of the broker's ISM (infosys.summary) plus the raw ads."""
+
+    stale: bool = Field(description="a source failed at the last refresh")
+    age_s: float = Field(description="s since the oldest data was fetched")
+    rejected: list[dict[str, Any]]
+    ces: list[dict[str, Any]]
+    blacklist: list[dict[str, Any]] | None = None
+    now: float
+    taken_at: float | None
+    ads: list[dict[str, Any]] = Field(description="the CE ads (GLUE attributes)")
+    dispatched_since_refresh: dict[str, Any] = Field(description="feedback counters per CE")
+
+
 class Health(_Open):
     ok: bool
 
@@ -235,7 +249,7 @@ SPEC = ApiSpec(
         Op("POST", "/list-match", "the CEs a JDL matches, best first", "any authenticated caller",
            {200: ListMatch}, body=ListMatchBody, errors={400: "JDL error or a bad field"}),
         Op("GET", "/ism", "the information supermarket (vgrid info --json, plus raw ads)",
-           "any authenticated caller", {200: None}, query={"vo": ({"type": "string"}, "keep CEs admitting VO")}),
+           "any authenticated caller", {200: ISMView}, query={"vo": ({"type": "string"}, "keep CEs admitting VO")}),
         Op("GET", "/health", "liveness", "any authenticated caller", {200: Health}),
         Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
         Op("GET", "/metrics", "Prometheus metrics (text format)",

@@ -109,6 +109,36 @@ class UnknownVWNs(_Open):
     unknown: list[str]
 
 
+class CECapacity(_Open):
+    total_cpus: int = Field(description="GlueCEInfoTotalCPUs")
+    free_cpus: int = Field(description="GlueCEStateFreeCPUs (leases: VWN slots a new job could take now)")
+    ert_s: float = Field(description="GlueCEStateEstimatedResponseTime (s)")
+
+
+class CENode(_Open):
+    url: str
+    vwns: int
+    up: bool
+    heard_age_s: float | None = Field(description="s since the node's last heartbeat")
+    lost: bool
+    limit_s: float | None
+
+
+class CEStatus(_Open):
+    """GET /status of a CE agent (``CEPublishing.status``)."""
+
+    ce_id: str
+    url: str | None
+    scheduler: str = Field(description="fair-share | leases")
+    capacity: CECapacity
+    nodes: list[CENode]
+    jobs: dict[str, int] = Field(description="jobs by gLite state")
+    heartbeats: dict[str, Any]
+    lost_nodes: list[str]
+    ready: bool = Field(description="false while resynchronising after a restart")
+    suspension: dict[str, Any]
+
+
 _BROKER = "the CE's brokers (broker_dns)"
 _CE_OPS = [
     Op("POST", "/jobs", "accept a job from a broker", _BROKER, {202: Accepted}, body=JobRequest,
@@ -128,7 +158,7 @@ _CE_OPS = [
     Op("GET", "/glue", "the CE's GLUE 1.3 LDIF", "any authenticated caller", {200: "text"}),
     Op("GET", "/glue2", "the CE's GLUE 2.0 LDIF", "any authenticated caller", {200: "text"}),
     Op("GET", "/status", "capacity, nodes, job counts, heartbeats, suspension", "any authenticated caller",
-       {200: None}),
+       {200: CEStatus}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
     Op("GET", "/metrics", "Prometheus metrics (text format)", "metrics_dns, the CE's own host certificate",
        {200: "text"}),
@@ -193,6 +223,21 @@ class Overlay(_Open):
     format: str
 
 
+class NodeStatus(_Open):
+    """GET /status of a node agent; ``outbox`` and ``heartbeat`` only for its CE agents."""
+
+    node: str
+    capacity: float = Field(description="C: the CPU capacity shared by the VWNs (cores)")
+    vwns: int = Field(description="active VWNs")
+    adopted: int = Field(description="VWNs adopted after a restart")
+    driver: dict[str, Any]
+    cgroup: dict[str, Any]
+    confinement: dict[str, Any]
+    freezer: dict[str, Any]
+    outbox: dict[str, Any] | None = None
+    heartbeat: dict[str, Any] | None = None
+
+
 _CE = "the node's CE agents (ce_dns)"
 _NODE_OPS = [
     Op("POST", "/vwns", "start a VWN (C/(N+1) cap)", _CE, {201: VWNCreated, 200: VWNCreated}, body=VWNRequest,
@@ -215,7 +260,7 @@ _NODE_OPS = [
                                                  409: "not ready (code not-ready)"}),
     Op("DELETE", "/images/overlays/{vwn}", "remove a VWN's overlay", _CE, {200: PoolView}),
     Op("GET", "/status", "capacity, VWNs, driver, cgroup, freezer (outbox and heartbeat: CE agents only)",
-       "any authenticated caller", {200: None}),
+       "any authenticated caller", {200: NodeStatus}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
     Op("GET", "/metrics", "Prometheus metrics (text format)", "metrics_dns, the node's own host certificate",
        {200: "text"}),
