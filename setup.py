@@ -20,6 +20,7 @@ setup(
         "lxml>=5",
         "matplotlib>=3.8",
         "prometheus-client>=0.20,<1",   # GET /metrics (vgrid_runtime.metrics)
+        "pydantic>=2.6,<3",   # GET /openapi.json and request-body models (vgrid_runtime.openapi)
         "numpy>=1.26",
         "pyasn1>=0.5",
         "pyasn1-modules>=0.3",
@@ -37,6 +38,7 @@ setup(
             "psycopg2-binary>=2.9",
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "schemathesis>=4.0,<5",   # tests/test_openapi_fuzz.py
         ],
     },
     entry_points={"console_scripts": ["vgrid=vgrid_cli.main:main"]},

@@ -16,10 +16,12 @@ import jdl as jdlmod
 
 from vgrid_runtime.authn import authorize, caller, install_authentication, refusal
 from vgrid_runtime.httpjson import install_safe_json, limit_bodies
+from vgrid_runtime.openapi import BodyError, check_route_body, install_openapi
 from vgrid_runtime.storage import install_storage_errors
 from vgrid_runtime.tls import TLSFiles
 
 from . import authz, heartbeats, idempotency, listing, resubmission
+from .api_models import SPEC
 from .db import Job, UnknownJob
 from .transfers import BrokerError
 from .service import Broker
@@ -81,8 +83,10 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     limit_bodies(app)                            # 413 above the limit, 400 for too deep JSON
     install_authentication(app, tls, broker.clock)
     install_storage_errors(app, "broker", broker.sandbox_dir.parent)  # 507 disk full, 503, 500
+    install_openapi(app, SPEC)                   # GET /openapi.json; body models (api_models)
     admins = list(admins)
 
+    checked = check_route_body                   # the route's body model (api_models): BodyError -> 400
     def owned(key: str, what: str):
         """The job ``key`` if the caller may see it (owner or admin), else 403."""
         job = broker.get(key)
@@ -103,6 +107,10 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     @app.errorhandler(idempotency.IdempotencyError)
     def _idempotency(exc: idempotency.IdempotencyError):
         return error(str(exc), exc.status, **exc.details)
+
+    @app.errorhandler(BodyError)
+    def _body_error(exc: BodyError):
+        return error(str(exc), 400, field=exc.field)
 
     @app.errorhandler(UnknownJob)
     def _unknown(exc):
@@ -129,9 +137,9 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     def submit():
         text = request.form.get("jdl")
         if text is None:
-            body = request.get_json(silent=True) or {}
-            text = body.get("jdl")
-            filename = body.get("filename") or "<submitted>"
+            body = checked(request.get_json(silent=True)) or {}
+            text = body.get("jdl") if isinstance(body, dict) else None
+            filename = (body.get("filename") if isinstance(body, dict) else None) or "<submitted>"
         else:
             filename = request.form.get("filename") or "<submitted>"
         if not isinstance(text, str):
@@ -178,6 +186,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
             return authz.may_report(who, job) or (broker.past_attempt(job, body) and authz.is_service(who))
 
         authorize(rule, f"post events of job {key} (not the CE agent it was dispatched to)")
+        checked(body)
         try:
             return jsonify(job_json(broker, broker.handle_event(key, body)))
         except resubmission.PastAttempt as past:   # contract 7: nothing applied
@@ -190,7 +199,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         url = body.get("url") if isinstance(body, dict) else None
         authorize(authz.may_heartbeat(caller(), url if isinstance(url, str) else None),
                   f"post heartbeats for CE agent {url!r} (its certificate does not serve that URL)")
-        return jsonify({"unknown": heartbeats.receive(broker, body)})
+        return jsonify({"unknown": heartbeats.receive(broker, checked(body))})
 
     @app.get("/jobs/<key>/output")
     def output_list(key: str):
@@ -246,8 +255,8 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
 
     @app.post("/list-match")
     def list_match():
-        body = request.get_json(silent=True) or {}
-        text = body.get("jdl")
+        body = checked(request.get_json(silent=True)) or {}
+        text = body.get("jdl") if isinstance(body, dict) else None
         if not isinstance(text, str):
             return error("the request has no 'jdl' field", 400, field="jdl")
         result = broker.list_match(text, body.get("filename") or "<list-match>")

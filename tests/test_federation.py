@@ -232,6 +232,8 @@ def test_delegation_is_required_and_refused_without_it(pki, grid):
     r = as_a.post(f"{b}/federation/jobs", json={**body, "callback_url": f"{grid['urls']['c']}/jobs/x/events"},
                   timeout=10)
     assert r.status_code == 400 and r.json()["error"]["field"] == "callback_url", r.text
+    r = as_a.post(f"{b}/federation/jobs", json={**body, "filename": 7}, timeout=10)   # ForwardedJob's types
+    assert r.status_code == 400 and r.json()["error"]["field"] == "filename", r.text
     r = as_a.post(f"{b}/federation/jobs", json={**body, "delegation_id": "nope", "proxy": "junk"}, timeout=10)
     assert r.status_code == 403 and r.json()["error"]["reason"] == "no-delegation", r.text
     # not a peer: a user, or a CE agent host, may not use the gateway API

@@ -93,6 +93,15 @@ def test_range_requests_return_exactly_the_requested_bytes(repo, data):
     assert r.headers["Content-Range"] == f"bytes {first}-{last}/{n}"
 
 
+def test_a_suffix_range_longer_than_the_image_is_the_whole_image(repo):
+    """RFC 9110 14.1.2 (found by the hypothesis test above: ``bytes=-300001`` of a 300,000-byte
+    image was a 416)."""
+    s, url, data = repo["node"], repo["url"], repo["data"]
+    r = s.get(f"{url}/images/a.img", headers={"Range": f"bytes=-{len(data) + 1}"}, timeout=10)
+    assert r.status_code == 206 and r.content == data
+    assert r.headers["Content-Range"] == f"bytes 0-{len(data) - 1}/{len(data)}"
+
+
 def test_if_range_with_another_version_sends_the_whole_file(repo):
     s, url, data = repo["node"], repo["url"], repo["data"]
     etag = hashlib.sha256(data).hexdigest()

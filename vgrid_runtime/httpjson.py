@@ -13,6 +13,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from .config import ConfigError, load
+from .openapi import BodyError, check_route_body
 from .storage import install_storage_errors
 
 log = logging.getLogger(__name__)
@@ -103,12 +104,16 @@ def _state_dir(app: Flask):
 
 def json_body() -> dict:
     """The request's JSON object; ApiError 400 when absent, malformed (also nested too deeply,
-    :class:`SafeJSONProvider`) or not an object (413 from Flask when larger than the app's
-    MAX_CONTENT_LENGTH)."""
+    :class:`SafeJSONProvider`), not an object, or not fitting the pydantic body model the
+    route is registered with (:mod:`vgrid_runtime.openapi`; the error names the ``field``);
+    413 from Flask when larger than the app's MAX_CONTENT_LENGTH."""
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    return body
+    try:
+        return check_route_body(body)
+    except BodyError as exc:
+        raise ApiError(400, str(exc), field=exc.field) from None
 
 
 def parse_body(cls, what: str):

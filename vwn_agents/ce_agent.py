@@ -39,6 +39,7 @@ from vgrid_runtime.sqldb import open_engine, sqlite_url
 from . import ce_bulk
 from .ce_config import CEAgentConfig
 from .ce_heartbeats import CEHeartbeats, loopback
+from .api_models import CE_SPEC, install_openapi
 from .ce_metrics import install_ce_metrics
 from .ce_publish import CEPublishing
 from .ce_recovery import recover
@@ -506,5 +507,6 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
         return jsonify(agent.status())
 
     install_ce_metrics(app, agent)                   # GET /metrics (ce_metrics)
+    install_openapi(app, CE_SPEC)                    # GET /openapi.json, body models (api_models)
 
     return app

@@ -48,6 +48,7 @@ from .heartbeats import Heartbeats
 from .images import node_routes as node_images
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
 from .node_store import NodeStore
+from .api_models import NODE_SPEC, install_openapi
 from .node_metrics import install_node_metrics
 from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
@@ -487,6 +488,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     node_suspend.install_routes(app, agent, from_ce)
     node_images.install_routes(app, agent, from_ce)     # image pool (docs/vwn.md)
     install_node_metrics(app, agent)                 # GET /metrics (node_metrics)
+    install_openapi(app, NODE_SPEC)                  # GET /openapi.json, body models (api_models)
 
     @app.get("/status")
     def status():

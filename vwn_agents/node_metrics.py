@@ -8,7 +8,8 @@ Read at scrape time from the agent's VWNs and outbox:
   active VWN (C/(N+1), seed 004 Section 5.1; a suspended VWN keeps its last cap);
 * ``vgrid_node_capacity_cpus`` (gauge): C, the CPU capacity shared by the VWNs (cores);
 * ``vgrid_outbox_pending``, ``vgrid_outbox_delivered_total``, ``vgrid_outbox_dropped_total{reason}``
-  (VWN events to the CE agents, :func:`vgrid_runtime.metrics.outbox_families`).
+  (VWN events to the CE agents, :func:`vgrid_runtime.metrics.outbox_families`);
+* the image pool's transfer families ``vgrid_image_*`` (:mod:`.images.metrics`).
 
 Who may scrape: the DNs in ``metrics_dns`` and the node agent's own host certificate (its CE
 agents, ``ce_dns``, read ``/status``).
@@ -19,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from vgrid_runtime.metrics import gauge_by, install_metrics, may_scrape, outbox_families
 
+from .images.metrics import pool_families
 from .vwn_states import VWNState
 
 
@@ -38,6 +40,8 @@ def _families(agent):
     yield GaugeMetricFamily("vgrid_node_capacity_cpus", "C: CPU capacity shared by the VWNs "
                             "(cores)", value=agent.config.capacity)
     yield from outbox_families(agent.outbox.stats())
+    if getattr(agent, "images", None) is not None:
+        yield from pool_families(agent.images)       # image transfers and the pool (images.metrics)
 
 
 def install_node_metrics(app, agent) -> None:

@@ -35,8 +35,10 @@ import jdl as jdlmod
 from vgrid_runtime.authn import Caller, authorize, caller
 from vgrid_runtime.pki import CredentialError
 from vgrid_runtime.httpclient import ServiceError
+from vgrid_runtime.openapi import BodyError, validate_body
 from vwn_agents.sandbox import SandboxClient, SandboxError
 
+from ..api_models import ForwardedJob
 from ..transfers import BrokerError, safe_name
 from .delegations import UnknownDelegation
 from .glue import render
@@ -129,6 +131,10 @@ def blueprint(fed) -> Blueprint:
         if not isinstance(gateways, list) or not isinstance(hops, int) or isinstance(hops, bool):
             return refuse(400, "fields 'gateways' (list) and 'hops' (integer) are required", "bad-request",
                           field="gateways")
+        try:                                 # the rest of the body's types (broker.api_models)
+            validate_body(ForwardedJob, body, "POST /federation/jobs")
+        except BodyError as exc:
+            return refuse(400, str(exc), "bad-request", field=exc.field)
         done = fed.received.by_origin(peer.name, body["key"])
         if done is not None:
             return jsonify({"key": done.origin_key, "state": CE_STATE[broker.get(done.key).state.value],

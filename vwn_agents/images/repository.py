@@ -35,13 +35,18 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flask import Flask, jsonify, send_file
+from flask import Flask, jsonify, request, send_file
 
 from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentication
 from vgrid_runtime.clock import Clock, WallClock
 from vgrid_runtime.config import ConfigSchema
 from vgrid_runtime.httpjson import ApiError, install_error_handlers
+from vgrid_runtime.metrics import MetricsOptions
+from vgrid_runtime.openapi import install_openapi
 from vgrid_runtime.serving import ServeOptions
+
+from .metrics import install_repo_metrics
+from .repo_api import REPO_SPEC
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ QCOW2_MAGIC = b"QFI\xfb"
 
 
 @dataclass
-class ImageRepositoryConfig(ConfigSchema, TLSOptions, ServeOptions):
+class ImageRepositoryConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     """Configuration of ``vgrid serve images`` (TOML; docs/vwn.md, "Image repository")."""
 
     SOURCE = "image repository config"
@@ -177,11 +182,17 @@ def create_app(config: ImageRepositoryConfig, clock: Clock | None = None) -> Fla
     def download(name):
         reader(f"download image {name}")
         entry = catalog.entry(name)
+        suffix = re.fullmatch(r"\s*bytes\s*=\s*-(\d+)\s*", request.headers.get("Range", ""))
+        if suffix and int(suffix.group(1)) > entry["size"] > 0:   # RFC 9110 14.1.2: the whole image
+            request.environ["HTTP_RANGE"] = "bytes=0-"            # (Werkzeug answered 416)
         resp = send_file(catalog.path(name), mimetype="application/octet-stream", conditional=True,
                          etag=entry["sha256"], max_age=0)
         resp.headers["Digest"] = "sha-256=" + base64.b64encode(bytes.fromhex(entry["sha256"])).decode()
         resp.headers["Accept-Ranges"] = "bytes"
         return resp
+
+    install_openapi(app, REPO_SPEC)              # GET /openapi.json (repo_api)
+    install_repo_metrics(app, catalog, config)   # GET /metrics (images.metrics)
 
     @app.get("/status")
     def status():
