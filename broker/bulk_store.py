@@ -17,10 +17,11 @@ classes ``Row`` and ``History``), so this module does not import ``broker.db``.
 """
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, bindparam, insert, or_, select, update
 
 from vgrid_runtime.job_states import JobState, check_transition
 
@@ -125,6 +126,18 @@ class BulkTransitions:
             jobs = [self._to_job(SimpleNamespace(**r._asdict()), ()) for r in rows]   # fast getattr
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
+
+    def store_classes(self, classes: Iterable[tuple[str, str, list[str]]]) -> None:
+        """Write ``(key, match_class, input_sandbox names)`` of rows stored before those columns
+        existed (the matcher computed them once from the JDL): one executemany, one transaction;
+        a row that has them already keeps them."""
+        rows = [{"k": k, "c": c, "i": json.dumps(list(i))} for k, c, i in classes]
+        if not rows:
+            return
+        table = self.Row.__table__
+        with self.engine.begin() as c:
+            c.execute(update(table).where(table.c.key == bindparam("k"), table.c.match_class.is_(None))
+                      .values(match_class=bindparam("c"), input_sandbox=bindparam("i")), rows)
 
     def ready_claimed_by(self, owner: str | None) -> list[str]:
         """Keys of the Ready jobs claimed by broker instance ``owner`` or by no recorded

@@ -85,6 +85,10 @@ class JobRow(Base):
     stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the broker instance whose matcher worker claimed the job (Ready): its restart requeues it
     claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # stored at submission for the matcher (broker.taskqueues.match_fields): the job's class id
+    # ("" = matched on its own) and its InputSandbox names (JSON list); NULL in older rows
+    match_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    input_sandbox: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),
                       # every listing is ordered by (submitted_at, key): GET /jobs pages, the
@@ -158,6 +162,8 @@ class Job:
     stalled_from: str | None = None
     stalled_at: float | None = None
     dispatch_key_col: str | None = None
+    match_class: str | None = None            # broker.taskqueues.class_id; None: not stored
+    input_sandbox: list[str] | None = None    # the JDL's InputSandbox; None: not stored
 
     @property
     def dispatch_key(self) -> str:
@@ -222,7 +228,7 @@ _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_
                   "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
                   "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
                   "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT",
-                  "claimed_by": "VARCHAR(64)"}
+                  "claimed_by": "VARCHAR(64)", "match_class": "VARCHAR(32)", "input_sandbox": "TEXT"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",
                   "CREATE INDEX IF NOT EXISTS ix_jobs_order ON jobs (submitted_at, key)",
@@ -264,7 +270,8 @@ class JobStore(BulkTransitions):
                       if c not in ("outcome", "attempt", "deep_count", "shallow_count")},
                    attempt=row.attempt or 0, deep_count=row.deep_count or 0,
                    shallow_count=row.shallow_count or 0,
-                   outcome=Outcome.parse(row.outcome))
+                   outcome=Outcome.parse(row.outcome), match_class=row.match_class,
+                   input_sandbox=None if row.input_sandbox is None else json.loads(row.input_sandbox))
 
     def get(self, key: str) -> Job:
         """The job with ``key``; :class:`UnknownJob` if there is none."""
