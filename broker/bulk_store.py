@@ -18,7 +18,6 @@ classes ``Row`` and ``History``), so this module does not import ``broker.db``.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import and_, bindparam, insert, or_, select, update
@@ -116,14 +115,16 @@ class BulkTransitions:
             # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
             # may take more than n rows on PostgreSQL (the subquery is re-run per row)
             keys = list(c.scalars(pick))
-            rows = []
+            rows: list[dict] = []
             for part in chunks(keys):
-                rows += c.execute(update(table).where(table.c.key.in_(part),
-                                                      table.c.state == JobState.WAITING.value)
-                                  .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
-                                  .returning(*table.c)).all()
-            self._history(c, [r.key for r in rows], JobState.READY, now, None)
-            jobs = [self._to_job(SimpleNamespace(**r._asdict()), ()) for r in rows]   # fast getattr
+                res = c.execute(update(table).where(table.c.key.in_(part),
+                                                    table.c.state == JobState.WAITING.value)
+                                .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
+                                .returning(*table.c))
+                names = tuple(res.keys())          # once per statement, not per row
+                rows += [dict(zip(names, r)) for r in res]
+            self._history(c, [r["key"] for r in rows], JobState.READY, now, None)
+            jobs = [self._to_job(r, ()) for r in rows]
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import secrets
+from functools import lru_cache, partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -220,6 +221,21 @@ _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_e
             "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name",
             "owner_dn", "owner_vo", "node_url", "attempt", "deep_count", "shallow_count",
             "waiting_since", "last_failure", "last_heard", "stalled_from", "stalled_at")
+_PLAIN_COLUMNS = tuple(c for c in _COLUMNS if c not in ("outcome", "attempt", "deep_count", "shallow_count"))
+
+
+def _json_list(text: str | None) -> list:
+    """A JSON list column, a fresh list (``"[]"`` and NULL without the JSON parser: most rows
+    hold them; equal texts, e.g. one owner's FQANs, parsed once)."""
+    return [] if not text or text == "[]" else list(_json_tuple(text))
+
+
+@lru_cache(maxsize=4096)
+def _json_tuple(text: str) -> tuple:
+    value = json.loads(text)
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
 #: Columns added after the first release, created in older databases when opened.
 _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
                   "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)",
@@ -259,19 +275,18 @@ class JobStore(BulkTransitions):
 
     # -- reading -------------------------------------------------------------------------------
     def _to_job(self, row: JobRow, history: Iterable[HistoryRow]) -> Job:
-        return Job(key=row.key, jdl=row.jdl, filename=row.filename, state=JobState(row.state),
-                   submitted_at=row.submitted_at, updated_at=row.updated_at,
-                   cpu_caps=json.loads(row.cpu_caps or "[]"),
-                   depends_on=json.loads(row.depends_on or "[]"),
-                   owner_fqans=json.loads(row.owner_fqans or "[]"),
-                   failed_ces=json.loads(row.failed_ces or "[]"), dispatch_key_col=row.dispatch_key,
+        g = row.__getitem__ if isinstance(row, dict) else partial(getattr, row)   # dict: bulk claims
+        return Job(key=g("key"), jdl=g("jdl"), filename=g("filename"), state=JobState(g("state")),
+                   submitted_at=g("submitted_at"), updated_at=g("updated_at"),
+                   cpu_caps=json.loads(g("cpu_caps") or "[]"), depends_on=_json_list(g("depends_on")),
+                   owner_fqans=_json_list(g("owner_fqans")), failed_ces=_json_list(g("failed_ces")),
+                   dispatch_key_col=g("dispatch_key"),
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
-                   **{c: getattr(row, c) for c in _COLUMNS
-                      if c not in ("outcome", "attempt", "deep_count", "shallow_count")},
-                   attempt=row.attempt or 0, deep_count=row.deep_count or 0,
-                   shallow_count=row.shallow_count or 0,
-                   outcome=Outcome.parse(row.outcome), match_class=row.match_class,
-                   input_sandbox=None if row.input_sandbox is None else json.loads(row.input_sandbox))
+                   **{c: g(c) for c in _PLAIN_COLUMNS},
+                   attempt=g("attempt") or 0, deep_count=g("deep_count") or 0,
+                   shallow_count=g("shallow_count") or 0,
+                   outcome=Outcome.parse(g("outcome")), match_class=g("match_class"),
+                   input_sandbox=None if g("input_sandbox") is None else _json_list(g("input_sandbox")))
 
     def get(self, key: str) -> Job:
         """The job with ``key``; :class:`UnknownJob` if there is none."""
