@@ -140,6 +140,32 @@ class BulkTransitions:
             c.execute(update(table).where(table.c.key == bindparam("k"), table.c.match_class.is_(None))
                       .values(match_class=bindparam("c"), input_sandbox=bindparam("i")), rows)
 
+    def requeue_expired_claims(self, cutoff: float, now: float, reason: str) -> list:
+        """Ready jobs claimed before ``cutoff`` (``updated_at``, broker-clock seconds) back to
+        Waiting (``claimed_by`` cleared, ``waiting_since`` kept), history ``(Waiting, now,
+        reason)``; one transaction, guarded by the state and the time, so a job recorded
+        meanwhile is untouched; PostgreSQL skips rows another transaction holds. Returns the
+        moved jobs (:class:`broker.db.Job`, without history). :mod:`broker.claims`."""
+        check_transition("expired claims", JobState.READY, JobState.WAITING)
+        Row = self.Row
+        table = Row.__table__
+        pick = (select(Row.key).where(Row.state == JobState.READY.value, Row.updated_at < cutoff)
+                .order_by(Row.submitted_at, Row.key).with_for_update(skip_locked=True))
+        rows: list[dict] = []
+        with self.engine.begin() as c:
+            keys = list(c.scalars(pick))
+            for part in chunks(keys):
+                res = c.execute(update(table).where(table.c.key.in_(part),
+                                                    table.c.state == JobState.READY.value,
+                                                    table.c.updated_at < cutoff)
+                                .values(state=JobState.WAITING.value, updated_at=now, claimed_by=None,
+                                        reason=reason)
+                                .returning(*table.c))
+                names = tuple(res.keys())
+                rows += [dict(zip(names, r)) for r in res]
+            self._history(c, [r["key"] for r in rows], JobState.WAITING, now, reason)
+        return [self._to_job(r, ()) for r in rows]
+
     def ready_claimed_by(self, owner: str | None) -> list[str]:
         """Keys of the Ready jobs claimed by broker instance ``owner`` or by no recorded
         instance (an older version, ``JobStore.transition``): what a restart of ``owner`` may
