@@ -189,6 +189,9 @@ _HISTORY_OF = (select(_HIST.c.state, _HIST.c.time, _HIST.c.reason).where(_HIST.c
                .order_by(_HIST.c.id))
 
 
+_INSERT_JOBS, _INSERT_HISTORY = insert(_JOBS), insert(_HIST)   # built once, compiled once
+
+
 class StaleState(RuntimeError):
     """The job changed state under us (another worker won the conditional UPDATE)."""
 
@@ -388,9 +391,9 @@ class JobStore(BulkTransitions):
         no read back)."""
         try:
             plan = plan_insert(specs, now, new_key)
-            with self._session.begin() as s:       # two multi-row INSERTs, no read back
-                s.execute(insert(JobRow.__table__), plan.rows)
-                s.execute(insert(HistoryRow.__table__), plan.history)
+            with self.engine.begin() as c:         # two multi-row INSERTs, no read back, no ORM
+                c.execute(_INSERT_JOBS, plan.rows)
+                c.execute(_INSERT_HISTORY, plan.history)
         except IntegrityError:
             idem = [tuple(sp["idempotency"]) for sp in specs if sp.get("idempotency")]
             if idem and self.find_idempotent(*idem[0]) is not None:
