@@ -28,6 +28,15 @@ from vgrid_runtime.job_states import JobState, check_transition
 CHUNK = 500
 
 
+def _guard(table, state: JobState):
+    """The state guard of a keyed bulk UPDATE, written ``state || '' = :state`` so that the
+    planner finds the rows by their keys (primary key) and only checks the state: with a plain
+    ``state = :state`` SQLite chose ix_jobs_state_order and visited every job in that state for
+    each statement (10,000 Ready jobs x 324 per-CE UPDATEs: 10 ms a statement). Same meaning
+    on PostgreSQL, whose planner takes the key either way."""
+    return table.c.state.concat("") == state.value
+
+
 def chunks(items: Sequence, size: int = CHUNK):
     """``items`` in consecutive slices of at most ``size``."""
     for i in range(0, len(items), size):
@@ -73,7 +82,7 @@ class BulkTransitions:
                 moved: set[str] = set()
                 for part in chunks(keys):
                     done = list(c.scalars(update(table).where(table.c.key.in_(part),
-                                                              table.c.state == expect.value)
+                                                              _guard(table, expect))
                                           .values(**values, **common).returning(table.c.key)))
                     moved.update(done)
                     self._history(c, done, new, now, reason)
@@ -118,7 +127,7 @@ class BulkTransitions:
             rows: list[dict] = []
             for part in chunks(keys):
                 res = c.execute(update(table).where(table.c.key.in_(part),
-                                                    table.c.state == JobState.WAITING.value)
+                                                    _guard(table, JobState.WAITING))
                                 .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
                                 .returning(*table.c))
                 names = tuple(res.keys())          # once per statement, not per row
@@ -156,7 +165,7 @@ class BulkTransitions:
             keys = list(c.scalars(pick))
             for part in chunks(keys):
                 res = c.execute(update(table).where(table.c.key.in_(part),
-                                                    table.c.state == JobState.READY.value,
+                                                    _guard(table, JobState.READY),
                                                     table.c.updated_at < cutoff)
                                 .values(state=JobState.WAITING.value, updated_at=now, claimed_by=None,
                                         reason=reason)
