@@ -237,7 +237,18 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
                                  for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")},
             "posts": after["posts"] - before["posts"], "received": after["jobs"] - before["jobs"],
             "duplicates": after["duplicates"] - before["duplicates"],
-            "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen}
+            "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """VmHWM of this process (MB): the broker side's peak, with the matcher's class state,
+    its memo of every ad per class and the generated LDIF of the CEs."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def plot(rows: list[dict], out: Path) -> None:

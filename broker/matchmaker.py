@@ -294,7 +294,7 @@ class Matchmaker:
         seen: dict[int, list] = {}
         access = (vo, fqans) if vo is not None else (job.virtual_organisation, None)
         facts = self._facts
-        if len(facts) > 4 * len(ads) + 1024:
+        if len(facts) > 2 * len(ads) + 1024:     # at most about one older snapshot kept alive
             facts.clear()
         for ad in ads:
             raw = getattr(ad, "ad", ad)  # an AdView's dict: the same object holds the same data
