@@ -3,7 +3,7 @@ dispatch over HTTP, record Scheduled -- by 1 or 2 matcher workers.
 
     .venv/bin/python benchmarks/broker_match.py [--jobs 10000] [--classes 50]
         [--ces 10,100,1000,10000] [--workers 1,2] [--store sqlite|postgresql]
-        [--repeat 2] [--per-job-jobs N] [--seed 1] [--out DIR]
+        [--repeat 2] [--per-job-jobs N] [--seed 1] [--out DIR] [--legacy] [--quick]
 
 For each CE count: N GLUE 1.3 CEs are rendered as LDIF by the GIP renderer
 (``infosys.gip.render_glue13``), parsed back (``infosys.ldif.parse_ldif`` +
@@ -52,6 +52,8 @@ from broker import matcher_worker  # noqa: E402
 from broker.db import Base, JobStore  # noqa: E402
 from broker.matchmaker import Matchmaker  # noqa: E402
 from broker.service import Broker, BrokerSettings  # noqa: E402
+from broker.taskqueues import match_fields  # noqa: E402
+import jdl  # noqa: E402
 from infosys.gip import CEState, render_glue13  # noqa: E402
 from infosys.glue import glue13_ce_ads  # noqa: E402
 from infosys.ism import ISM  # noqa: E402
@@ -172,15 +174,24 @@ class Timer:
 
 
 def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers: int, batch: int, url: str,
-        receiver: str, prefix: str, tmp: Path) -> dict:
-    """One pass over ``jobs`` Waiting jobs by ``workers`` matcher workers; its figures."""
+        receiver: str, prefix: str, tmp: Path, legacy: bool = False) -> dict:
+    """One pass over ``jobs`` Waiting jobs by ``workers`` matcher workers; its figures.
+    The jobs carry the class id and input sandbox the submission path stores
+    (``broker.taskqueues.match_fields``, its CPU reported as ``submit_class_us``: the part
+    added to a submission, the parse excluded), unless ``legacy`` (rows of an older broker)."""
     clock = SimulatedClock(1_700_000_000.0)
     store = JobStore(url)
-    specs = []
+    specs, class_cpu = [], 0.0
     for i in range(jobs):
         text, vo = class_jdl(i % classes, i, classes >= jobs)
-        specs.append({"jdl": text, "filename": "job.jdl", "key": f"{prefix}{i:07d}", "state": JobState.WAITING,
-                      "owner": {"dn": f"/DC=org/CN=user{i % classes % 7}", "vo": vo, "fqans": [f"/{vo}"]}})
+        spec = {"jdl": text, "filename": "job.jdl", "key": f"{prefix}{i:07d}", "state": JobState.WAITING,
+                "owner": {"dn": f"/DC=org/CN=user{i % classes % 7}", "vo": vo, "fqans": [f"/{vo}"]}}
+        if not legacy:
+            desc = jdl.parse_jdl(text, "job.jdl", local_files=False)
+            t = time.process_time()
+            spec.update(match_fields(desc, text))
+            class_cpu += time.process_time() - t
+        specs.append(spec)
     for k in range(0, jobs, 1000):
         store.create_many(specs[k:k + 1000], clock.now())
     ism = ISM([StaticSource(ads)], refresh_s=3600, clock=clock)
@@ -218,13 +229,26 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     store.close()
     sp = timer.spent
     return {"path": path, "workers": workers, "jobs": jobs, "scheduled": len(scheduled),
+            "rows": "legacy (no class stored)" if legacy else "class stored at submission",
+            "submit_class_us": round(1e6 * class_cpu / jobs, 1),
             "jobs_per_s": round(jobs / wall, 1), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_per_job_us": round(1e6 * cpu / jobs, 1),
             "split_us_per_job": {k: round(1e6 * sp.get(k, 0.0) / jobs, 1)
                                  for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")},
             "posts": after["posts"] - before["posts"], "received": after["jobs"] - before["jobs"],
             "duplicates": after["duplicates"] - before["duplicates"],
-            "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen}
+            "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """VmHWM of this process (MB): the broker side's peak, with the matcher's class state,
+    its memo of every ad per class and the generated LDIF of the CEs."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def plot(rows: list[dict], out: Path) -> None:
@@ -268,7 +292,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="match_batch: jobs a worker claims at once (default jobs / workers)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="directory for broker_match.csv and .png")
+    ap.add_argument("--legacy", action="store_true",
+                    help="store the jobs without their class id (rows of an older broker: parsed once, written back)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the lead's re-run in < 3 min: --ces 100,1000 --workers 1,2 --repeat 1 --per-job-jobs 100")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.ces, a.workers, a.repeat, a.per_job_jobs = "100,1000", "1,2", 1, 100
     rows, status = [], 0
     with tempfile.TemporaryDirectory(prefix="vgrid-broker-match-") as tmpdir:
         tmp = Path(tmpdir)
@@ -279,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                     batch = a.batch or max(1, a.jobs // workers)
                     for rep in range(a.repeat):
                         prefix = f"c{n}w{workers}r{rep}-"
-                        res = run("classes", ads, a.jobs, a.classes, a.seed, workers, batch, fresh(prefix), receiver, prefix, tmp)
+                        res = run("classes", ads, a.jobs, a.classes, a.seed, workers, batch, fresh(prefix), receiver, prefix, tmp,
+                                  a.legacy)
                         out = {"benchmark": "broker_match", "ces": n, "jobs": a.jobs,
                                "classes": min(a.classes, a.jobs), "store": a.store, "workers": workers,
                                "batch": batch, "repeat": rep + 1, "dispatch": "POST /jobs/bulk to one loopback receiver (HTTP)",

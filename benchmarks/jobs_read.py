@@ -96,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--requests", type=int, default=10, help="requests per client and kind")
     ap.add_argument("--kinds", default="page,job,job_etag,all")
+    ap.add_argument("--quick", action="store_true",
+                    help="the lead's re-run in < 3 min: --jobs 500 --requests 5 --kinds page,job,job_etag")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.jobs, args.requests, args.kinds = 500, 5, "page,job,job_etag"
     with tempfile.TemporaryDirectory(prefix="vgrid-read-") as d:
         try:
             with ServiceGroup(Path(d)) as group:
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.2)
                 tags = {k: s.get(f"{url}/jobs/{k}", timeout=300).headers.get("ETag", "") for k in keys[:200]}
                 keys = list(tags)
-                out = {"benchmark": "jobs_read", "jobs": args.jobs, "clients": args.clients, "kinds": {}}
+                out = {"benchmark": "jobs_read", "jobs": args.jobs, "clients": args.clients, "kinds": {},
+                       "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
                 for kind in args.kinds.split(","):
                     per_client = 1 if kind == "all" else args.requests     # "all" reads every job
                     out["kinds"][kind] = run_kind(url, kind, keys, tags, args.clients, per_client, pid)

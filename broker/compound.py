@@ -20,6 +20,7 @@ import jdl as jdlmod
 from jdl.printer import record_text
 
 from .db import Job, new_key
+from .taskqueues import match_fields
 from vgrid_runtime.job_states import ENDED, JobState
 
 COMPOUND_KINDS = ("parametric", "collection", "dag")
@@ -29,21 +30,25 @@ _STARTED = {JobState.RUNNING, JobState.DONE, JobState.CLEARED}
 def expansion_specs(desc: "jdlmod.JobDescription", text: str, filename: str) -> list[dict[str, Any]]:
     """Rows to store for one submitted request: ``[parent, node...]`` or ``[job]``.
 
+    Each plain job (a job or a node) carries what the matcher reads instead of its JDL
+    (``match_class``, ``input_sandbox``: :func:`broker.taskqueues.match_fields`).
+
     Raises ``jdl.JDLValidationError`` when the expansion fails (unknown DAG node, cycle,
     unreadable node file, too many jobs), with every problem.
     """
     expansion = jdlmod.expand(desc, local_files=False)  # never read files on the broker host
     if expansion.kind == "job":
-        return [{"jdl": text, "filename": filename, "kind": "job"}]
+        return [{"jdl": text, "filename": filename, "kind": "job", **match_fields(desc, text)}]
     parent_key = new_key()
     keys = {pj.name: new_key() for pj in expansion.jobs}
     specs: list[dict[str, Any]] = [{"jdl": text, "filename": filename, "key": parent_key,
                                     "kind": expansion.kind}]
     for pj in expansion.jobs:
-        specs.append({"jdl": record_text(pj.description.record, indent=2),
-                      "filename": f"{filename}#{pj.name}",
+        node_text = record_text(pj.description.record, indent=2)
+        specs.append({"jdl": node_text, "filename": f"{filename}#{pj.name}",
                       "key": keys[pj.name], "kind": "node", "parent_key": parent_key,
-                      "node_name": pj.name, "depends_on": [keys[p] for p in pj.parents]})
+                      "node_name": pj.name, "depends_on": [keys[p] for p in pj.parents],
+                      **match_fields(pj.description, node_text)})
     return specs
 
 

@@ -57,6 +57,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                                "several brokers may also share one PostgreSQL database (claims are atomic)")
     match_batch: int = opt(5000, "Waiting jobs a matcher worker claims at once (one transaction); "
                            "the jobs of a batch chosen for one CE go in one POST /jobs/bulk")
+    claim_lease_s: float = opt(600.0, "seconds a matcher worker's claim on a job (Ready) lasts; "
+                               "older claims (a worker or broker that died) go back to Waiting "
+                               "and are matched again by any broker; 0: never")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "
@@ -112,7 +115,7 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         if self.blacklist_s < 0:
             return "field 'blacklist_s' must be >= 0"
         for name in ("max_retry_count", "max_shallow_retry_count", "stalled_resubmit_s",
-                     "default_ce_interval_s"):
+                     "default_ce_interval_s", "claim_lease_s"):
             if getattr(self, name) < 0:
                 return f"field {name!r} must be >= 0"
         if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import secrets
+from functools import lru_cache, partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -85,6 +86,10 @@ class JobRow(Base):
     stalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the broker instance whose matcher worker claimed the job (Ready): its restart requeues it
     claimed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # stored at submission for the matcher (broker.taskqueues.match_fields): the job's class id
+    # ("" = matched on its own) and its InputSandbox names (JSON list); NULL in older rows
+    match_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    input_sandbox: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (Index("ux_jobs_idempotency", "idem_scope", "idem_key", unique=True),
                       # every listing is ordered by (submitted_at, key): GET /jobs pages, the
@@ -158,6 +163,8 @@ class Job:
     stalled_from: str | None = None
     stalled_at: float | None = None
     dispatch_key_col: str | None = None
+    match_class: str | None = None            # broker.taskqueues.class_id; None: not stored
+    input_sandbox: list[str] | None = None    # the JDL's InputSandbox; None: not stored
 
     @property
     def dispatch_key(self) -> str:
@@ -180,6 +187,9 @@ _JOBS, _HIST = JobRow.__table__, HistoryRow.__table__
 _JOB_ROW = select(_JOBS).where(_JOBS.c.key == bindparam("k"))
 _HISTORY_OF = (select(_HIST.c.state, _HIST.c.time, _HIST.c.reason).where(_HIST.c.key == bindparam("k"))
                .order_by(_HIST.c.id))
+
+
+_INSERT_JOBS, _INSERT_HISTORY = insert(_JOBS), insert(_HIST)   # built once, compiled once
 
 
 class StaleState(RuntimeError):
@@ -214,6 +224,21 @@ _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_e
             "outcome", "stdout_head", "dispatch_attempts", "kind", "parent_key", "node_name",
             "owner_dn", "owner_vo", "node_url", "attempt", "deep_count", "shallow_count",
             "waiting_since", "last_failure", "last_heard", "stalled_from", "stalled_at")
+_PLAIN_COLUMNS = tuple(c for c in _COLUMNS if c not in ("outcome", "attempt", "deep_count", "shallow_count"))
+
+
+def _json_list(text: str | None) -> list:
+    """A JSON list column, a fresh list (``"[]"`` and NULL without the JSON parser: most rows
+    hold them; equal texts, e.g. one owner's FQANs, parsed once)."""
+    return [] if not text or text == "[]" else list(_json_tuple(text))
+
+
+@lru_cache(maxsize=4096)
+def _json_tuple(text: str) -> tuple:
+    value = json.loads(text)
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
 #: Columns added after the first release, created in older databases when opened.
 _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_vo": "VARCHAR(256)",
                   "owner_fqans": "TEXT DEFAULT '[]'", "node_url": "VARCHAR(512)",
@@ -222,7 +247,7 @@ _ADDED_COLUMNS = {"outcome": "VARCHAR(32)", "owner_dn": "VARCHAR(1024)", "owner_
                   "deep_count": "INTEGER DEFAULT 0", "shallow_count": "INTEGER DEFAULT 0",
                   "failed_ces": "TEXT DEFAULT '[]'", "waiting_since": "FLOAT", "last_failure": "TEXT",
                   "last_heard": "FLOAT", "stalled_from": "VARCHAR(16)", "stalled_at": "FLOAT",
-                  "claimed_by": "VARCHAR(64)"}
+                  "claimed_by": "VARCHAR(64)", "match_class": "VARCHAR(32)", "input_sandbox": "TEXT"}
 #: Indexes on added columns (``create_all`` makes them only with a new table).
 _ADDED_INDEXES = ("CREATE UNIQUE INDEX IF NOT EXISTS ux_jobs_idempotency ON jobs (idem_scope, idem_key)",
                   "CREATE INDEX IF NOT EXISTS ix_jobs_order ON jobs (submitted_at, key)",
@@ -253,18 +278,18 @@ class JobStore(BulkTransitions):
 
     # -- reading -------------------------------------------------------------------------------
     def _to_job(self, row: JobRow, history: Iterable[HistoryRow]) -> Job:
-        return Job(key=row.key, jdl=row.jdl, filename=row.filename, state=JobState(row.state),
-                   submitted_at=row.submitted_at, updated_at=row.updated_at,
-                   cpu_caps=json.loads(row.cpu_caps or "[]"),
-                   depends_on=json.loads(row.depends_on or "[]"),
-                   owner_fqans=json.loads(row.owner_fqans or "[]"),
-                   failed_ces=json.loads(row.failed_ces or "[]"), dispatch_key_col=row.dispatch_key,
+        g = row.__getitem__ if isinstance(row, dict) else partial(getattr, row)   # dict: bulk claims
+        return Job(key=g("key"), jdl=g("jdl"), filename=g("filename"), state=JobState(g("state")),
+                   submitted_at=g("submitted_at"), updated_at=g("updated_at"),
+                   cpu_caps=json.loads(g("cpu_caps") or "[]"), depends_on=_json_list(g("depends_on")),
+                   owner_fqans=_json_list(g("owner_fqans")), failed_ces=_json_list(g("failed_ces")),
+                   dispatch_key_col=g("dispatch_key"),
                    history=[{"state": h.state, "time": h.time, "reason": h.reason} for h in history],
-                   **{c: getattr(row, c) for c in _COLUMNS
-                      if c not in ("outcome", "attempt", "deep_count", "shallow_count")},
-                   attempt=row.attempt or 0, deep_count=row.deep_count or 0,
-                   shallow_count=row.shallow_count or 0,
-                   outcome=Outcome.parse(row.outcome))
+                   **{c: g(c) for c in _PLAIN_COLUMNS},
+                   attempt=g("attempt") or 0, deep_count=g("deep_count") or 0,
+                   shallow_count=g("shallow_count") or 0,
+                   outcome=Outcome.parse(g("outcome")), match_class=g("match_class"),
+                   input_sandbox=None if g("input_sandbox") is None else _json_list(g("input_sandbox")))
 
     def get(self, key: str) -> Job:
         """The job with ``key``; :class:`UnknownJob` if there is none."""
@@ -366,9 +391,9 @@ class JobStore(BulkTransitions):
         no read back)."""
         try:
             plan = plan_insert(specs, now, new_key)
-            with self._session.begin() as s:       # two multi-row INSERTs, no read back
-                s.execute(insert(JobRow.__table__), plan.rows)
-                s.execute(insert(HistoryRow.__table__), plan.history)
+            with self.engine.begin() as c:         # two multi-row INSERTs, no read back, no ORM
+                c.execute(_INSERT_JOBS, plan.rows)
+                c.execute(_INSERT_HISTORY, plan.history)
         except IntegrityError:
             idem = [tuple(sp["idempotency"]) for sp in specs if sp.get("idempotency")]
             if idem and self.find_idempotent(*idem[0]) is not None:

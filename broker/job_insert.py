@@ -41,6 +41,7 @@ def plan_insert(specs: list[dict[str, Any]], now: float, new_key: Callable[[], s
         scope, idem_key = spec.get("idempotency") or (None, None)
         state = JobState(spec.get("state") or JobState.SUBMITTED)
         depends_on, fqans = list(spec.get("depends_on") or []), list(owner.get("fqans") or [])
+        isb = spec.get("input_sandbox")
         common = {"key": key, "jdl": spec["jdl"], "filename": spec["filename"],
                   "submitted_at": now, "updated_at": now, "kind": spec.get("kind") or "job",
                   "parent_key": spec.get("parent_key"), "node_name": spec.get("node_name"),
@@ -48,7 +49,8 @@ def plan_insert(specs: list[dict[str, Any]], now: float, new_key: Callable[[], s
         plan.rows.append({**common, "state": state.value, "cpu_caps": "[]", "dispatch_attempts": 0,
                           "attempt": 0, "deep_count": 0, "shallow_count": 0, "failed_ces": "[]",
                           "depends_on": json.dumps(depends_on), "owner_fqans": json.dumps(fqans),
-                          "idem_scope": scope, "idem_key": idem_key})
+                          "idem_scope": scope, "idem_key": idem_key, "match_class": spec.get("match_class"),
+                          "input_sandbox": None if isb is None else json.dumps(list(isb))})
         steps = [JobState.SUBMITTED]
         if state is not JobState.SUBMITTED:
             check_transition(key, JobState.SUBMITTED, state)
@@ -56,5 +58,6 @@ def plan_insert(specs: list[dict[str, Any]], now: float, new_key: Callable[[], s
         history = [{"state": st.value, "time": now, "reason": None} for st in steps]
         plan.history.extend({"key": key, **h} for h in history)
         plan.jobs.append({**common, "state": state, "depends_on": depends_on, "owner_fqans": fqans,
-                          "history": history})
+                          "history": history, "match_class": spec.get("match_class"),
+                          "input_sandbox": None if isb is None else list(isb)})
     return plan

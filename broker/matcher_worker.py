@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from typing import NamedTuple
 
 import jdl as jdlmod
 from vgrid_runtime.job_states import JobState
@@ -41,6 +42,7 @@ from vgrid_runtime.storage import log_failure
 from .bulk_dispatch import Target
 from .db import JobStore
 from .matchmaker import CE_ID
+from .taskqueues import class_aware
 
 log = logging.getLogger("vgrid.broker")
 
@@ -90,26 +92,51 @@ def match_pass(broker, store, stop: threading.Event | None = None) -> int:
     return done
 
 
+class Sandbox(NamedTuple):
+    """What dispatch reads of a job's JDL (``BulkDispatcher.body``), from its stored columns."""
+
+    input_sandbox: list[str]
+
+
 def match_batch(broker, store, jobs: list) -> int:
     """Choose, dispatch and record one batch of claimed (Ready) ``jobs``; how many were
-    Scheduled or ended."""
+    Scheduled or ended.
+
+    A job whose class id and input sandbox were stored at submission is not parsed when its
+    class has a representative already (:class:`broker.taskqueues.TaskQueues`); older rows are
+    parsed, their class computed once and written back (:meth:`JobStore.store_classes`)."""
     now = broker.clock.now()
     ads = broker.ism.candidates()                      # one ISM snapshot for the batch
     feedback = broker.matchmaker.feedback
+    queues = broker.queues
+    aware = class_aware(queues)
     groups: dict[Target, list] = defaultdict(list)
-    retry, done = [], 0
+    retry, done, backfill = [], 0, []
     parsed: dict[tuple[str, str], object] = {}         # equal JDL texts are parsed once a batch
     for job in jobs:
-        try:
-            desc = parsed.get((job.jdl, job.filename))
-            if desc is None:
-                desc = parsed[(job.jdl, job.filename)] = jdlmod.parse_jdl(job.jdl, job.filename,
-                                                                         local_files=False)
-        except jdlmod.JDLError as exc:   # validated at submission: only a corrupted row
-            done += _end(broker, store, job, now, f"stored JDL does not parse: {exc}", Outcome.DISPATCH_FAILED)
-            continue
-        chosen = broker.queues.choose(desc, ads, now=now, vo=job.owner_vo, fqans=tuple(job.owner_fqans),
-                                      exclude=frozenset(job.failed_ces))
+        klass, desc = job.match_class, None
+        if aware and job.input_sandbox is not None:
+            desc = queues.representative(klass)
+        if desc is not None:
+            payload = Sandbox(job.input_sandbox)
+        else:
+            try:
+                desc = parsed.get((job.jdl, job.filename))
+                if desc is None:
+                    desc = parsed[(job.jdl, job.filename)] = jdlmod.parse_jdl(job.jdl, job.filename,
+                                                                             local_files=False)
+            except jdlmod.JDLError as exc:   # validated at submission: only a corrupted row
+                done += _end(broker, store, job, now, f"stored JDL does not parse: {exc}", Outcome.DISPATCH_FAILED)
+                continue
+            payload = desc
+            if aware:
+                if klass is None or job.input_sandbox is None:
+                    klass = queues.class_of(desc)
+                    backfill.append((job.key, klass, desc.input_sandbox))
+                queues.remember(klass, desc)
+        kw = {"klass": klass} if aware else {}
+        chosen = queues.choose(desc, ads, now=now, vo=job.owner_vo, fqans=tuple(job.owner_fqans),
+                               exclude=frozenset(job.failed_ces), **kw)
         if chosen is None:
             if now - (job.waiting_since or job.submitted_at) >= broker.settings.match_expiry_s:
                 tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
@@ -119,7 +146,9 @@ def match_batch(broker, store, jobs: list) -> int:
                 retry.append(job)
             continue
         feedback.increment(chosen.ce_id)
-        groups[Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))].append((job, desc))
+        groups[Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))].append((job, payload))
+    if backfill:
+        store.store_classes(backfill)
     if retry:
         moved = store.transition_many([j.key for j in retry], JobState.WAITING, now, expect=JobState.READY,
                                       reason=f"{NO_MATCH} yet; retrying")

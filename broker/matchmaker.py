@@ -46,10 +46,23 @@ def vo_allowed(ad: Mapping[str, Any], vo: str | None, fqans: tuple[str, ...] | N
     gLite WMS matchmaking."""
     if not vo:
         return True
+    return rules_allow(acl_rules(ad), vo, fqans)
+
+
+def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The CE's ``GlueCEAccessControlBaseRule`` values lower-cased (None: none published)."""
     rules = ad_value(ad, "GlueCEAccessControlBaseRule")
     if rules is None:
+        return None
+    return tuple(str(r).lower() for r in ([rules] if isinstance(rules, str) else rules))
+
+
+def rules_allow(rules: tuple[str, ...] | None, vo: str | None, fqans: tuple[str, ...] | None = None) -> bool:
+    """:func:`vo_allowed` over rules already lower-cased by :func:`acl_rules`."""
+    if not vo:
+        return True
+    if rules is None:
         return False
-    rules = [str(r).lower() for r in ([rules] if isinstance(rules, str) else rules)]
     if f"vo:{vo}".lower() in rules:
         return True
     if fqans is not None:
@@ -210,6 +223,7 @@ class Matchmaker:
         self._lock = threading.Lock()
         self._snapshot: tuple | None = None            # (ads, blacklist) the groups belong to
         self._groups: dict[str, _Group] = {}           # JDL text -> its group on that snapshot
+        self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j)
         self._memo: dict[str, dict[int, list]] = {}    # JDL text -> id(ad dict) -> its
         #                           [dict, ok, rank, published jobs, C_j, last candidate or None]
 
@@ -279,15 +293,22 @@ class Matchmaker:
         memo = self._memo.get(key, {}) if reusable else {}
         seen: dict[int, list] = {}
         access = (vo, fqans) if vo is not None else (job.virtual_organisation, None)
+        facts = self._facts
+        if len(facts) > 2 * len(ads) + 1024:     # at most about one older snapshot kept alive
+            facts.clear()
         for ad in ads:
             raw = getattr(ad, "ad", ad)  # an AdView's dict: the same object holds the same data
             rec = memo.get(id(raw))
             if rec is None or rec[0] is not raw:
-                if not isinstance(ad_value(ad, CE_ID), str):
+                # what does not depend on the job, once per ad object (not per class and ad)
+                f = facts.get(id(ad))
+                if f is None or f[0] is not ad:
+                    f = facts[id(ad)] = (ad, isinstance(ad_value(ad, CE_ID), str), acl_rules(ad),
+                                         published_jobs(raw), ce_capacity(raw))
+                if not f[1]:
                     continue
-                ok = vo_allowed(ad, *access) and jdlmod.matches(job, ad, now)
-                rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None,
-                       published_jobs(raw), ce_capacity(raw), None]
+                ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, ad, now)
+                rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None, f[3], f[4], None]
             elif rec[1] and rank_reads_feedback:
                 rec = [raw, True, jdlmod.rank_value(job, ad, now), rec[3], rec[4], None]
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key

@@ -33,6 +33,7 @@ from vgrid_runtime.job_states import JobState
 from vgrid_runtime.metrics import MetricsOptions, gauge_by, install_metrics, may_scrape
 
 from .db import HistoryRow, JobRow
+from .taskqueues import class_aware
 
 #: Buckets of the match duration histogram (seconds): matching is milliseconds per job.
 MATCH_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -51,6 +52,9 @@ class _TimedQueues:
         self._duration.observe(time.perf_counter() - began)
         self._matches.labels("matched" if chosen is not None else "no-match").inc()
         return chosen
+
+    def class_aware(self) -> bool:   # broker.taskqueues.class_aware: as the wrapped chooser
+        return class_aware(self._queues)
 
     def __getattr__(self, name: str):
         return getattr(self._queues, name)

@@ -25,6 +25,7 @@ from vwn_agents.ce_client import CEAgentClient, CEAgentError
 from vgrid_runtime.authn import Caller
 
 from . import compound, heartbeats, matcher_worker, recovery, resubmission, submission
+from .claims import ClaimSweeper
 from .bulk_dispatch import BulkDispatcher
 from .db import Job, JobStore, StaleState
 from .sandbox_store import SandboxStore
@@ -58,6 +59,7 @@ class BrokerSettings:
     stall_check_s: float = 1.0            # seconds of the clock between Stalled scans
     matcher_workers: int = 1              # matcher threads, each with its own DB connection
     match_batch: int = 5000               # Waiting jobs claimed at once (broker.matcher_worker)
+    claim_lease_s: float = 600.0          # a Ready claim older than this is requeued (broker.claims)
 
 
 class Broker:
@@ -87,6 +89,7 @@ class Broker:
         self.started_at: float | None = None
         self._scan_lock = threading.Lock()
         self.federation = None   # broker.federation.attach: peers are dispatched to as CEs
+        self.claims = ClaimSweeper(self, settings.claim_lease_s)
 
     @property
     def instance(self) -> str:
@@ -418,6 +421,7 @@ class Broker:
                 log_failure(log, "DAG release failed", exc)   # one line a minute when disk full
             try:
                 self.check_stalled()
+                self.claims.maybe(self.clock.now())   # orphaned Ready claims (broker.claims)
             except Exception as exc:
                 log_failure(log, "Stalled scan failed", exc)
             self._wake.wait(self.settings.match_interval_s)

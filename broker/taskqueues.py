@@ -23,9 +23,19 @@ The signature (:func:`signature`): Requirements and Rank and every job attribute
 (as expression trees compared structurally, i.e. by their canonical jdl-printer text) (transitively; the whole record when they use ``eval``
 or a subscript), the evaluated FeteRank / FuzzyRank, the owner's VO and FQANs (or the JDL's
 VirtualOrganisation when there is no owner), and the excluded CEs.
+
+Class ids (session 5): the JDL part of the signature is named by :func:`class_id` (a hash of
+its canonical text, or :data:`PER_JOB`), computed **at submission** and stored with the job
+(``jobs.match_class``, with its ``InputSandbox`` in ``jobs.input_sandbox``:
+:func:`match_fields`), as DIRAC assigns a task queue when a job is inserted. The matcher then
+parses only the first job of each class it meets (:attr:`TaskQueues.representatives`) and
+passes the stored id to :meth:`TaskQueues.choose` (``klass``); rows stored before the column
+existed get their id computed once from their JDL (and written back by the matcher).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import threading
 from bisect import bisect_left, bisect_right, insort
@@ -35,6 +45,7 @@ from typing import Any, Mapping, Sequence
 import jdl as jdlmod
 from infosys.ism import DISPATCHED
 from jdl import nodes as jn
+from jdl.nodes import unparse
 
 from .matchmaker import CE_ID, Matchmaker
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
@@ -64,15 +75,16 @@ def _names(expr: jn.Node) -> tuple[set[str], bool]:
     return names, wide
 
 
-def text_signature(desc: "jdlmod.JobDescription") -> tuple | None:
+def text_signature(desc: "jdlmod.JobDescription", text: str | None = None) -> tuple | None:
     """The part of a job's signature that depends on its JDL only, or None when the job must
     be matched on its own (its match reads the clock or the dispatch counters).
 
     Shape: ``(body, fete_rank, fuzzy_rank, virtual_organisation)`` where ``body`` is a sorted
     tuple of ``(attribute, expression node or None)`` for Requirements, Rank and what they name
     (nodes hash and compare structurally, positions ignored: equal iff their canonical texts
-    are), or the canonical text of the whole record."""
-    low = desc.text.lower()
+    are), or the canonical text of the whole record. ``text``: the JDL text the job is stored
+    with (default ``desc.text``; an expanded node's description may carry its parent's)."""
+    low = (desc.text if text is None else text).lower()
     if "time(" in low or DISPATCHED.lower() in low:
         return None
     attrs = desc.record.attrs
@@ -90,6 +102,39 @@ def text_signature(desc: "jdlmod.JobDescription") -> tuple | None:
             need.extend(more)
     body: Any = jdlmod.record_text(desc.record) if wide else tuple(sorted(seen.items()))
     return (body, desc.fete_rank, desc.fuzzy_rank, desc.virtual_organisation)
+
+
+#: The class id of a job matched on its own (its match reads the clock or dispatch counters).
+PER_JOB = ""
+
+
+def class_id(desc: "jdlmod.JobDescription", text: str | None = None) -> str:
+    """The stored name of a job's class: 32 hex digits of SHA-256 over the canonical text of
+    :func:`text_signature` (equal ids <=> equal signatures, short of a hash collision), or
+    :data:`PER_JOB`. ``text`` as for :func:`text_signature`."""
+    part = text_signature(desc, text)
+    if part is None:
+        return PER_JOB
+    body, fete, fuzzy, vo = part
+    canon = body if isinstance(body, str) else [[name, None if node is None else unparse(node)]
+                                                for name, node in body]
+    raw = json.dumps([canon, fete, fuzzy, vo], separators=(",", ":"), default=repr)
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def match_fields(desc: "jdlmod.JobDescription", text: str) -> dict[str, Any]:
+    """What the submission stores for the matcher (keys of a ``create_many`` spec):
+    ``match_class`` (:func:`class_id`) and ``input_sandbox`` (the JDL's names, a list)."""
+    return {"match_class": class_id(desc, text), "input_sandbox": list(desc.input_sandbox)}
+
+
+def class_aware(chooser) -> bool:
+    """Whether ``chooser.choose`` takes a stored class id (``klass``) and any job of the class
+    as ``desc``: a :class:`TaskQueues`, or a wrapper whose **class** defines
+    ``class_aware(self)`` (looked up on the type, so a wrapper forwarding unknown attributes,
+    like the federated chooser that reads other JDL attributes, is not mistaken for one)."""
+    method = getattr(type(chooser), "class_aware", None)
+    return bool(method(chooser)) if callable(method) else False
 
 
 def signature(desc, vo: str | None, fqans: Sequence[str], exclude) -> tuple | None:
@@ -201,7 +246,14 @@ class TaskQueues:
 
     ``choose(desc, ads, ...)`` answers what ``matchmaker.select(matchmaker.match(desc, ads,
     ...))`` answers for the same seed and the same history of choices, at the cost of a
-    selection per job once the job's class has been matched on ``ads``."""
+    selection per job once the job's class has been matched on ``ads``.
+
+    ``representatives``: class id -> a parsed JobDescription of that class (the matcher parses
+    only the first job of a class it meets; at most MAX_TEXTS, then it restarts)."""
+
+    def class_aware(self) -> bool:
+        """``choose`` takes ``klass`` (see :func:`class_aware`)."""
+        return True
 
     def __init__(self, matchmaker: Matchmaker) -> None:
         self.matchmaker = matchmaker
@@ -209,39 +261,55 @@ class TaskQueues:
         self._snapshot: tuple | None = None
         self._queues: dict[tuple, TaskQueue] = {}
         self._rows = 0      # candidates held by the classes of this snapshot
-        self._texts: dict[str, tuple | None] = {}
+        self._texts: dict[str, str] = {}
+        self.representatives: dict[str, "jdlmod.JobDescription"] = {}
         self.matched = 0    # classes matched (filtering runs) since creation
         self.per_job = 0    # jobs that took the per-job path
 
     def __len__(self) -> int:
         return len(self._queues)
 
-    def _text_signature(self, desc) -> tuple | None:
+    def class_of(self, desc) -> str:
+        """:func:`class_id` of ``desc``, remembered per JDL text (at most MAX_TEXTS)."""
         texts = self._texts
-        if desc.text in texts:
-            return texts[desc.text]
-        if len(texts) >= MAX_TEXTS:
-            texts.clear()
-        part = texts[desc.text] = text_signature(desc)
-        return part
+        klass = texts.get(desc.text)
+        if klass is None:
+            if len(texts) >= MAX_TEXTS:
+                texts.clear()
+            klass = texts[desc.text] = class_id(desc)
+        return klass
+
+    def representative(self, klass: str | None):
+        """A parsed job of class ``klass`` seen before, or None."""
+        return self.representatives.get(klass) if klass else None
+
+    def remember(self, klass: str, desc) -> None:
+        """Keep ``desc`` as the representative of ``klass`` (not for PER_JOB)."""
+        if klass:
+            if len(self.representatives) >= MAX_TEXTS and klass not in self.representatives:
+                self.representatives.clear()
+            self.representatives[klass] = desc
 
     def choose(self, desc: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
                blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
-               fqans: Sequence[str] = (), exclude=frozenset()) -> Candidate | None:
+               fqans: Sequence[str] = (), exclude=frozenset(), klass: str | None = None) -> Candidate | None:
         """The CE chosen for one job (a Candidate), or None when no CE matches.
 
         Arguments as :meth:`Matchmaker.match` (``ads``: one ISM snapshot's ads, not mutated
-        while in use; ``now``: the clock's seconds). The caller increments the chosen CE's
-        feedback counter (``feedback.increment(chosen.ce_id)``) before the next choice, as
-        with the per-job matcher. Raises nothing for bad ads (skipped)."""
+        while in use; ``now``: the clock's seconds). ``klass``: the job's stored class id
+        (:func:`class_id`; ``desc`` may then be any job of that class, e.g. its
+        representative), None to compute it from ``desc``. The caller increments the chosen
+        CE's feedback counter (``feedback.increment(chosen.ce_id)``) before the next choice,
+        as with the per-job matcher. Raises nothing for bad ads (skipped)."""
         mm = self.matchmaker
         with self._lock:
-            part = self._text_signature(desc)
-            if part is None:
+            if klass is None:
+                klass = self.class_of(desc)
+            if klass == PER_JOB:
                 self.per_job += 1
                 return mm.select(mm.match(desc, ads, blacklist, now=now, vo=vo,
                                           fqans=tuple(fqans), exclude=exclude))
-            key = part + (vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
+            key = (klass, vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
             if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
                 self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
             queue = self._queues.get(key)

@@ -44,6 +44,7 @@ from cheroot.connections import ConnectionManager, prevent_socket_inheritance
 from cheroot.makefile import StreamReader, StreamWriter
 from werkzeug.exceptions import RequestTimeout
 
+from .handshakes import HandshakePool
 from .serving import BODY_MIN_RATE, ServeLimits
 
 log = logging.getLogger("vgrid.wsgi")
@@ -129,7 +130,7 @@ class _Pending:
     """A connection whose request head the selector thread is reading."""
 
     __slots__ = ("sock", "addr", "deadline", "buf", "handshaking", "ssl_env", "conn", "events",
-                 "since")
+                 "since", "queued_at", "pool_wait_s", "outcome")
 
     def __init__(self, sock, addr, deadline: float, handshaking: bool, conn=None) -> None:
         self.sock, self.addr, self.deadline = sock, addr, deadline
@@ -165,6 +166,17 @@ class GuardedConnections(ConnectionManager):
         self.limits = limits
         self.stats = {"header_timeouts": 0, "idle_closed": 0, "evicted": 0, "too_large": 0,
                       "tls_handshake_failures": 0}
+        self._pool: HandshakePool | None = None     # TLS handshake steps (vgrid_runtime.handshakes)
+        if server.ssl_adapter is not None and limits.handshake_threads > 0:
+            self._pool = HandshakePool(limits.handshake_threads, self._handshake)
+            self._selector.register(self._pool.wake_socket.fileno(), selectors.EVENT_READ,
+                                    data=self._pool)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._selector.unregister(self._pool.wake_socket.fileno())
+            self._pool.close()
+        super().close()
 
     # -- selector bookkeeping -------------------------------------------------------------------
     def _watch(self, p: _Pending, events: int) -> None:
@@ -188,7 +200,8 @@ class GuardedConnections(ConnectionManager):
         log.info("closed a connection from %s: %s", p.addr, why)
 
     def _waiting(self) -> list[tuple[int, Any]]:
-        return [(fd, c) for fd, c in list(self._selector.connections) if c is not self.server]
+        return [(fd, c) for fd, c in list(self._selector.connections)
+                if c is not self.server and c is not self._pool]
 
     # -- accepting and reading heads ------------------------------------------------------------
     def _from_server_socket(self, server_socket):
@@ -203,7 +216,10 @@ class GuardedConnections(ConnectionManager):
             s = adapter.context.wrap_socket(s, server_side=True, do_handshake_on_connect=False)
         self._make_room()
         p = _Pending(s, addr, time.monotonic() + self.limits.header_timeout_s, adapter is not None)
-        self._advance(p)
+        if self._pool is not None:
+            self._watch(p, selectors.EVENT_READ)   # its ClientHello first, then the pool
+        else:
+            self._advance(p)
         return None                          # handed to a worker by _advance when complete
 
     def _make_room(self) -> None:
@@ -221,12 +237,15 @@ class GuardedConnections(ConnectionManager):
             oldest.events = 0
 
     def _advance(self, p: _Pending) -> None:
-        """Progress the handshake and the head as far as the socket allows without blocking."""
+        """Progress the handshake and the head as far as the socket allows without blocking
+        (a handshake step goes to the pool when there is one)."""
         try:
             if p.handshaking:
-                p.sock.do_handshake()
-                p.handshaking = False
-                p.ssl_env = self.server.ssl_adapter.get_environ(p.sock)
+                if self._pool is not None:
+                    self._forget(p)
+                    self._pool.submit(p)
+                    return
+                self._handshake(p)
             while not _head_complete(p.buf):
                 chunk = p.sock.recv(65536)
                 if not chunk:
@@ -236,13 +255,38 @@ class GuardedConnections(ConnectionManager):
                 if len(p.buf) > MAX_HEAD_BYTES:
                     self._drop(p, f"request head larger than {MAX_HEAD_BYTES} bytes", "too_large")
                     return
-        except (ssl.SSLWantReadError, BlockingIOError):
+        except OSError as exc:     # ssl.SSLError and BlockingIOError are OSErrors
+            self._failed(p, exc)
+            return
+        self._handoff(p)
+
+    def _handshake(self, p: _Pending) -> None:
+        """One non-blocking handshake step (selector or pool thread); raises as
+        ``do_handshake`` does (SSLWantReadError: the peer owes bytes)."""
+        p.sock.do_handshake()
+        p.ssl_env = self.server.ssl_adapter.get_environ(p.sock)
+        p.handshaking = False
+
+    def _from_pool(self) -> None:
+        """Connections whose handshake step ended in the pool: go on in the selector thread;
+        the time they queued in the pool is added to their deadline (our backlog)."""
+        for p in self._pool.finished():
+            p.deadline += p.pool_wait_s
+            if p.outcome is None:
+                self._advance(p)
+            elif isinstance(p.outcome, OSError):
+                self._failed(p, p.outcome)
+            else:
+                self._drop(p, f"TLS handshake failed: {type(p.outcome).__name__}: {p.outcome}",
+                           "tls_handshake_failures")
+
+    def _failed(self, p: _Pending, exc: OSError) -> None:
+        """A handshake or head read that could not go on: wait for the socket, or close."""
+        if isinstance(exc, (ssl.SSLWantReadError, BlockingIOError)):
             self._watch(p, selectors.EVENT_READ)
-            return
-        except ssl.SSLWantWriteError:
+        elif isinstance(exc, ssl.SSLWantWriteError):
             self._watch(p, selectors.EVENT_WRITE)
-            return
-        except ssl.SSLError as exc:
+        elif isinstance(exc, ssl.SSLError):
             if "http request" in str(exc).lower():   # plain HTTP on the TLS port: say so
                 try:
                     while socket.socket.recv(p.sock, 65536):   # unread input would make close() a reset
@@ -255,11 +299,8 @@ class GuardedConnections(ConnectionManager):
                 except OSError:
                     pass
             self._drop(p, f"TLS handshake failed: {exc.reason or exc}", "tls_handshake_failures")
-            return
-        except OSError as exc:
+        else:
             self._drop(p, f"{type(exc).__name__}: {exc}")
-            return
-        self._handoff(p)
 
     def _handoff(self, p: _Pending) -> None:
         """A complete head: give the connection to a worker, the head buffered in its feed."""
@@ -319,6 +360,8 @@ class GuardedConnections(ConnectionManager):
             for fd, item in ready:
                 if item is self.server:
                     self._from_server_socket(self.server.socket)
+                elif item is self._pool and item is not None:
+                    self._from_pool()
                 elif isinstance(item, _Pending):
                     self._advance(item)
                 else:

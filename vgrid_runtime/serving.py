@@ -26,13 +26,15 @@ class ServeLimits:
     ``idle_timeout_s``: a kept-alive connection without a request for this long is closed (also
     the time one socket read or write of a worker may block); ``max_connections``: connections
     waiting for their request head or idle between requests; at the limit a new connection
-    closes the oldest of them."""
+    closes the oldest of them; ``handshake_threads``: threads doing TLS handshake steps beside
+    the selector thread (:mod:`vgrid_runtime.handshakes`; 0: in the selector thread)."""
 
     threads: int = 8
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 10.0
     max_connections: int = 1000
+    handshake_threads: int = 4
 
     def problem(self) -> str | None:
         """A description of an invalid value, or None."""
@@ -43,6 +45,8 @@ class ServeLimits:
                 return f"field {name!r} must be > 0"
         if self.max_connections < 1:
             return "field 'max_connections' must be >= 1"
+        if self.handshake_threads < 0:
+            return "field 'handshake_threads' must be >= 0"
         return None
 
 
@@ -65,11 +69,15 @@ class ServeOptions:
         "help": "seconds a kept-alive connection may stay idle before it is closed"})
     max_connections: int = field(default=_D.max_connections, metadata={
         "help": "connections waiting for a request head or idle; a new one beyond closes the oldest"})
+    handshake_threads: int = field(default=_D.handshake_threads, metadata={
+        "help": "threads doing TLS handshakes beside the thread that reads request heads "
+                "(0: that thread does them)"})
 
     def serve_limits(self) -> ServeLimits:
         return ServeLimits(threads=self.threads, header_timeout_s=self.header_timeout_s,
                            body_timeout_s=self.body_timeout_s, idle_timeout_s=self.idle_timeout_s,
-                           max_connections=self.max_connections)
+                           max_connections=self.max_connections,
+                           handshake_threads=self.handshake_threads)
 
     def serve_problem(self) -> str | None:
         """A configuration error of these fields, or None (call from ``validate``)."""
