@@ -9,6 +9,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*", "vgrid_cli*", "vgrid_runtime*"]),
+    package_data={"broker.dashboard": ["templates/*.html", "static/*"]},   # the web dashboard (issue 17)
     install_requires=[
         "cheroot>=11.1,<12",   # vgrid_runtime/connections.py relies on its connection manager internals
         "click>=8.1",
