@@ -27,6 +27,7 @@ class DemoPKI:
     dir: Path
     user_dn: str
     hosts: dict[str, tuple[str, str]] = field(default_factory=dict)   # service -> (address, DN)
+    users: dict[str, tuple[str, Path]] = field(default_factory=dict)  # more users: CN -> (DN, proxy)
 
     @property
     def cert_dir(self) -> Path:
@@ -70,10 +71,12 @@ class DemoPKI:
 
 
 def make_demo_pki(directory: Path, services: list[str], now: float, vo: str = "dteam",
-                  lifetime_s: float = 24 * 3600) -> DemoPKI:
+                  lifetime_s: float = 24 * 3600, users: tuple[str, ...] = ()) -> DemoPKI:
     """Create the CA, VO servers for :data:`VOS`, a host certificate for each of ``services``
     (address 127.77.0.<i+1>, DNS name <service>.vgrid.local) and the user's proxy with ``vo``
-    attributes (``/<vo>``), valid ``lifetime_s`` seconds from ``now``. Keys are mode 0600."""
+    attributes (``/<vo>``), valid ``lifetime_s`` seconds from ``now``. Keys are mode 0600.
+    ``users``: common names of more users, each with a proxy like the demo user's in
+    ``<directory>/x509up_<i>`` (``DemoPKI.users``: CN -> (DN, proxy path); tests of isolation)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = create_ca("/DC=org/DC=vgrid-demo/CN=vgrid demo CA", now=now)
     pki = DemoPKI(directory, user_dn="")
@@ -94,4 +97,10 @@ def make_demo_pki(directory: Path, services: list[str], now: float, vo: str = "d
     pki.user_dn = user.dn
     ac = issue_ac(server, vo, [f"/{vo}"], user.cert, now, lifetime_s)
     write_proxy(pki.proxy, create_proxy(user, now, lifetime_s, acs=[ac]))
+    for i, cn in enumerate(users, start=1):
+        other = issue_user(ca, cn, now=now)
+        path = directory / f"x509up_{i}"
+        write_proxy(path, create_proxy(other, now, lifetime_s,
+                                       acs=[issue_ac(server, vo, [f"/{vo}"], other.cert, now, lifetime_s)]))
+        pki.users[cn] = (other.dn, path)
     return pki
