@@ -35,6 +35,7 @@ setup(
         "test": [
             "htcondor>=23.0",
             "hypothesis>=6.100",
+            "playwright>=1.48,<2",   # dashboard browser tests, with Debian's chromium (never `playwright install`)
             "psycopg2-binary>=2.9",
             "pytest>=8",
             "pytest-timeout>=2.3",

@@ -43,6 +43,7 @@ def pki(tmp_path_factory):
     for user in ("alice", "bob", "carol"):
         cred = issue_user(ca, user.capitalize(), now=now)
         dns[user] = cred.dn
+        cred.save(d / f"{user}.pem", d / f"{user}.key")     # the end-entity certificate a browser holds
         write_proxy(d / f"{user}.proxy", create_proxy(cred, now, 3600,
                                                       acs=[issue_ac(voms, "dteam", ["/dteam"], cred.cert, now, 3600)]))
     return d, dns
@@ -192,6 +193,30 @@ def test_an_unchanged_page_answers_304_to_its_etag(pki, site, jobs):
     assert alice.get(url, headers={"If-None-Match": '"other"'}, timeout=10).status_code == 200
     # another user's view of the same URL never shares the tag
     assert as_(d, "carol").get(url, timeout=10).headers["ETag"] != tag
+
+
+def test_a_users_end_entity_certificate_sees_what_their_proxy_sees(pki, site, jobs):
+    d, _ = pki
+    browser = new_session(TLSFiles(cert=str(d / "alice.pem"), key=str(d / "alice.key"),
+                                   cert_dir=str(d / "certs"), voms_dir=str(d / "vomsdir")))
+    page = browser.get(f"{site['broker']}/dashboard/jobs", timeout=10)
+    assert page.status_code == 200 and jobs["alice"] in page.text and jobs["bob"] not in page.text
+    assert browser.get(f"{site['broker']}/dashboard/jobs/{jobs['bob']}", timeout=10).status_code == 403
+
+
+def test_a_dag_shows_its_nodes_and_edges(pki, site):
+    d, _ = pki
+    dag = ('[ Type = "dag"; nodes = [ first = [ description = [ Executable = "/bin/true"; ]; ];\n'
+           '  second = [ description = [ Executable = "/bin/true"; ]; ];\n'
+           '  dependencies = { { first, second } }; ]; ]\n')
+    r = as_(d, "alice").post(f"{site['broker']}/jobs", data={"jdl": dag, "filename": "pair.jdl"}, timeout=10)
+    assert r.status_code == 201, r.text
+    page = as_(d, "alice").get(f"{site['broker']}/dashboard/jobs/{r.json()['key']}", timeout=10).text
+    nodes = re.findall(r"<tr><td>(first|second)</td><td><a href=\"/dashboard/jobs/([^\"]+)\"", page)
+    assert sorted(n for n, _ in nodes) == ["first", "second"]
+    assert re.search(r"<li>first &rarr; second</li>", page), page
+    listed = as_(d, "alice").get(f"{site['broker']}/dashboard/jobs", params={"q": "pair.jdl"}, timeout=10).text
+    assert all(k in listed for _, k in nodes) and r.json()["key"] in listed
 
 
 @settings(max_examples=60, deadline=None)

@@ -108,7 +108,8 @@ def site_model(broker, ce_id: str, who, admins: list[str]) -> dict[str, Any]:
             item["mine"] = item["job_key"] is not None
             if not item["mine"]:
                 item["key"] = None
-    return {**base, **doc, "url": url, "error": None}
+    labels = {n["url"]: n["status"]["node"] for n in doc.get("nodes", []) if (n.get("status") or {}).get("node")}
+    return {**base, **doc, "url": url, "error": None, "labels": labels}
 
 
 def _search_hit(job, q: str, broker) -> bool:

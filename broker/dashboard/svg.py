@@ -63,8 +63,10 @@ def _tick_step(span: float) -> float:
     return 14400.0
 
 
-def gantt(slots: dict, now: float) -> Markup:
-    """The SVG Gantt chart of a slot view (see module doc); ``now`` in clock seconds."""
+def gantt(slots: dict, now: float, labels: dict | None = None) -> Markup:
+    """The SVG Gantt chart of a slot view (see module doc); ``now`` in clock seconds;
+    ``labels``: node URL -> the name shown for its row (default: the URL's host:port)."""
+    labels = labels or {}
     nodes = list(slots.get("nodes", []))
     t0, t1 = window(slots, now)
     scale = WIDTH / max(t1 - t0, 1e-9)
@@ -87,7 +89,7 @@ def gantt(slots: dict, now: float) -> Markup:
         tick += step
     for row, url in enumerate(nodes):
         y = ROW * row + 4
-        out.append(f'<text x="4" y="{y + 15}" font-size="11">{escape(_short(url))}</text>')
+        out.append(f'<text x="4" y="{y + 15}" font-size="11">{escape(labels.get(url) or _short(url))}</text>')
         items = [(i, True) for i in slots.get("history", []) if url in i.get("nodes", [])]
         items += [(i, False) for i in slots.get("reservations", []) if url in i.get("nodes", [])]
         for item, past in items:
@@ -137,3 +139,33 @@ def cap_steps(caps: list, now: float, ended: float | None = None, width: int = 1
     return Markup(f'<svg class="caps" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
                   f'<polyline fill="none" stroke="#2e86c1" stroke-width="1.5" points="{" ".join(pts)}"/>'
                   f'<title>CPU cap steps: {escape(steps)}</title></svg>')
+
+
+#: Colours of the gLite job states in a job's history timeline.
+STATE_COLOURS = {"Submitted": "#bdc3c7", "Waiting": "#f5b041", "Ready": "#f8c471", "Scheduled": "#85c1e9",
+                 "Running": "#2e86c1", "Done": "#27ae60", "Aborted": "#c0392b", "Cancelled": "#7f8c8d",
+                 "Cleared": "#aab7b8", "Stalled": "#e67e22"}
+ENDED_STATES = ("Done", "Aborted", "Cancelled", "Cleared")
+
+
+def timeline(history: list, now: float, width: int = 640, height: int = 24) -> Markup:
+    """A job's history ``[{"state", "time", "reason"}]`` as one bar of state segments from
+    submission to ``now`` (or to its last, final state); each segment has ``data-state`` and
+    a ``<title>`` with its start time and reason."""
+    if not history:
+        return Markup("")
+    t0 = history[0]["time"]
+    last = history[-1]
+    t1 = last["time"] if last["state"] in ENDED_STATES else max(now, last["time"])
+    span = max(t1 - t0, 1e-6)
+    out = [f'<svg class="timeline" width="{width + 8}" height="{height}" xmlns="http://www.w3.org/2000/svg">']
+    for i, h in enumerate(history):
+        end = history[i + 1]["time"] if i + 1 < len(history) else t1
+        x = round((h["time"] - t0) / span * width, 2)
+        w = max(round((end - h["time"]) / span * width, 2), 4.0 if h["state"] in ENDED_STATES else 1.0)
+        text = f'{h["state"]} at {clock_text(h["time"])}' + (f': {h["reason"]}' if h.get("reason") else "")
+        out.append(f'<rect x="{x}" y="2" width="{w}" height="{height - 4}" '
+                   f'fill="{STATE_COLOURS.get(h["state"], "#999")}" data-state="{escape(h["state"])}">'
+                   f'<title>{escape(text)}</title></rect>')
+    out.append("</svg>")
+    return Markup("".join(out))
