@@ -43,7 +43,9 @@ def grid_model(broker) -> dict[str, Any]:
     """``{"taken_at", "stale", "errors", "ces": [row], "peers": [{"name", "url", ...}]}``; a row
     is ``infosys.summary.ce_summary``'s plus ``contact`` (the CE agent URL), ``dispatched``
     (feedback counter), ``n_jobs`` (N_j = published + dispatched), ``capacity`` (C_j = CPUs x
-    SI00) and ``sfete`` ((N_j + 1) / C_j, None for a CE of capacity 0)."""
+    SI00), ``sfete`` ((N_j + 1) / C_j, None for a CE of capacity 0), ``fetched_at`` (when its
+    ad was fetched: the information age is now - fetched_at) and ``ad_stale`` (its source failed
+    at the last refresh: the ad is an older one, kept until it expires)."""
     snap = broker.ism.snapshot()
     now = broker.clock.now()
     doc = snapshot_summary(snap, now, blacklist=broker.ism.blacklist_entries(now))
@@ -52,7 +54,9 @@ def grid_model(broker) -> dict[str, Any]:
         dispatched = counters.get(row["id"], 0)
         cap = ce_capacity(ad)
         n_jobs = published_jobs(ad) + dispatched
+        fetched = snap.ad_time.get(row["id"], snap.fresh_at)
         row.update(contact=broker._ce_url(ad), dispatched=dispatched, n_jobs=n_jobs, capacity=cap,
+                   fetched_at=fetched, ad_stale=fetched < snap.taken_at - 1e-6,
                    sfete=sfete_rank(published_jobs(ad), dispatched, cap) if cap > 0 else None,
                    peer=bool(broker.federation and broker.federation.peers.of_ad(ad)))
     peers = []
