@@ -240,3 +240,18 @@ def test_gantt_bars_sit_at_their_times_on_the_axis(now, bars):
     now_x = float(re.search(r'<line class="now" x1="([^"]+)"', out).group(1))
     assert now_x == pytest.approx(svg.LEFT + (now - t0) * k, abs=0.02)
 
+
+
+def test_a_suspension_is_drawn_between_a_leases_run_segments():
+    now, n1 = 1_800_000_000.0, "https://n1"
+    slots = {"nodes": [n1, "https://n2"],
+             "history": [{"lease": 7, "key": None, "lease_type": "BE", "start": now - 300, "end": now - 200,
+                          "nodes": [n1]}],
+             "reservations": [{"kind": "VM", "lease": 7, "lease_type": "BE", "start": now - 50, "end": now + 50,
+                               "nodes": [n1], "state": "active", "id": 3},
+                              {"kind": "VM", "lease": 8, "lease_type": "AR", "start": now + 60, "end": now + 90,
+                               "nodes": ["https://n2"], "state": "scheduled", "id": 4}]}
+    out = str(svg.gantt(slots, now, {n1: "wn1"}))
+    gap = re.findall(r'data-kind="SUSPENDED"[^>]*data-start="([^"]+)" data-end="([^"]+)"', out)
+    assert [(float(a), float(b)) for a, b in gap] == [(now - 200, now - 50)]
+    assert ">wn1</text>" in out and out.count('data-kind="VM"') == 3

@@ -23,7 +23,7 @@ from markupsafe import Markup, escape
 #: Width of the node-name column and of the chart (px); row height (px).
 LEFT, WIDTH, ROW = 150, 900, 26
 #: Colours per reservation kind (VM bars: per lease type).
-COLOURS = {"AR": "#c0392b", "BE": "#2e86c1", "IM": "#8e44ad", "SUSPEND": "#f39c12",
+COLOURS = {"AR": "#c0392b", "BE": "#2e86c1", "IM": "#8e44ad", "SUSPEND": "#f39c12", "SUSPENDED": "#fad7a0",
            "RESUME": "#27ae60", "MIGRATE": "#16a085", "TRANSFER": "#7f8c8d", "HOLD": "#d5dbdb"}
 
 
@@ -54,6 +54,24 @@ def window(slots: dict, now: float, min_past_s: float = 60.0, min_future_s: floa
     t0 = min([now - min_past_s] + [s for s in starts if s >= now - past_s])
     t1 = max([now + min_future_s] + [t + 30.0 for t in starts + ends if t <= now + future_s])
     return t0, min(t1, now + future_s)
+
+
+def suspended_gaps(slots: dict, url: str) -> list[dict]:
+    """The times a lease was suspended on node ``url``, as history items of kind ``SUSPENDED``:
+    the gaps between its consecutive run segments there (the slot table forgets ended
+    suspension reservations; a lease's segments remain), up to the next segment or, when it
+    has not run again yet, its next reservation on that node."""
+    runs: dict = {}
+    for item in slots.get("history", []) + [r for r in slots.get("reservations", []) if r.get("kind") == "VM"]:
+        if url in item.get("nodes", []) and item.get("lease") is not None and item.get("start") is not None:
+            runs.setdefault(item["lease"], []).append(item)
+    gaps = []
+    for items in runs.values():
+        items.sort(key=lambda i: i["start"])
+        for a, b in zip(items, items[1:]):
+            if a.get("end") is not None and b["start"] - a["end"] > 1e-6:
+                gaps.append({**a, "kind": "SUSPENDED", "start": a["end"], "end": b["start"], "state": "suspended"})
+    return gaps
 
 
 def _tick_step(span: float) -> float:
@@ -91,15 +109,16 @@ def gantt(slots: dict, now: float, labels: dict | None = None) -> Markup:
         y = ROW * row + 4
         out.append(f'<text x="4" y="{y + 15}" font-size="11">{escape(labels.get(url) or _short(url))}</text>')
         items = [(i, True) for i in slots.get("history", []) if url in i.get("nodes", [])]
+        items += [(i, True) for i in suspended_gaps(slots, url)]
         items += [(i, False) for i in slots.get("reservations", []) if url in i.get("nodes", [])]
         for item, past in items:
-            kind = "VM" if past else item["kind"]
+            kind = item["kind"] if not past or item.get("kind") == "SUSPENDED" else "VM"
             colour = COLOURS.get(item.get("lease_type") if kind == "VM" else kind, "#999")
             xs, xe = x(item.get("start"), t0), x(item.get("end"), t1)
             who = item.get("job_key") or ("lease %s" % item.get("lease"))
             label = (f'{kind} {item.get("lease_type") or ""} {who}: '
                      f'{span_text(item.get("start"), item.get("end"))}'
-                     + (" (ran)" if past else f' ({item.get("state")})'))
+                     + (" (ran)" if past and kind == "VM" else f' ({item.get("state")})'))
             out.append(
                 f'<rect class="res" x="{xs}" y="{y}" width="{max(xe - xs, 1.5)}" height="{ROW - 8}" '
                 f'fill="{colour}" fill-opacity="{0.45 if past else 0.9}" data-kind="{kind}" '
