@@ -185,6 +185,9 @@ def test_only_brokers_and_the_ce_itself_read_a_ce_agents_site_document(pki, site
 def test_an_unchanged_page_answers_304_to_its_etag(pki, site, jobs):
     d, _ = pki
     alice = as_(d, "alice")
+    site_url = f"{site['broker']}/dashboard/site?ce={CE_ID}"
+    tag = alice.get(site_url, timeout=20).headers["ETag"]   # heartbeats in between change nothing shown
+    assert alice.get(site_url, headers={"If-None-Match": tag}, timeout=20).status_code == 304
     url = f"{site['broker']}/dashboard/jobs/{jobs['alice']}"
     first = alice.get(url, timeout=10)
     tag = first.headers["ETag"]

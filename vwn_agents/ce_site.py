@@ -6,7 +6,8 @@ job keys) and the CE agent's own host certificate; anyone else gets 403. The bro
 each of its users may see of it (``broker.dashboard``). Answer::
 
     {"ce_id", "url", "scheduler", "now": s, "vwns_per_node",
-     "nodes": [{"url", "up", "status": node GET /status | null, "vwns": [VWN records],
+     "nodes": [{"url", "up", "status": node GET /status (without outbox and heartbeat) | null,
+                "vwns": [VWN records],
                 "images": node GET /images | null, "error": str | null}],
      "slots": vwn_agents.slot_view document | null (scheduler = fair-share: no lease engine)}
 
@@ -37,7 +38,8 @@ def node_view(agent, url: str, up: bool) -> dict:
     client = NodeAgentClient(url, agent.http, agent.config.node_timeout_s)
     out = {"url": url, "up": up, "status": None, "vwns": [], "images": None, "error": None}
     try:
-        out["status"] = client.status()
+        status = client.status()     # the node's outbox and heartbeats are the CE's business
+        out["status"] = {k: v for k, v in status.items() if k not in ("outbox", "heartbeat")}
         records = client.vwns()
     except NodeAgentError as exc:
         out["error"] = str(exc)

@@ -48,9 +48,17 @@ TEMPLATE_VERSION = "1"
 HERE = Path(__file__).parent
 
 
+#: Job fields no page shows that change without anything shown changing (heartbeats): left
+#: out of ETags, so that a running job's page answers 304 between its state changes.
+UNSHOWN_JOB_FIELDS = ("last_heard", "updated_at")
+
+
 def _plain(o: Any):
     if dataclasses.is_dataclass(o):
-        return dataclasses.asdict(o)
+        d = dataclasses.asdict(o)
+        for name in UNSHOWN_JOB_FIELDS:
+            d.pop(name, None)
+        return d
     if isinstance(o, enum.Enum):
         return o.value
     return str(o)
