@@ -55,7 +55,7 @@ UNSHOWN_JOB_FIELDS = ("last_heard", "updated_at")
 
 def _plain(o: Any):
     if dataclasses.is_dataclass(o):
-        d = dataclasses.asdict(o)
+        d = dict(vars(o))          # shallow: json.dumps walks the nested lists and dicts
         for name in UNSHOWN_JOB_FIELDS:
             d.pop(name, None)
         return d
