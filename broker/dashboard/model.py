@@ -104,6 +104,10 @@ def site_model(broker, ce_id: str, who, admins: list[str]) -> dict[str, Any]:
                 vwns.append({k: rec.get(k) for k in ("vwn", "state", "cpu_cap", "cpu_caps", "capped",
                                                     "created", "ended", "limits")} | {"mine": False})
         node["vwns"] = vwns
+        images = node.get("images") or {}
+        for img in images.get("images", []) if isinstance(images.get("images"), list) else []:
+            img["pins"] = len(img.get("pins") or [])        # pins name jobs: shown as a count
+        images.pop("transfers", None)
     slots = doc.get("slots")
     if slots:
         for item in slots.get("reservations", []) + slots.get("history", []):
