@@ -25,7 +25,6 @@ from flask import jsonify
 from vgrid_runtime.authn import caller
 
 from .node_client import NodeAgentClient, NodeAgentError
-from .slot_view import slot_view
 
 #: Ended VWNs kept per node in the document (most recent first by end time).
 ENDED_KEPT = 8
@@ -63,7 +62,7 @@ def site_document(agent) -> dict:
     engine = agent.leases.engine if agent.leases else None
     return {"ce_id": agent.config.ce_id, "url": agent.url, "scheduler": agent.config.scheduler,
             "now": now, "vwns_per_node": agent.config.vwns_per_node, "nodes": nodes,
-            "slots": slot_view(engine, now, HISTORY_S) if engine is not None else None}
+            "slots": engine.slot_table(HISTORY_S) if engine is not None else None}
 
 
 def install(app, agent, from_broker) -> None:

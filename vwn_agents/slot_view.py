@@ -1,7 +1,7 @@
 """The lease engine's slot table as JSON, for the broker's dashboard Gantt chart (issue 17).
 
-``slot_view(engine, now, history_s)`` reads a live ``lease_engine.LeaseEngine`` (under its lock)
-and answers::
+``slot_view(engine, now, history_s)`` (called as ``LeaseEngine.slot_table``) reads a live
+``lease_engine.LeaseEngine`` under its lock (its scheduler, enactment and job bodies) and answers::
 
     {"now": s, "nodes": [node agent URL, ...],
      "reservations": [{"id", "kind", "state", "lease", "key", "lease_type", "start", "end",
