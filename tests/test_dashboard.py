@@ -258,3 +258,19 @@ def test_a_suspension_is_drawn_between_a_leases_run_segments():
     gap = re.findall(r'data-kind="SUSPENDED"[^>]*data-start="([^"]+)" data-end="([^"]+)"', out)
     assert [(float(a), float(b)) for a, b in gap] == [(now - 200, now - 50)]
     assert ">wn1</text>" in out and out.count('data-kind="VM"') == 3
+
+
+def test_the_slot_view_lists_an_advance_reservation_with_its_job_key_and_node():
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.lease_engine import LeaseEngine
+    clock = SimulatedClock(1_800_000_000.0)
+    nodes = ["https://127.0.17.250:9", "https://127.0.17.251:9"]      # never called: nothing starts yet
+    engine = LeaseEngine([(u, 1, 1024) for u in nodes], clock=clock)
+    engine.submit_job("ar-job.1", {"key": "ar-job.1"}, cpu=100, memory_mb=256, duration_s=60,
+                      start_s=clock.now() + 100)
+    view = engine.slot_table()
+    [res] = view["reservations"]
+    assert (res["kind"], res["lease_type"], res["key"], res["state"]) == ("VM", "AR", "ar-job.1", "scheduled")
+    assert (res["start"], res["end"]) == (clock.now() + 100, clock.now() + 160)
+    assert len(res["nodes"]) == 1 and res["nodes"][0] in nodes and view["history"] == []
+    assert view["nodes"] == nodes and view["now"] == clock.now()
