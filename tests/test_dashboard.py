@@ -274,3 +274,19 @@ def test_the_slot_view_lists_an_advance_reservation_with_its_job_key_and_node():
     assert (res["start"], res["end"]) == (clock.now() + 100, clock.now() + 160)
     assert len(res["nodes"]) == 1 and res["nodes"][0] in nodes and view["history"] == []
     assert view["nodes"] == nodes and view["now"] == clock.now()
+
+
+def test_grid_view_lists_the_peer_gateways(tmp_path):
+    from broker.server import build_app
+    cfg = BrokerConfig.from_dict({"state_dir": str(tmp_path / "b"), "peers": [
+        {"name": "north", "url": "https://127.0.17.9:1", "send_vos": ["dteam"], "accept_vos": ["atlas"],
+         "share_cpus": 4, "priority": 1}]})
+    broker = build_broker(cfg)
+    try:
+        page = build_app(broker, cfg).test_client().get("/dashboard/grid")   # plain HTTP: no identity
+        assert page.status_code == 200
+        row = re.search(r'<table id="peers">.*?<tbody><tr>(.*?)</tr>', page.get_data(as_text=True), re.S).group(1)
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", row)
+        assert cells == ["north", "https://127.0.17.9:1", "dteam", "atlas", "4", "1"]
+    finally:
+        broker.store.close()
