@@ -9,6 +9,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["broker*", "jdl*", "infosys*", "vwn_agents*", "vgrid_cli*", "vgrid_runtime*"]),
+    package_data={"broker.dashboard": ["templates/*.html", "static/*"]},   # the web dashboard (issue 17)
     install_requires=[
         "cheroot>=11.1,<12",   # vgrid_runtime/connections.py relies on its connection manager internals
         "click>=8.1",
@@ -35,6 +36,7 @@ setup(
         "test": [
             "htcondor>=23.0",
             "hypothesis>=6.100",
+            "playwright>=1.48,<2",   # dashboard browser tests, with Debian's chromium (never `playwright install`)
             "psycopg2-binary>=2.9",
             "pytest>=8",
             "pytest-timeout>=2.3",

@@ -279,4 +279,7 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     def health():
         return jsonify({"ok": True})
 
+    from .dashboard import install as install_dashboard
+    install_dashboard(app, broker, admins)       # GET /dashboard/... (HTML views, issue 17)
+
     return app

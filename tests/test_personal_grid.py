@@ -1,6 +1,7 @@
 """`vgrid demo --serve`: a personal grid that stays up, used with the CLI unchanged, whose services
 rejoin the site after `kill -9` and a restart by hand from /proc/PID/cmdline."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -75,6 +76,8 @@ def site(tmp_path):
         for p in restarted:          # restarted by the test: its children; the demo stopped them
             p.wait(timeout=30)
     assert demo.returncode == 0, err
+    if err:        # read here unless the test stopped the demo itself
+        assert re.search(r"dashboard: https://[0-9.]+:\d+/dashboard/ \(a browser imports \S+browser\.p12", err), err
 
 
 def test_serve_ready_file_cli_and_restarts_by_hand(site, tmp_path):

@@ -133,11 +133,12 @@ def _toml_value(value) -> str:
 _TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', **{chr(i): f"\\u{i:04x}" for i in [*range(0x20), 0x7f]}}
 
 
-def site_pki(directory: Path, n_ces: int) -> DemoPKI:
-    """The identities of :func:`start_site`'s services and of the demo user."""
+def site_pki(directory: Path, n_ces: int, users: tuple[str, ...] = ()) -> DemoPKI:
+    """The identities of :func:`start_site`'s services and of the demo user (and of ``users``,
+    more users by common name: ``make_demo_pki``)."""
     names = ["broker"] + [ce["name"] for ce in ce_layout(n_ces)]
     names += [n for ce in ce_layout(n_ces) for n in ce["nodes"]]
-    return make_demo_pki(directory, names, WallClock().now())
+    return make_demo_pki(directory, names, WallClock().now(), users=users)
 
 
 def job_rows(jobs: list[dict]) -> list[dict]:

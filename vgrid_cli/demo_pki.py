@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgrid_runtime.pki import create_ca, issue_host, issue_user
+from vgrid_runtime.pki import create_ca, issue_host, issue_user, write_private
 from vgrid_runtime.proxy import create_proxy, write_proxy
 from vgrid_runtime.tls import TLSFiles
 from vgrid_runtime.voms import issue_ac
 
 USER_CN = "vgrid demo user"
+#: Password of the demo user's PKCS#12 file for a browser (a test credential, not a secret).
+BROWSER_PASSWORD = "vgrid"
 VOS = ("dteam", "vgrid")
 
 
@@ -27,6 +29,7 @@ class DemoPKI:
     dir: Path
     user_dn: str
     hosts: dict[str, tuple[str, str]] = field(default_factory=dict)   # service -> (address, DN)
+    users: dict[str, tuple[str, Path]] = field(default_factory=dict)  # more users: CN -> (DN, proxy)
 
     @property
     def cert_dir(self) -> Path:
@@ -39,6 +42,12 @@ class DemoPKI:
     @property
     def proxy(self) -> Path:
         return self.dir / "x509up_demo"
+
+    @property
+    def browser_p12(self) -> Path:
+        """The demo user's end-entity certificate and key as PKCS#12 (password
+        :data:`BROWSER_PASSWORD`): what a web browser imports to open the broker's dashboard."""
+        return self.dir / "user" / "browser.p12"
 
     def address(self, service: str) -> str:
         return self.hosts[service][0]
@@ -69,11 +78,24 @@ class DemoPKI:
                 "X509_VOMS_DIR": str(self.voms_dir)}
 
 
+def write_browser_p12(path: Path, user, ca_cert) -> None:
+    """``user``'s certificate and key, with the CA certificate, as PKCS#12 (mode 0600), for a
+    browser: browsers present an end-entity certificate, not an RFC 3820 proxy chain, and the
+    dashboard's rules depend only on the DN (docs/dashboard.md, "Logging in")."""
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = pkcs12.serialize_key_and_certificates(b"vgrid demo user", user.key, user.cert, [ca_cert],
+                                                 BestAvailableEncryption(BROWSER_PASSWORD.encode()))
+    write_private(path, data)
+
+
 def make_demo_pki(directory: Path, services: list[str], now: float, vo: str = "dteam",
-                  lifetime_s: float = 24 * 3600) -> DemoPKI:
+                  lifetime_s: float = 24 * 3600, users: tuple[str, ...] = ()) -> DemoPKI:
     """Create the CA, VO servers for :data:`VOS`, a host certificate for each of ``services``
     (address 127.77.0.<i+1>, DNS name <service>.vgrid.local) and the user's proxy with ``vo``
-    attributes (``/<vo>``), valid ``lifetime_s`` seconds from ``now``. Keys are mode 0600."""
+    attributes (``/<vo>``), valid ``lifetime_s`` seconds from ``now``. Keys are mode 0600.
+    ``users``: common names of more users, each with a proxy like the demo user's in
+    ``<directory>/x509up_<i>`` (``DemoPKI.users``: CN -> (DN, proxy path); tests of isolation)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = create_ca("/DC=org/DC=vgrid-demo/CN=vgrid demo CA", now=now)
     pki = DemoPKI(directory, user_dn="")
@@ -92,6 +114,13 @@ def make_demo_pki(directory: Path, services: list[str], now: float, vo: str = "d
         pki.hosts[service] = (address, host.dn)
     user = issue_user(ca, USER_CN, now=now)
     pki.user_dn = user.dn
+    write_browser_p12(pki.browser_p12, user, ca.cert)
     ac = issue_ac(server, vo, [f"/{vo}"], user.cert, now, lifetime_s)
     write_proxy(pki.proxy, create_proxy(user, now, lifetime_s, acs=[ac]))
+    for i, cn in enumerate(users, start=1):
+        other = issue_user(ca, cn, now=now)
+        path = directory / f"x509up_{i}"
+        write_proxy(path, create_proxy(other, now, lifetime_s,
+                                       acs=[issue_ac(server, vo, [f"/{vo}"], other.cert, now, lifetime_s)]))
+        pki.users[cn] = (other.dn, path)
     return pki

@@ -42,7 +42,7 @@ from rich.console import Console
 from broker.client import BrokerClient, ClientError
 
 from .demo import ce_layout, merge_toml, site_pki, start_site
-from .demo_pki import DemoPKI
+from .demo_pki import BROWSER_PASSWORD, DemoPKI
 from .services import Service, ServiceError, ServiceGroup
 
 #: The file in the site directory that says what the site is: ``{"ces": N, "tls": bool}``.
@@ -308,6 +308,9 @@ def _serve(group: ServiceGroup, root: Path, n_ces: int, ready_file: str | None, 
     if ready_file:
         write_atomically(Path(ready_file), site_document(group, n_ces, env))
     err.print(f"personal grid up: broker {url}; in a client shell:", highlight=False, soft_wrap=True)
+    err.print(f"dashboard: {url}/dashboard/" + (f" (a browser imports {pki.browser_p12}, password "
+              f"{BROWSER_PASSWORD!r}, and trusts {pki.cert_dir})" if pki else ""),
+              highlight=False, markup=False, soft_wrap=True)
     for k, v in env.items():
         err.print(f"  export {k}={shlex.quote(v)}", highlight=False, markup=False, soft_wrap=True)
     watcher = Watcher(group, err)

@@ -36,7 +36,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import ce_bulk
+from . import ce_bulk, ce_site
 from .ce_config import CEAgentConfig
 from .ce_heartbeats import CEHeartbeats, loopback
 from .api_models import CE_SPEC, install_openapi
@@ -452,6 +452,7 @@ def create_app(config: CEAgentConfig, clock: Clock | None = None) -> Flask:
         return jsonify({"state": job.state.value, "key": job.request.key}), 202
 
     ce_bulk.install(app, agent, from_broker)    # POST /jobs/bulk: a matcher pass's jobs at once
+    ce_site.install(app, agent, from_broker)    # GET /site: nodes, VWNs, slot table (dashboard)
 
     @app.get("/jobs")
     def list_jobs():

@@ -69,3 +69,8 @@ class CEAgentClient(ServiceClient):
         """GET /status: ``{"ce_id","url","scheduler","capacity","nodes","jobs"}``. Raises
         CEAgentError."""
         return self._call("GET", "/status")
+
+    def site(self) -> dict:
+        """GET /site: nodes, their VWNs and image pools, and the slot table (``ce_site``; the
+        brokers of the CE's ``broker_dns`` only). Raises CEAgentError (HTTP 403 for others)."""
+        return self._call("GET", "/site", required=("nodes",))

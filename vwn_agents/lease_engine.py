@@ -348,6 +348,12 @@ class LeaseEngine:
                     "attempts": self.enactment.attempts.get(lease.id, 0),
                     "frozen": lease.id in self.enactment.frozen}
 
+    def slot_table(self, history_s: float = 600.0) -> dict:
+        """The slot table and the run segments of the last ``history_s`` s as JSON, for the
+        dashboard (``slot_view.slot_view``; CE agent ``GET /site``)."""
+        from .slot_view import slot_view
+        return slot_view(self, self.clock.now(), history_s)
+
     def staging_report(self) -> list[dict]:
         """Per image transfer and node: scheduled vs actual start/end, bytes, hit
         (``images.staging.LiveStaging.report``); [] without live staging. Calls the node agents."""
