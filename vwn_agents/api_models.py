@@ -139,6 +139,29 @@ class CEStatus(_Open):
     suspension: dict[str, Any]
 
 
+class CESiteNode(_Open):
+    """One node of ``GET /site`` (``ce_site.node_view``)."""
+
+    url: str
+    up: bool
+    status: dict[str, Any] | None = Field(description="the node's GET /status without outbox and heartbeat")
+    vwns: list[dict[str, Any]] = Field(description="active VWN records and the last ended ones")
+    images: dict[str, Any] | list[Any] | None = Field(description="the node's GET /images, or {error}")
+    error: str | None
+
+
+class CESite(_Open):
+    """GET /site of a CE agent (``ce_site.site_document``): the dashboard's site view."""
+
+    ce_id: str
+    url: str | None
+    scheduler: str
+    now: float = Field(description="the CE agent's clock, s")
+    vwns_per_node: int | None
+    nodes: list[CESiteNode]
+    slots: dict[str, Any] | None = Field(description="slot_view document; null without a lease engine")
+
+
 _BROKER = "the CE's brokers (broker_dns)"
 _CE_OPS = [
     Op("POST", "/jobs", "accept a job from a broker", _BROKER, {202: Accepted}, body=JobRequest,
@@ -159,6 +182,9 @@ _CE_OPS = [
     Op("GET", "/glue2", "the CE's GLUE 2.0 LDIF", "any authenticated caller", {200: "text"}),
     Op("GET", "/status", "capacity, nodes, job counts, heartbeats, suspension", "any authenticated caller",
        {200: CEStatus}),
+    Op("GET", "/site", "nodes, VWNs, image pools and the slot table (the dashboard's site view)",
+       "the CE's brokers (broker_dns), the CE's own host certificate", {200: CESite},
+       errors={403: "not a broker of this CE"}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
     Op("GET", "/metrics", "Prometheus metrics (text format)", "metrics_dns, the CE's own host certificate",
        {200: "text"}),
