@@ -51,6 +51,9 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     spare_disk_images: int = field(default=0, metadata={
         "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none; "
                 "opt-in: see docs/vwn.md, a known failure with agent restarts)"})
+    wrapper_start: str = field(default="zygote", metadata={
+        "help": "how a job wrapper starts: zygote (forked by a preforked root process per node "
+                "agent, no exec per job) | exec (sh, setpriv, python -S per job); docs/vwn.md"})
     max_sandbox_mb: float = field(default=100.0, metadata={
         "help": "largest input, and output, sandbox of a job (MB, each in total)"})
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
@@ -116,6 +119,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
             return "fields 'vm_memory_mb', 'kvm_probe_s': must be > 0"
         if not 1 <= self.pool_size <= 999:
             return f"field 'pool_size': must be 1..999, got {self.pool_size}"
+        if self.wrapper_start not in ("zygote", "exec"):
+            return f"field 'wrapper_start': must be zygote or exec, got {self.wrapper_start!r}"
         if not 0 <= self.spare_disk_images <= 16:
             return f"field 'spare_disk_images': must be 0..16, got {self.spare_disk_images}"
         for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):

@@ -198,16 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"vwn_agents.wrapper: cannot read {argv[0]}: {exc}", file=sys.stderr)
         return 2
-    result = run(spec)
+    report(spec, run(spec))
+    return 0
+
+
+def report(spec: dict, result: dict) -> None:
+    """Step 4: write ``result`` to the spec's ``result_file`` (atomically), else print it as the
+    line ``{"event": "result", ...}`` (also used by the zygote's children, ``zygote``)."""
     if not spec.get("result_file"):
         print(json.dumps({"event": "result", **result}), flush=True)
-        return 0
+        return
     out = spec["result_file"]
     tmp = os.path.splitext(out)[0] + ".tmp"
     with open(tmp, "w") as f:
         f.write(json.dumps(result))
     os.replace(tmp, out)
-    return 0
 
 
 if __name__ == "__main__":
