@@ -48,9 +48,9 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     pids_max: int = field(default=512, metadata={"help": "tasks per VWN (pids.max; 0 = none)"})
     disk_quota_mb: int = field(default=1024, metadata={
         "help": "disk quota of a work directory, a loop-mounted ext4 image (MB; 0 = none)"})
-    spare_disk_images: int = field(default=0, metadata={
-        "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none; "
-                "opt-in: see docs/vwn.md, a known failure with agent restarts)"})
+    spare_disk_images: int = field(default=2, metadata={
+        "help": "quota file systems made and mounted ahead, so a VWN's start skips mkfs.ext4 and "
+                "mount (0..16; 0 = none); docs/vwn.md \"Spare quota file systems\""})
     wrapper_start: str = field(default="zygote", metadata={
         "help": "how a job wrapper starts: zygote (forked by a preforked root process per node "
                 "agent, no exec per job) | exec (sh, setpriv, python -S per job); docs/vwn.md"})
