@@ -23,7 +23,7 @@ are this host's): ``Submitted>Waiting``, ``Waiting>Ready`` (matcher), ``Ready>Sc
 (dispatch to the CE agent), ``Scheduled>node`` (CE agent: lease engine, POST /vwns),
 ``node>prepared`` (account, cgroups, record, quota mount, sandbox), ``prepared>spawned``
 (wrapper started), ``spawned>running`` (the wrapper's ``running`` line read),
-``running>Running`` (events node -> CE -> broker), ``Running>exited`` (the job),
+``running>Running`` (events node -> CE -> broker), ``running>exited`` (the job, node side),
 ``exited>Done`` (cleanup, stage-out, events). ``load`` is the 1-minute load average at the
 start and end of a level. ``--quick``: 1, 10 and 100 in flight with 10 jobs per level (one
 round of 100 at 100) -- under 3 minutes on an idle 2-core host. ``--out DIR``: ``jobs.csv``
@@ -60,7 +60,7 @@ STAGES = [("Submitted>Waiting", "Submitted", "Waiting"), ("Waiting>Ready", "Wait
           ("Ready>Scheduled", "Ready", "Scheduled"), ("Scheduled>node", "Scheduled", "created"),
           ("node>prepared", "created", "prepared"), ("prepared>spawned", "prepared", "spawned"),
           ("spawned>running", "spawned", "running"), ("running>Running", "running", "Running"),
-          ("Running>exited", "Running", "exited"), ("exited>Done", "exited", "Done")]
+          ("running>exited", "running", "exited"), ("exited>Done", "exited", "Done")]
 TICK = os.sysconf("SC_CLK_TCK")
 
 

@@ -119,3 +119,19 @@ def test_unmount_refuses_what_is_not_a_mount_point(tmp_path):
     with pytest.raises(OSError) as exc:
         mounts.unmount(tmp_path)
     assert exc.value.errno == errno.EINVAL
+
+
+def test_detach_takes_the_mount_away_at_once_and_the_loop_device_is_released(tmp_path, loop_ok):
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    quota.attach(tmp_path / "d.img", mnt, 8)
+    (mnt / "data").write_bytes(b"x" * 1_000_000)
+
+    def loops() -> str:
+        return subprocess.run(["losetup", "-j", str(tmp_path / "d.img")], capture_output=True,
+                              text=True).stdout.strip()
+
+    assert loops()
+    mounts.detach(mnt)
+    assert not os.path.ismount(mnt) and _mounts_under(tmp_path) == []
+    wait_until(lambda: not loops(), "the loop device to be released", timeout_s=30)

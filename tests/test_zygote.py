@@ -3,6 +3,7 @@ wrapper forked by the zygote runs as the pool account, never root, inside the VW
 without privileges or descriptors of the zygote; the agent follows it and knows how it ended."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -157,3 +158,20 @@ def test_the_zygote_exits_when_its_agent_dies(tmp_path):
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+def test_a_refused_cgroup_join_runs_nothing_and_says_why(tmp_path):
+    os.chmod(tmp_path, 0o777)
+    z = Zygote(sys.executable, str(Path(__file__).resolve().parents[1]), tmp_path / "z.log")
+    try:
+        with open(tmp_path / "out", "ab") as out:
+            pid, _ = z.spawn(65534, 65534, [str(tmp_path / "no-such-cgroup" / "cgroup.procs")], {},
+                             str(tmp_path), {"workdir": str(tmp_path), "executable": "/bin/sh",
+                                             "arguments": "-c 'touch ran'"}, out.fileno(), out.fileno())
+        lines = [json.loads(line) for line in (tmp_path / "out").read_text().splitlines()]
+        assert lines[0]["event"] == "result" and lines[0]["exit_code"] is None
+        assert lines[0]["error"].startswith("cannot join the VWN's cgroup: ")
+        assert not (tmp_path / "ran").exists() and _gone(pid)
+        assert z.alive
+    finally:
+        z.close()

@@ -9,8 +9,9 @@ then runs ``wrapper.run`` in-process -- no ``exec``, no interpreter start:
 1. its own session (``setsid``: a kill of the agent or the zygote does not reach it);
 2. descriptors 0/1/2 = ``/dev/null``, the VWN's ``wrapper.out`` and ``wrapper.log`` (opened by the
    agent as root and passed over the socket, ``SCM_RIGHTS``);
-3. joins every ``cgroup.procs`` file of the request (CPU, memory, pids, freezer), as root;
-   a failed join is reported as the result ``{"error": "cannot join the VWN's cgroup: ..."}``;
+3. waits while the zygote (root) writes its pid into every ``cgroup.procs`` file of the request
+   (CPU, memory, pids, freezer); a refused join kills the waiting child (nothing of the job has
+   run) and is written as its result ``{"error": "cannot join the VWN's cgroup: ..."}``;
 4. drops privileges for good: no supplementary groups, ``setresgid``/``setresuid`` to the pool
    account (never 0: refused), ``PR_SET_NO_NEW_PRIVS`` -- what ``setpriv --reuid --regid
    --clear-groups --no-new-privs`` did; then closes every other descriptor (the zygote's socket
@@ -18,8 +19,8 @@ then runs ``wrapper.run`` in-process -- no ``exec``, no interpreter start:
 5. runs the wrapper (``wrapper.run``) in the work directory and writes its ``running`` and
    ``result`` lines on descriptor 1, exactly as the exec'd wrapper does.
 
-The zygote answers a request only after the child has joined its cgroups (step 3; the child
-says so through a pipe): once the agent records the pid, a restarted agent finds the wrapper in
+The zygote answers a request once the child is in its cgroups (step 3; it does not wait for the
+child to be scheduled): once the agent records the pid, a restarted agent finds the wrapper in
 the VWN's cgroup (``node_recovery``). It reaps its children and appends ``{"event": "exit",
 "status": S}`` (``os.waitstatus_to_exitcode``: negative = killed by that signal) to the child's
 ``wrapper.out``, so the agent knows how a wrapper that wrote no result ended (the children are
@@ -156,8 +157,9 @@ class Zygote:
 # not be able to read the interpreter's library (e.g. under /root).
 _LIBC = None
 
-def _child(req: dict, out_fd: int, log_fd: int, joined_w: int, wrapper) -> None:
-    """In the forked child: steps 1-5 of the module doc; never returns."""
+def _child(req: dict, out_fd: int, log_fd: int, go_r: int, wrapper) -> None:
+    """In the forked child: steps 1-5 of the module doc (the zygote does step 3, joining the
+    cgroups, while the child waits for its "go" on ``go_r``); never returns."""
     status = 0
     try:
         os.setsid()
@@ -169,21 +171,13 @@ def _child(req: dict, out_fd: int, log_fd: int, joined_w: int, wrapper) -> None:
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(log_fd, 2)
-        try:
-            for path in req["procs"]:
-                with open(path, "w") as f:
-                    f.write(str(os.getpid()))
-        except OSError as exc:
-            os.write(1, (json.dumps({"event": "result", "exit_code": None, "signal": None,
-                                     "wall_s": None, "cpu_s": None,
-                                     "error": f"cannot join the VWN's cgroup: {exc}"}) + "\n").encode())
+        if os.read(go_r, 1) != b"g":               # the zygote could not put it in its cgroups
             os._exit(JOIN_FAILED)
         uid, gid = int(req["uid"]), int(req["gid"])
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
         _no_new_privs()
-        os.write(joined_w, b"j")
         os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 65536 else 65536)
         os.environ.clear()
         os.environ.update(req.get("env") or {})
@@ -241,19 +235,31 @@ def _handle(sock: socket.socket, children: dict, wrapper) -> bool:
 
 
 def _fork(req: dict, fds: list[int], children: dict, wrapper) -> dict:
-    joined_r, joined_w = os.pipe()
+    """Fork the child, put it into its cgroups (it waits for that), let it go; the answer."""
+    go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(joined_r)
-        _child(req, fds[0], fds[1], joined_w, wrapper)
-    os.close(joined_w)
+        os.close(go_w)
+        _child(req, fds[0], fds[1], go_r, wrapper)
+    os.close(go_r)
     try:
         start = proc_start(pid)
-        joined = os.read(joined_r, 1)              # b"" if it died before (join failed)
+        try:
+            for path in req["procs"]:
+                with open(path, "w") as f:
+                    f.write(str(pid))
+        except OSError as exc:                     # nothing of the job ran: it waits for "go"
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.write(fds[0], (json.dumps({"event": "result", "exit_code": None, "signal": None,
+                                          "wall_s": None, "cpu_s": None,
+                                          "error": f"cannot join the VWN's cgroup: {exc}"}) + "\n").encode())
+            return {"pid": pid, "start": start}
+        os.write(go_w, b"g")
     finally:
-        os.close(joined_r)
+        os.close(go_w)
     children[pid] = fds[0]                         # wrapper.out: the exit line goes there
-    return {"pid": pid, "start": start, "joined": joined == b"j"}
+    return {"pid": pid, "start": start}
 
 
 def _reap(children: dict) -> None:
