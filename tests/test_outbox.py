@@ -112,3 +112,33 @@ def test_persistent_outbox_keeps_order_per_job(tmp_path_factory, receiver, keys,
     box.close()
     for k in set(keys):
         assert [e["n"] for e in receiver.events_for(f"{tag}-{k}")] == [i for i, kk in enumerate(keys) if kk == k]
+
+
+def test_several_senders_keep_each_jobs_order_and_a_stuck_job_holds_back_only_itself(receiver):
+    """Issue 12: ``senders`` deliver events of different jobs at once; one job's events stay
+    in order, and a job whose receiver never answers does not delay the others."""
+    import threading
+    from flask import Flask
+    from vgrid_runtime.wsgi import BackgroundServer
+    release = threading.Event()
+    app = Flask("stuck")
+    app.add_url_rule("/events", "events", lambda: ("", 204) if release.wait(60) else ("", 503),
+                     methods=["POST"])
+    stuck = BackgroundServer(app)
+    box = Outbox(retry_initial_s=0.05, timeout_s=60, senders=3)
+    try:
+        box.post(f"{stuck.url}/events", {"key": "os-stuck"}, "os-stuck")
+        for i in range(20):
+            for key in ("os-a", "os-b"):
+                box.post(f"{receiver.url}/events", {"key": key, "n": i}, key)
+        wait_until(lambda: all(len(receiver.events_for(k)) == 20 for k in ("os-a", "os-b")),
+                   "both jobs' events while another job's receiver hangs", timeout_s=10)
+        for key in ("os-a", "os-b"):
+            assert [e["n"] for e in receiver.events_for(key)] == list(range(20))
+        assert box.stats()["pending"] == 1
+        release.set()
+        assert box.flush(30) and box.stats()["delivered"] == 41
+    finally:
+        release.set()
+        box.close()
+        stuck.close()

@@ -90,7 +90,7 @@ class NodeAgent:
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events",
                              tls=config.tls_files(), engine=self.engine,
                              give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items,
-                             clock=self.clock)
+                             clock=self.clock, senders=config.outbox_senders)
         self._lock = threading.RLock()
         self._stopping = False
         self._node_urls = self.store.targets()     # heartbeat URL -> our URL as its CE knows it

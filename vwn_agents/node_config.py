@@ -66,6 +66,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "an event still undeliverable this long after its first failure is dropped (s)"})
     outbox_max_items: int = field(default=100000, metadata={
         "help": "most undelivered events kept; beyond it the oldest is dropped"})
+    outbox_senders: int = field(default=4, metadata={
+        "help": "threads delivering events, one event per job at a time (1..32)"})
     heartbeat_s: float = field(default=10.0, metadata={
         "help": "interval of the heartbeats to the CE agents' heartbeat_url (s; 0 = off)"})
     keep_ended_s: float = field(default=604800.0, metadata={
@@ -101,6 +103,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
     def validate(self) -> str | None:
+        if not 1 <= self.outbox_senders <= 32:
+            return f"field 'outbox_senders': must be 1..32, got {self.outbox_senders}"
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():

@@ -151,7 +151,7 @@ def watch(agent, v) -> None:
             break
     if v.proc is not None:
         code = v.proc.wait()
-    elif result is None and not v.adopted:     # a zygote child: its exit status line follows
+    elif result is None and not v.adopted and not v.cancelled:   # a zygote child: its exit line follows
         deadline = time.monotonic() + EXIT_LINE_WAIT_S
         while code is None and result is None and time.monotonic() < deadline:
             time.sleep(0.01)
