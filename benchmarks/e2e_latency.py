@@ -27,7 +27,7 @@ are this host's): ``Submitted>Waiting``, ``Waiting>Ready`` (matcher), ``Ready>Sc
 ``exited>Done`` (cleanup, stage-out, events). ``load`` is the 1-minute load average at the
 start and end of a level. ``--quick``: 1, 10 and 100 in flight with 10 jobs per level (one
 round of 100 at 100) -- under 3 minutes on an idle 2-core host. ``--out DIR``: ``jobs.csv``
-(one row per job and stage) and ``stages.png`` (stacked p50 stages per level).
+(one row per job and stage) and ``stages.png`` (each level's p50 stages as shares of their sum).
 
     .venv/bin/python benchmarks/e2e_latency.py [--inflight 1,10,100] [--jobs 30] [--ces 2] [--quick]
 """
@@ -170,7 +170,8 @@ def run_level(client: BrokerClient, n: int, rounds: int, timeout_s: float, pids:
 
 
 def write_out(out: Path, result: dict, rows: list[dict]) -> None:
-    """``jobs.csv`` and ``stages.png`` (stacked p50 of the stages, one bar per level)."""
+    """``jobs.csv`` and ``stages.png`` (each level's p50 stages as shares of their sum, one bar
+    per level)."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "jobs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["inflight", "key", "stage", "ms"])
@@ -179,18 +180,20 @@ def write_out(out: Path, result: dict, rows: list[dict]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     levels = result["levels"]
     for i, lv in enumerate(levels):
-        left = 0.0
+        ms = [max(0.0, lv["stages_p50_ms"].get(name, 0.0)) for name, _, _ in STAGES]
+        total, left = sum(ms) or 1.0, 0.0
         for k, (name, _, _) in enumerate(STAGES):
-            ms = lv["stages_p50_ms"].get(name, 0.0)
-            ax.barh(i, ms, left=left, color=plt.cm.tab10(k % 10), label=name if i == 0 else None)
-            left += ms
-    ax.set_yticks(range(len(levels)), [f'{lv["inflight"]} in flight' for lv in levels])
-    ax.set_xscale("symlog", linthresh=100)
-    ax.set_xlabel("ms after submission (p50 of each stage, stacked)")
-    ax.legend(fontsize=7, loc="lower right")
+            ax.barh(i, 100 * ms[k] / total, left=left, color=plt.cm.tab10(k % 10),
+                    label=name if i == 0 else None)
+            left += 100 * ms[k] / total
+    ax.set_yticks(range(len(levels)), [f'{lv["inflight"]} in flight\n(sum {sum(max(0.0, v) for v in lv["stages_p50_ms"].values()):.0f} ms)'
+                                       for lv in levels])
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the summed p50 stages (submission to Done)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("submit -> Done for /bin/true: where the time goes")
     fig.tight_layout()
     fig.savefig(out / "stages.png", dpi=100)
