@@ -100,12 +100,13 @@ def test_an_event_the_database_cannot_store_is_still_delivered(tmp_path, receive
 
 
 @settings(max_examples=6, deadline=None)
-@given(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=8), st.integers(0, 2))
-def test_persistent_outbox_keeps_order_per_job(tmp_path_factory, receiver, keys, failures):
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=10), st.integers(0, 2),
+       st.integers(1, 4))
+def test_persistent_outbox_keeps_order_per_job(tmp_path_factory, receiver, keys, failures, senders):
     engine = open_engine(sqlite_url(tmp_path_factory.mktemp("ob") / "o.db"))
     tag = f"p{id(keys)}{len(receiver.events)}"
     receiver.fail_events = failures
-    box = Outbox(retry_initial_s=0.01, name=tag, engine=engine)
+    box = Outbox(retry_initial_s=0.01, name=tag, engine=engine, senders=senders)
     for i, k in enumerate(keys):
         box.post(f"{receiver.url}/events", {"key": f"{tag}-{k}", "n": i}, f"{tag}-{k}")
     assert box.flush(20)

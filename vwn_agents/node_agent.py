@@ -83,7 +83,6 @@ class NodeAgent:
         resumed = [v for v in self.vwns.values() if v.active]
         self.driver = drivers.open_driver(config, driver, resumed)   # cgroup | libvirt
         self.cg, self.fz = self.driver.cg, self.driver.fz
-        self.zygote = wrapper_launch.open_zygote(self)      # the preforked wrapper starter
         self.conf = Confinement(config, self.work_dir,
                                 self.cg.node_dir if self.cg.version == "v2" else None,
                                 adopted=node_recovery.leases(resumed))
@@ -105,6 +104,7 @@ class NodeAgent:
         if self._own_work_dir and not config.db_url:
             log.warning("node %s: no work_dir configured: its VWNs will not survive a restart",
                         config.node)
+        self.zygote = wrapper_launch.open_zygote(self)      # the preforked wrapper starter
         node_recovery.resume(self, resumed)
 
     # -- queries ------------------------------------------------------------------------------

@@ -157,6 +157,7 @@ class Zygote:
 # not be able to read the interpreter's library (e.g. under /root).
 _LIBC = None
 
+
 def _child(req: dict, out_fd: int, log_fd: int, go_r: int, wrapper) -> None:
     """In the forked child: steps 1-5 of the module doc (the zygote does step 3, joining the
     cgroups, while the child waits for its "go" on ``go_r``); never returns."""
