@@ -61,7 +61,8 @@ def test_a_zygote_child_runs_as_the_pool_account_in_the_vwns_cgroups(start_node,
     assert st["Groups"] == "" and st["NoNewPrivs"] == "1" and uid != 0
     assert st["PPid"] == str(agent.zygote.proc.pid)          # forked by the zygote, not exec'd
     assert os.getsid(wrapper) == wrapper                     # its own session
-    assert sorted(os.listdir(f"/proc/{wrapper}/fd")) == ["0", "1", "2"]   # not the zygote's socket
+    fds = {n: os.readlink(f"/proc/{wrapper}/fd/{n}") for n in os.listdir(f"/proc/{wrapper}/fd")}
+    assert sorted(fds) == ["0", "1", "2", "3"] and fds["3"].startswith("pipe:"), fds   # 3: the doorbell
     assert os.readlink(f"/proc/{wrapper}/fd/1") == str(v.jail.vdir / "wrapper.out")
     cgroups = Path(f"/proc/{wrapper}/cgroup").read_text()
     if v.capped:
@@ -70,6 +71,8 @@ def test_a_zygote_child_runs_as_the_pool_account_in_the_vwns_cgroups(start_node,
         assert str(wrapper) in (agent.conf.limits.dirs[name] / vwn / "cgroup.procs").read_text().split()
     job = _status(v.pid)                                     # the job itself
     assert job["Uid"].split()[0] == str(uid) and job["NoNewPrivs"] == "1"
+    wait_until(lambda: _status(v.pid)["Name"] == "sleep", "the job to exec sleep")
+    assert sorted(os.listdir(f"/proc/{v.pid}/fd")) == ["0", "1", "2"]    # no doorbell, no socket
     requests.delete(f"{url}/vwns/{vwn}", timeout=15)
     wait_until(lambda: not v.active, "the VWN to end")
 
@@ -125,7 +128,7 @@ def test_the_zygote_refuses_root_and_bad_requests(tmp_path):
                     z.spawn(uid, gid, [], {}, str(tmp_path), {"workdir": str(tmp_path),
                                                               "executable": "/bin/true"},
                             out.fileno(), out.fileno())
-        assert z._ask({"uid": 1000, "gid": 1000}, []) == {"error": "expected 2 descriptors, got 0"}
+        assert z._ask({"uid": 1000, "gid": 1000}, []) == {"error": "expected 2 or 3 descriptors, got 0"}
         assert z.spawned == 0 and z.alive
     finally:
         z.close()

@@ -92,6 +92,7 @@ class VWN:
     out_offset: int = 0              # how much of wrapper.out has been read
     end_recorded: bool = False       # its outcome was recorded before an agent died in cleanup
     marks: dict[str, float] = field(default_factory=dict)   # clock times of its start's steps
+    notify: int | None = None        # read end of a zygote wrapper's doorbell pipe (while starting)
 
     @property
     def active(self) -> bool:

@@ -18,7 +18,8 @@ moves both sandboxes, ``vwn_agents.sandbox``). Steps (as the gLite job wrapper d
    ``"Executable /nonexistent/foo not found"``.
 
 On its own stdout the wrapper writes one JSON line ``{"event": "running", "pid": P}`` once the
-executable has started; the node agent turns that and the result into events. The node agent makes
+executable has started (and, when the spec has ``notify_fd``, writes one byte to that descriptor
+right after: the node agent's doorbell, so it need not poll; the job never inherits it); the node agent turns that and the result into events. The node agent makes
 that stdout a file of the VWN's private directory (``vwn_process``), so both lines outlive the
 agent and a restarted agent reads them.
 SIGTERM is forwarded to the job's process group.
@@ -151,6 +152,11 @@ def run_job(spec: dict, workdir) -> dict:
             os.close(fd)
     _forward_sigterm(pid)
     print(json.dumps({"event": "running", "pid": pid}), flush=True)
+    if spec.get("notify_fd") is not None:
+        try:
+            os.write(spec["notify_fd"], b"r")
+        except OSError:
+            pass                  # the agent stopped listening: it reads the file anyway
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import time
@@ -95,10 +96,19 @@ def start(agent, v) -> None:
 def _start_zygote(agent, v, z: Zygote, spec: dict, procs: list[str]) -> None:
     a = v.jail.account
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": os.environ.get("LANG", "C.UTF-8")}
-    with open(v.jail.vdir / "wrapper.log", "ab") as log_file, \
-            open(v.jail.vdir / OUT_FILE, "ab") as out_file:
-        pid, started = z.spawn(a.uid, a.gid, agent.conf.cgroup_procs(v.jail, procs), env,
-                               str(v.jail.workdir), spec, out_file.fileno(), log_file.fileno())
+    bell_r, bell_w = os.pipe2(os.O_CLOEXEC)     # the wrapper rings when the job runs
+    try:
+        with open(v.jail.vdir / "wrapper.log", "ab") as log_file, \
+                open(v.jail.vdir / OUT_FILE, "ab") as out_file:
+            pid, started = z.spawn(a.uid, a.gid, agent.conf.cgroup_procs(v.jail, procs), env,
+                                   str(v.jail.workdir), spec, out_file.fileno(), log_file.fileno(),
+                                   notify_fd=bell_w)
+    except ZygoteError:
+        os.close(bell_r)
+        raise
+    finally:
+        os.close(bell_w)
+    v.notify = bell_r
     v.proc, v.wrapper_pid, v.wrapper_start = None, pid, started
     v.marks["spawned"] = agent.clock.now()
     agent._save(v)
@@ -134,11 +144,29 @@ def _start_exec(agent, v, spec: dict, procs: list[str]) -> None:
 def watch(agent, v) -> None:
     """Lines of the wrapper's output file (``running``, ``result``, a zygote's ``exit``) until
     it exits; then collect (``agent._collect``) and stage out (``agent._stage_out``)."""
+    try:
+        _watch(agent, v)
+    finally:
+        _silence(v)
+
+
+def _silence(v) -> None:
+    if v.notify is not None:
+        os.close(v.notify)
+        v.notify = None
+
+
+def _watch(agent, v) -> None:
     result, code, ended = None, None, False
     out = v.jail.vdir / OUT_FILE
     while result is None:
         wait_s = 0.01 if v.state is VWNState.STARTING else 1.0   # "running" seen within 10 ms
-        if v.proc is not None:                 # our child: a pidfd wait, then reap it
+        if v.notify is not None and v.state is VWNState.STARTING:   # a zygote child's doorbell:
+            ready, _, _ = select.select([v.notify], [], [], 1.0)    # rung, or closed at its exit
+            if ready and not os.read(v.notify, 16):
+                _silence(v)
+            ended = start_time(v.wrapper_pid) != v.wrapper_start
+        elif v.proc is not None:               # our child: a pidfd wait, then reap it
             if v.wrapper_start is not None:
                 wait_gone(v.proc.pid, v.wrapper_start, wait_s)
             code = v.proc.poll()

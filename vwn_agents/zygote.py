@@ -32,7 +32,9 @@ exits when the agent's end of the socket closes (the agent exited or was killed)
 wrappers go on in their own sessions and a restarted agent adopts them.
 
 Protocol (``SOCK_SEQPACKET``, one JSON message each way): request ``{"uid", "gid", "procs":
-[paths], "env": {..}, "cwd", "spec": {wrapper spec}}`` with two descriptors (out, log);
+[paths], "env": {..}, "cwd", "spec": {wrapper spec}}`` with two descriptors (out, log) and
+optionally a third, the agent's doorbell (the child keeps it as descriptor 3, close-on-exec, and
+the wrapper writes one byte on it when the job runs: ``notify_fd``);
 answer ``{"pid", "start"}`` (start: /proc/<pid>/stat field 22) or ``{"error": text}``.
 
 ``Zygote`` is the agent's side: ``spawn(...)`` -> ``(pid, start)``, raising ``ZygoteError`` when
@@ -110,11 +112,13 @@ class Zygote:
         return self._sock is not None and self.proc.poll() is None
 
     def spawn(self, uid: int, gid: int, procs: list[str], env: dict, cwd: str, spec: dict,
-              out_fd: int, log_fd: int) -> tuple[int, int | None]:
+              out_fd: int, log_fd: int, notify_fd: int | None = None) -> tuple[int, int | None]:
         """Fork a wrapper child (module doc, steps 1-5); ``(pid, start time)`` once it has
-        joined its cgroups. ZygoteError when the zygote is gone or refused the request."""
+        joined its cgroups. ``notify_fd``: the write end of the agent's doorbell pipe (the
+        wrapper writes a byte on it once the job runs). ZygoteError when the zygote is gone or
+        refused the request."""
         answer = self._ask({"uid": uid, "gid": gid, "procs": procs, "env": env, "cwd": cwd,
-                            "spec": spec}, [out_fd, log_fd])
+                            "spec": spec}, [out_fd, log_fd] + ([notify_fd] if notify_fd is not None else []))
         if "pid" not in answer:
             raise ZygoteError(f"the zygote refused: {answer.get('error', answer)}")
         self.spawned += 1
@@ -158,7 +162,7 @@ class Zygote:
 _LIBC = None
 
 
-def _child(req: dict, out_fd: int, log_fd: int, go_r: int, wrapper) -> None:
+def _child(req: dict, out_fd: int, log_fd: int, go_r: int, wrapper, notify_fd: int | None) -> None:
     """In the forked child: steps 1-5 of the module doc (the zygote does step 3, joining the
     cgroups, while the child waits for its "go" on ``go_r``); never returns."""
     status = 0
@@ -179,7 +183,13 @@ def _child(req: dict, out_fd: int, log_fd: int, go_r: int, wrapper) -> None:
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
         _no_new_privs()
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 65536 else 65536)
+        if notify_fd is not None:                  # the agent's doorbell: fd 3, not inherited
+            if notify_fd != 3:
+                os.dup2(notify_fd, 3)
+            os.set_inheritable(3, False)
+            req["spec"]["notify_fd"] = 3
+        os.closerange(3 if notify_fd is None else 4,
+                      os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 65536 else 65536)
         os.environ.clear()
         os.environ.update(req.get("env") or {})
         try:
@@ -217,8 +227,8 @@ def _handle(sock: socket.socket, children: dict, wrapper) -> bool:
         req = json.loads(data)
         if req.get("ping"):
             answer = {"pong": os.getpid()}
-        elif len(fds) != 2:
-            answer = {"error": f"expected 2 descriptors, got {len(fds)}"}
+        elif len(fds) not in (2, 3):
+            answer = {"error": f"expected 2 or 3 descriptors, got {len(fds)}"}
         elif int(req.get("uid", 0)) <= 0 or int(req.get("gid", 0)) <= 0:
             answer = {"error": "a job never runs as root (uid/gid 0 refused)"}
         else:
@@ -241,7 +251,7 @@ def _fork(req: dict, fds: list[int], children: dict, wrapper) -> dict:
     pid = os.fork()
     if pid == 0:
         os.close(go_w)
-        _child(req, fds[0], fds[1], go_r, wrapper)
+        _child(req, fds[0], fds[1], go_r, wrapper, fds[2] if len(fds) > 2 else None)
     os.close(go_r)
     try:
         start = proc_start(pid)
