@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from vgrid_cli.services import ServiceGroup
+from vgrid_cli.services import ServiceGroup, unmount_leftovers
 from vgrid_runtime.clock import SimulatedClock
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.wsgi import BackgroundServer
@@ -72,6 +72,13 @@ def test_plain_http_node_heartbeats_only_from_loopback_and_for_its_nodes():
 
 
 def test_a_node_agent_killed_for_good_ends_its_jobs_node_lost(tmp_path, receiver):
+    try:
+        _killed_for_good(tmp_path, receiver)
+    finally:
+        unmount_leftovers(tmp_path)      # the killed node agent's (spare) quota mounts
+
+
+def _killed_for_good(tmp_path, receiver):
     (tmp_path / "svc").mkdir()
     lost_s = 2.0
     with ServiceGroup(tmp_path / "svc") as group:

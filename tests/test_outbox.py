@@ -100,15 +100,46 @@ def test_an_event_the_database_cannot_store_is_still_delivered(tmp_path, receive
 
 
 @settings(max_examples=6, deadline=None)
-@given(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=8), st.integers(0, 2))
-def test_persistent_outbox_keeps_order_per_job(tmp_path_factory, receiver, keys, failures):
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=10), st.integers(0, 2),
+       st.integers(1, 4))
+def test_persistent_outbox_keeps_order_per_job(tmp_path_factory, receiver, keys, failures, senders):
     engine = open_engine(sqlite_url(tmp_path_factory.mktemp("ob") / "o.db"))
     tag = f"p{id(keys)}{len(receiver.events)}"
     receiver.fail_events = failures
-    box = Outbox(retry_initial_s=0.01, name=tag, engine=engine)
+    box = Outbox(retry_initial_s=0.01, name=tag, engine=engine, senders=senders)
     for i, k in enumerate(keys):
         box.post(f"{receiver.url}/events", {"key": f"{tag}-{k}", "n": i}, f"{tag}-{k}")
     assert box.flush(20)
     box.close()
     for k in set(keys):
         assert [e["n"] for e in receiver.events_for(f"{tag}-{k}")] == [i for i, kk in enumerate(keys) if kk == k]
+
+
+def test_several_senders_keep_each_jobs_order_and_a_stuck_job_holds_back_only_itself(receiver):
+    """Issue 12: ``senders`` deliver events of different jobs at once; one job's events stay
+    in order, and a job whose receiver never answers does not delay the others."""
+    import threading
+    from flask import Flask
+    from vgrid_runtime.wsgi import BackgroundServer
+    release = threading.Event()
+    app = Flask("stuck")
+    app.add_url_rule("/events", "events", lambda: ("", 204) if release.wait(60) else ("", 503),
+                     methods=["POST"])
+    stuck = BackgroundServer(app)
+    box = Outbox(retry_initial_s=0.05, timeout_s=60, senders=3)
+    try:
+        box.post(f"{stuck.url}/events", {"key": "os-stuck"}, "os-stuck")
+        for i in range(20):
+            for key in ("os-a", "os-b"):
+                box.post(f"{receiver.url}/events", {"key": key, "n": i}, key)
+        wait_until(lambda: all(len(receiver.events_for(k)) == 20 for k in ("os-a", "os-b")),
+                   "both jobs' events while another job's receiver hangs", timeout_s=10)
+        for key in ("os-a", "os-b"):
+            assert [e["n"] for e in receiver.events_for(key)] == list(range(20))
+        assert box.stats()["pending"] == 1
+        release.set()
+        assert box.flush(30) and box.stats()["delivered"] == 41
+    finally:
+        release.set()
+        box.close()
+        stuck.close()

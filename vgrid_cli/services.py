@@ -69,6 +69,25 @@ class Service:
         return found
 
 
+def unmount_leftovers(root: Path) -> list[str]:
+    """Unmount (lazily when busy) whatever is still mounted below ``root`` once every service
+    has stopped: the quota and spare quota mounts of a node agent killed and never restarted
+    (``vwn_agents.quota_spares``). Returns the mount points; never raises."""
+    from vwn_agents import mounts
+    prefix = str(Path(root).resolve()) + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
+    except OSError:
+        return []
+    for point in sorted(points, reverse=True):
+        try:
+            mounts.unmount(point)
+        except OSError:
+            pass
+    return points
+
+
 def ready_pid(ready: Path) -> int | None:
     """The pid a ``vgrid serve`` ready file names, or None (absent or unreadable)."""
     try:
@@ -181,6 +200,7 @@ class ServiceGroup:
                 tiers.append([svc])
         for tier in tiers:
             self._stop_together(tier, signal.SIGTERM, 10.0)
+        unmount_leftovers(self.workdir)
 
     def __enter__(self) -> "ServiceGroup":
         return self

@@ -93,8 +93,12 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "the event outbox gives an event up after failing to deliver it this long (s)"})
     outbox_max_items: int = field(default=100000, metadata={
         "help": "most undelivered events kept; beyond it the oldest is dropped (logged)"})
+    outbox_senders: int = field(default=4, metadata={
+        "help": "threads delivering events, one event per job at a time (1..32)"})
 
     def validate(self) -> str | None:
+        if not 1 <= self.outbox_senders <= 32:
+            return f"field 'outbox_senders': must be 1..32, got {self.outbox_senders}"
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():

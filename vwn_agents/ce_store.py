@@ -123,4 +123,5 @@ def open_outbox(config, tls, engine):
     in ``engine`` (table ``outbox``), bounded and giving up after ``config.outbox_give_up_s``
     (rows of box ``<ce_id>-events``: the name must stay the same across restarts)."""
     return Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.ce_id}-events", tls=tls,
-                  engine=engine, give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items)
+                  engine=engine, give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items,
+                  senders=config.outbox_senders)

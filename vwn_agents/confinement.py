@@ -112,7 +112,7 @@ class Confinement:
                 log.warning("node %s: no %s limit: %s", config.node, ctrl, why)
 
     def stop(self) -> None:
-        """Stop making spare quota images (``quota_spares``)."""
+        """Stop making spare quota file systems and remove the ready ones (``quota_spares``)."""
         if self.spares is not None:
             self.spares.close()
 
@@ -160,8 +160,8 @@ class Confinement:
         if self.config.disk_quota_mb and not self.quota_reason:
             try:
                 image = jail.vdir / "disk.img"
-                spare = self.spares is not None and self.spares.take(image)
-                quota.attach(image, jail.workdir, self.config.disk_quota_mb, formatted=spare)
+                if self.spares is None or not self.spares.take(image, jail.workdir):
+                    quota.attach(image, jail.workdir, self.config.disk_quota_mb)
                 jail.disk_quota_mb = self.config.disk_quota_mb
             except quota.QuotaUnavailable as exc:
                 jail.unconfined["disk"] = f"no loop-mounted disk quota: {exc}"
@@ -172,11 +172,16 @@ class Confinement:
         stage_in(self.sandbox, input_sandbox, jail.workdir, jail.account.uid, jail.account.gid,
                  int(self.config.max_sandbox_mb * MB), self.config.transfer_patience_s, stop)
 
+    def cgroup_procs(self, jail: Jail, cpu_procs: list[str]) -> list[str]:
+        """The cgroup.procs files the wrapper joins: the CPU driver's ``cpu_procs`` and the
+        limits' (memory, pids), each once."""
+        return list(dict.fromkeys([*cpu_procs, *(self.limits.procs_files(jail.vwn)
+                                                 if "cgroup" not in jail.unconfined else [])]))
+
     def command(self, jail: Jail, cpu_procs: list[str], argv: list[str]) -> list[str]:
-        """The cgroup.procs files to join (CPU's and the limits') and ``argv`` run as the
-        account with no supplementary groups and no new privileges, for ``JOIN_AND_EXEC``."""
-        procs = list(dict.fromkeys([*cpu_procs, *(self.limits.procs_files(jail.vwn)
-                                                  if "cgroup" not in jail.unconfined else [])]))
+        """The cgroup.procs files to join (``cgroup_procs``) and ``argv`` run as the account
+        with no supplementary groups and no new privileges, for ``JOIN_AND_EXEC``."""
+        procs = self.cgroup_procs(jail, cpu_procs)
         a = jail.account
         return [*procs, "--", "setpriv", f"--reuid={a.uid}", f"--regid={a.gid}", "--clear-groups",
                 "--no-new-privs", "--", *argv]

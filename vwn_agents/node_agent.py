@@ -22,12 +22,9 @@ GET /status; POST /vwns/<vwn>/suspend and /resume (``node_suspend``: freeze, tha
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -54,18 +51,13 @@ from .outbox import Outbox
 from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
-from .vwn_process import (OUT_FILE, stage_in_and_start, WRAPPER_ARGS, compile_wrapper, is_wrapper, read_lines,
-                          start_time, wait_gone, write_spec)
+from .vwn_process import stage_in_and_start, compile_wrapper, is_wrapper
+from . import wrapper_launch
+from .wrapper_launch import JOIN_AND_EXEC, JOIN_FAILED, PACKAGE_PARENT  # noqa: F401  (re-exported)
 from .vwn_states import SHARING, VWNState
 
 log = logging.getLogger(__name__)
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# Joins every cgroup.procs file given before "--", then execs the rest: the wrapper starts inside
-# the VWN's cgroup(s), so the job and all its children inherit the CPU cap.
-JOIN_AND_EXEC = ('for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 97; shift; '
-                 'done; shift; exec "$@"')
-JOIN_FAILED = 97
 
 
 class NodeAgent:
@@ -98,7 +90,7 @@ class NodeAgent:
         self.outbox = Outbox(config.retry_initial_s, config.retry_max_s, name=f"{config.node}-events",
                              tls=config.tls_files(), engine=self.engine,
                              give_up_s=config.outbox_give_up_s, max_items=config.outbox_max_items,
-                             clock=self.clock)
+                             clock=self.clock, senders=config.outbox_senders)
         self._lock = threading.RLock()
         self._stopping = False
         self._node_urls = self.store.targets()     # heartbeat URL -> our URL as its CE knows it
@@ -113,6 +105,7 @@ class NodeAgent:
         if self._own_work_dir and not config.db_url:
             log.warning("node %s: no work_dir configured: its VWNs will not survive a restart",
                         config.node)
+        self.zygote = wrapper_launch.open_zygote(self)      # the preforked wrapper starter
         node_recovery.resume(self, resumed)
 
     # -- queries ------------------------------------------------------------------------------
@@ -231,35 +224,6 @@ class NodeAgent:
         v.monitor = threading.Thread(target=self._run, args=(v,), name=v.vwn, daemon=True)
         v.monitor.start()
 
-    def _start(self, v: VWN) -> None:
-        """Start the wrapper: join the VWN's cgroups as root, then exec it as the pool account."""
-        spec = write_spec(v)
-        python = self.config.python or sys.executable
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONPATH": PACKAGE_PARENT,
-               "PYTHONDONTWRITEBYTECODE": "1"}
-        procs = (self.cg.procs_files(v.vwn) if v.capped else []) + node_suspend.procs_files(self, v)
-        argv = ["/bin/sh", "-c", JOIN_AND_EXEC, "vwn-join",
-                *self.conf.command(v.jail, procs, [python, *WRAPPER_ARGS])]
-        # stdout: a file, not a pipe, so the wrapper's lines outlive the agent (vwn_process);
-        # its own session: a kill -9 of the agent does not reach it.
-        with open(v.jail.vdir / "wrapper.log", "ab") as log_file, \
-                open(v.jail.vdir / OUT_FILE, "ab") as out_file:
-            try:
-                v.proc = subprocess.Popen(argv, stdout=out_file, stderr=log_file,
-                                          stdin=subprocess.PIPE, start_new_session=True,
-                                          cwd=v.jail.workdir, env=env)
-            except OSError as exc:
-                v.fail(Outcome.WRAPPER_ERROR, f"cannot start the job wrapper: {exc}")
-                return
-        v.wrapper_pid, v.wrapper_start = v.proc.pid, start_time(v.proc.pid)
-        self._save(v)
-        try:
-            v.proc.stdin.write(json.dumps(spec).encode())
-            v.proc.stdin.close()
-        except OSError:
-            pass                                       # it died at once: its exit status says why
-
     # -- the VWN's life -----------------------------------------------------------------------
 
     def _run(self, v: VWN) -> None:
@@ -268,48 +232,17 @@ class NodeAgent:
         try:
             if self.driver.runs_jobs:              # libvirt: the job runs in the guest
                 return vm_job.run(self, v)
-            if v.wrapper_pid is None and not stage_in_and_start(self, v, self._start):
+            if v.wrapper_pid is None and not stage_in_and_start(
+                    self, v, lambda v: wrapper_launch.start(self, v)):
                 return
             if v.wrapper_pid is not None and not v.end_recorded:
-                self._watch(v)
+                wrapper_launch.watch(self, v)
         except Exception as exc:  # noqa: BLE001 - the VWN must still end and be reported
             log.exception("%s: monitor failed", v.vwn)
             if v.reason is None:
                 v.fail(Outcome.WRAPPER_ERROR, f"node agent error while watching the VWN: {exc}")
         finally:
             self._finish(v)
-
-    def _watch(self, v: VWN) -> None:
-        """Lines of the wrapper's output file (``running``, ``result``) until it exits; the
-        wrapper is our child, or an earlier agent's (adopted: watched through /proc)."""
-        result, code, ended = None, None, False
-        while result is None:
-            wait_s = 0.01 if v.state is VWNState.STARTING else 1.0   # "running" seen within 10 ms
-            if v.proc is not None:                 # our child: a pidfd wait, then reap it
-                if v.wrapper_start is not None:
-                    wait_gone(v.proc.pid, v.wrapper_start, wait_s)
-                code = v.proc.poll()
-                ended = code is not None
-            else:
-                ended = wait_gone(v.wrapper_pid, v.wrapper_start, wait_s)
-            msgs, v.out_offset = read_lines(v.jail.vdir / OUT_FILE, v.out_offset)
-            for msg in msgs:
-                if msg.get("event") == "running" and v.state is VWNState.STARTING:
-                    with self._lock:
-                        v.to(VWNState.RUNNING)
-                        v.pid = msg.get("pid")
-                        self._emit(v, "running")
-                        self._save(v)
-                elif msg.get("event") == "result":
-                    result = msg
-            if ended:
-                break
-        if v.proc is not None:
-            code = v.proc.wait()
-        self._collect(v, code, result)
-        if v.outcome in (None, Outcome.EXIT) and not v.cancelled and result \
-                and result.get("exit_code") is not None:
-            self._stage_out(v)
 
     def _stage_out(self, v: VWN) -> None:
         """Upload the output sandbox once every process of the VWN is gone."""
@@ -429,6 +362,8 @@ class NodeAgent:
             if v.monitor is not None:
                 v.monitor.join(timeout=10)
         self.heartbeats.close()
+        if self.zygote is not None:
+            self.zygote.close()
         self.conf.stop()
         self.outbox.flush(flush_s)
         self.outbox.close()

@@ -48,9 +48,12 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     pids_max: int = field(default=512, metadata={"help": "tasks per VWN (pids.max; 0 = none)"})
     disk_quota_mb: int = field(default=1024, metadata={
         "help": "disk quota of a work directory, a loop-mounted ext4 image (MB; 0 = none)"})
-    spare_disk_images: int = field(default=0, metadata={
-        "help": "quota images formatted ahead, so a VWN's start skips mkfs.ext4 (0 = none; "
-                "opt-in: see docs/vwn.md, a known failure with agent restarts)"})
+    spare_disk_images: int = field(default=2, metadata={
+        "help": "quota file systems made and mounted ahead, so a VWN's start skips mkfs.ext4 and "
+                "mount (0..16; 0 = none); docs/vwn.md \"Spare quota file systems\""})
+    wrapper_start: str = field(default="zygote", metadata={
+        "help": "how a job wrapper starts: zygote (forked by a preforked root process per node "
+                "agent, no exec per job) | exec (sh, setpriv, python -S per job); docs/vwn.md"})
     max_sandbox_mb: float = field(default=100.0, metadata={
         "help": "largest input, and output, sandbox of a job (MB, each in total)"})
     max_body_mb: float = field(default=16.0, metadata={"help": "largest request body (MB)"})
@@ -63,6 +66,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "an event still undeliverable this long after its first failure is dropped (s)"})
     outbox_max_items: int = field(default=100000, metadata={
         "help": "most undelivered events kept; beyond it the oldest is dropped"})
+    outbox_senders: int = field(default=4, metadata={
+        "help": "threads delivering events, one event per job at a time (1..32)"})
     heartbeat_s: float = field(default=10.0, metadata={
         "help": "interval of the heartbeats to the CE agents' heartbeat_url (s; 0 = off)"})
     keep_ended_s: float = field(default=604800.0, metadata={
@@ -98,6 +103,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
     def validate(self) -> str | None:
+        if not 1 <= self.outbox_senders <= 32:
+            return f"field 'outbox_senders': must be 1..32, got {self.outbox_senders}"
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():
@@ -116,6 +123,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
             return "fields 'vm_memory_mb', 'kvm_probe_s': must be > 0"
         if not 1 <= self.pool_size <= 999:
             return f"field 'pool_size': must be 1..999, got {self.pool_size}"
+        if self.wrapper_start not in ("zygote", "exec"):
+            return f"field 'wrapper_start': must be zygote or exec, got {self.wrapper_start!r}"
         if not 0 <= self.spare_disk_images <= 16:
             return f"field 'spare_disk_images': must be 0..16, got {self.spare_disk_images}"
         for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):

@@ -2,9 +2,12 @@
 
 The node agent sends VWN events to its CE agent through one, the CE agent sends job events to the
 broker through another. ``post(url, payload, order_key)`` returns once the event is queued (and,
-with an ``engine``, committed to table ``outbox``: ``outbox_store``); one background thread
-delivers. Events with the same ``order_key`` (the job key) are delivered strictly in the order they
+with an ``engine``, committed to table ``outbox``: ``outbox_store``); ``senders`` background
+threads deliver (default 4, each with its own HTTP session), at most one event per ``order_key``
+at a time. Events with the same ``order_key`` (the job key) are delivered strictly in the order they
 were posted: a failing event holds back the later ones of its job, not those of other jobs.
+Several senders (issue 12): with one, a burst of jobs queued every job's ``running`` behind the
+others' events (1.75 s of submit -> Running at 100 jobs in flight, docs/benchmarks.md).
 
 Retried after ``retry_initial_s``, doubling up to ``retry_max_s``: a connection error (refused,
 unreachable: a restarting receiver must still get its events), a timeout, HTTP 5xx, 408 or 429.
@@ -51,14 +54,15 @@ class Outbox:
     ``timeout_s`` bounds one HTTP request; ``tls``: ``vgrid_runtime.tls.TLSFiles`` or None (plain
     HTTP); ``engine``: SQLAlchemy engine of the sender's database, or None (memory only);
     ``give_up_s``: seconds of failures after which an event is dropped; ``max_items``: queue
-    bound; ``clock``: for ``give_up_s`` (default wall clock). ``close()`` stops the thread
-    (pending events are kept, in the database too, and can be inspected with ``pending()``).
+    bound; ``clock``: for ``give_up_s`` (default wall clock); ``senders``: delivery threads
+    (>= 1). ``close()`` stops the threads (pending events are kept, in the database too, and can
+    be inspected with ``pending()``).
     """
 
     def __init__(self, retry_initial_s: float = 0.2, retry_max_s: float = 10.0,
                  timeout_s: float = 5.0, name: str = "outbox", tls=None, engine=None,
                  give_up_s: float = 3600.0, max_items: int = 100000,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, senders: int = 4) -> None:
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
         self.timeout_s = timeout_s
@@ -74,7 +78,7 @@ class Outbox:
         self._seqs = itertools.count(1)         # queueing order, for "the oldest"
         self._queues: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
         self._next_try: dict[str, float] = {}
-        self._inflight: StoredEvent | None = None
+        self._inflight: set[str] = set()        # order keys with an event being sent
         self._count = 0
         self._cond = threading.Condition()
         self._stop = False
@@ -83,9 +87,11 @@ class Outbox:
                 self._enqueue(ev)
             if self._count:
                 log.info("outbox %s: %d undelivered event(s) reloaded", name, self._count)
-        self._session = new_session(tls)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._tls = tls
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(max(1, senders))]
+        for t in self._threads:
+            t.start()
 
     def post(self, url: str, payload: dict, order_key: str = "") -> None:
         """Queue ``payload`` for a JSON POST to ``url`` after the earlier events of ``order_key``
@@ -134,24 +140,22 @@ class Outbox:
             return True
 
     def close(self) -> None:
-        """Stop the delivery thread (at most one in-flight request finishes)."""
+        """Stop the delivery threads (at most one in-flight request each finishes)."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join(timeout=self.timeout_s + 1)
-        self._session.close()
+        for t in self._threads:
+            t.join(timeout=self.timeout_s + 1)
 
     # -- dropping -----------------------------------------------------------------------------
 
     def _drop_oldest(self) -> None:
         """Drop the oldest queued event that is not being sent right now (max_items reached)."""
         oldest = None
-        for q in self._queues.values():
-            for ev in itertools.islice(q, 2):
-                if ev is not self._inflight:
-                    if oldest is None or ev.seq < oldest.seq:
-                        oldest = ev
-                    break
+        for key, q in self._queues.items():
+            skip = 1 if key in self._inflight else 0     # its head is being sent
+            if len(q) > skip and (oldest is None or q[skip].seq < oldest.seq):
+                oldest = q[skip]
         if oldest is None:
             return
         q = self._queues[oldest.order_key]
@@ -184,6 +188,8 @@ class Outbox:
         now = time.monotonic()
         soonest = None
         for key, q in self._queues.items():
+            if key in self._inflight:
+                continue
             wait = self._next_try[key] - now
             if wait <= 0:
                 return key, q[0]
@@ -191,28 +197,32 @@ class Outbox:
         return soonest
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stop:
-                    due = self._due()
-                    if isinstance(due, tuple):
-                        break
-                    self._cond.wait(due)
-                if self._stop:
-                    return
-                key, item = due
-                self._inflight = item
-            outcome = self._send(item)
-            with self._cond:
-                self._inflight = None
-                self._finish(key, item, outcome)
-                self._cond.notify_all()
+        session = new_session(self._tls)
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop:
+                        due = self._due()
+                        if isinstance(due, tuple):
+                            break
+                        self._cond.wait(due)
+                    if self._stop:
+                        return
+                    key, item = due
+                    self._inflight.add(key)
+                outcome = self._send(session, item)
+                with self._cond:
+                    self._inflight.discard(key)
+                    self._finish(key, item, outcome)
+                    self._cond.notify_all()
+        finally:
+            session.close()
 
-    def _send(self, item: StoredEvent) -> str:
+    def _send(self, session, item: StoredEvent) -> str:
         """'ok', 'retry', or the drop reason ('refused', 'bad-url') of one POST attempt."""
         item.attempts += 1
         try:
-            resp = self._session.post(item.url, json=item.payload, timeout=self.timeout_s)
+            resp = session.post(item.url, json=item.payload, timeout=self.timeout_s)
         except BAD_URL as exc:
             item.last_error = f"{type(exc).__name__}: {exc}"
             return "bad-url"

@@ -3,17 +3,23 @@
 ``DiskQuota.attach`` makes a sparse image ``<image>`` of ``size_mb`` MB (``truncate``), formats it
 (``mkfs.ext4 -q``, no reserved blocks, no journal: scratch space) and mounts it on the work directory (``mount -o loop``,
 ``nosuid,nodev``); the job's writes past the size fail with ENOSPC and the host filesystem only
-grows by what the image really holds. ``detach`` unmounts (lazily if busy) and removes the image.
+grows by what the image really holds. ``detach`` unmounts (at once; the kernel's teardown in
+the background: ``mounts.detach``) and removes the image. ``quota_spares`` keeps images formatted and mounted ahead of the VWNs.
 ``probe`` tells at node start whether loop mounts work here; when they do not, VWNs run without a
 quota and say why (``QuotaUnavailable`` / the node's ``disk.reason``), never silently.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from . import mounts
+
+log = logging.getLogger("vgrid.node.quota")
 
 TOOLS = ("truncate", "mkfs.ext4", "mount", "umount")
 
@@ -65,11 +71,14 @@ def attach(image: Path, mountpoint: Path, size_mb: int, formatted: bool = False)
 
 
 def detach(image: Path, mountpoint: Path) -> None:
-    """Unmount ``mountpoint`` (lazily when still busy) and remove ``image``; never raises."""
+    """Take the file system off ``mountpoint`` (``mounts.detach``: no ``umount`` process; the
+    kernel's teardown finishes in the background) and remove ``image``; never raises (a
+    failure is logged)."""
     if os.path.ismount(mountpoint):
-        proc = subprocess.run(["umount", str(mountpoint)], capture_output=True)
-        if proc.returncode != 0:
-            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+        try:
+            mounts.detach(mountpoint)
+        except OSError as exc:
+            log.warning("quota: cannot unmount %s: %s", mountpoint, exc)
     image.unlink(missing_ok=True)
 
 

@@ -91,6 +91,8 @@ class VWN:
     adopted: bool = False            # taken over from an earlier agent (not our child)
     out_offset: int = 0              # how much of wrapper.out has been read
     end_recorded: bool = False       # its outcome was recorded before an agent died in cleanup
+    marks: dict[str, float] = field(default_factory=dict)   # clock times of its start's steps
+    notify: int | None = None        # read end of a zygote wrapper's doorbell pipe (while starting)
 
     @property
     def active(self) -> bool:
@@ -112,4 +114,5 @@ class VWN:
                 "exit_code": self.exit_code, "reason": self.reason,
                 "outcome": self.outcome.value if self.outcome else None, "created": self.created,
                 "ended": self.ended, "cpu_time_s": self.cpu_time_s, "adopted": self.adopted,
+                "marks": dict(self.marks),
                 **(self.jail.record() if self.jail else {})}

@@ -18,7 +18,8 @@ moves both sandboxes, ``vwn_agents.sandbox``). Steps (as the gLite job wrapper d
    ``"Executable /nonexistent/foo not found"``.
 
 On its own stdout the wrapper writes one JSON line ``{"event": "running", "pid": P}`` once the
-executable has started; the node agent turns that and the result into events. The node agent makes
+executable has started (and, when the spec has ``notify_fd``, writes one byte to that descriptor
+right after: the node agent's doorbell, so it need not poll; the job never inherits it); the node agent turns that and the result into events. The node agent makes
 that stdout a file of the VWN's private directory (``vwn_process``), so both lines outlive the
 agent and a restarted agent reads them.
 SIGTERM is forwarded to the job's process group.
@@ -151,6 +152,11 @@ def run_job(spec: dict, workdir) -> dict:
             os.close(fd)
     _forward_sigterm(pid)
     print(json.dumps({"event": "running", "pid": pid}), flush=True)
+    if spec.get("notify_fd") is not None:
+        try:
+            os.write(spec["notify_fd"], b"r")
+        except OSError:
+            pass                  # the agent stopped listening: it reads the file anyway
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -198,16 +204,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"vwn_agents.wrapper: cannot read {argv[0]}: {exc}", file=sys.stderr)
         return 2
-    result = run(spec)
+    report(spec, run(spec))
+    return 0
+
+
+def report(spec: dict, result: dict) -> None:
+    """Step 4: write ``result`` to the spec's ``result_file`` (atomically), else print it as the
+    line ``{"event": "result", ...}`` (also used by the zygote's children, ``zygote``)."""
     if not spec.get("result_file"):
         print(json.dumps({"event": "result", **result}), flush=True)
-        return 0
+        return
     out = spec["result_file"]
     tmp = os.path.splitext(out)[0] + ".tmp"
     with open(tmp, "w") as f:
         f.write(json.dumps(result))
     os.replace(tmp, out)
-    return 0
 
 
 if __name__ == "__main__":
