@@ -75,7 +75,7 @@ class MeasuredRates:
                 measured = self.rates[kind]
                 if measured:
                     node = min(measured, key=measured.get)
-                    out[option] = (round(measured[node], 3), f"measured on {node}")
+                    out[option] = (measured[node], f"measured on {node}")
                 else:
                     out[option] = (cfg.get(option), "config")
         return out
@@ -96,5 +96,5 @@ class MeasuredRates:
         with self._lock:
             nodes = {k: {n: {"mb_s": round(r, 3), "samples": self.samples[k][n]} for n, r in v.items()}
                      for k, v in self.rates.items()}
-        return {"planning": {o: {"mb_s": v, "source": s} for o, (v, s) in self.planning(base_cfg).items()},
+        return {"planning": {o: {"mb_s": round(v, 3), "source": s} for o, (v, s) in self.planning(base_cfg).items()},
                 "nodes": nodes, "alpha": self.alpha}
