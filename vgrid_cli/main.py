@@ -51,6 +51,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "sweep-preemption": ("vgrid_cli.sweep_cmds", "sweep_cmd"),
     "voc-sim": ("vgrid_cli.voc_cmds", "voc_sim_cmd"),
     "sweep": ("vgrid_cli.sweep_run_cmds", "sweep_run_cmd"),
+    "guest": ("vgrid_cli.guest_cmds", "guest_group"),
 }
 
 
