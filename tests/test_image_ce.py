@@ -96,7 +96,9 @@ def test_the_ce_pins_an_image_from_acceptance_to_the_end_of_its_lease(ce_site, r
                                          f'LeaseType = "advance-reservation"; LeaseStart = {start}; LeaseDuration = 2; ]')
     assert resp.status_code == 202, resp.text
     wait_until(lambda: key in node.images.pins.get("c.img", ()), "the AR's pin on the node", 10)
-    wait_until(lambda: node.images.get("c.img").state.value == "ready", "c.img pulled", 30)
+    # the pin is recorded at acceptance, the pool entry only when the scheduled pull starts
+    wait_until(lambda: getattr(node.images.get("c.img"), "state", None) is not None
+               and node.images.get("c.img").state.value == "ready", "c.img pulled", 30)
     with pytest.raises(PoolError):
         node.images.evict("c.img")                          # the AR still needs it
     receiver.wait_event(key, "done", timeout_s=30)
