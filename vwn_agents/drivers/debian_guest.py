@@ -4,7 +4,7 @@ init, on a virtio disk (issue 14; the busybox guest of ``guest`` stays the light
 ``build_debian_guest(cache_dir)`` (``vgrid guest build-debian``) builds, once, under
 ``cache_dir/<key>/`` (key: suite, mirror, kernel package, package list, agent and init):
 
-* ``rootfs.qcow2``: ``debootstrap --variant=minbase --include=python3-minimal,systemd-sysv``
+* ``rootfs.qcow2``: ``debootstrap --variant=minbase --include=python3,systemd-sysv``
   from the Debian mirror configured on this machine (``configured_mirror``: the first ``deb``
   source of /etc/apt/sources.list and sources.list.d, one-line or deb822; never another
   source), plus the guest account ``vgrid`` (uid 1000), a python3 guest agent
@@ -42,7 +42,7 @@ from pathlib import Path
 from .guest import BUSYBOX, GuestBuildError, _run, build_guest, cpio_newc, kernel_package
 
 SUITE = "bookworm"
-PACKAGES = ("python3-minimal", "systemd-sysv")
+PACKAGES = ("python3", "systemd-sysv")
 MODULES = ("virtio_pci", "virtio_blk")
 
 INIT = """#!/bin/busybox sh
