@@ -153,7 +153,7 @@ def test_the_lease_engine_migrates_a_suspended_vm_to_another_node(pki, tmp_path,
     app = ce_app(ce_cfg, clock)
     ce_srv = BackgroundServer(app, host=ADDR["ce"], tls=ce_cfg.tls_files())
     broker = session(d, "broker")
-    n2 = None
+    n2 = app2 = None
     keys = iter(range(1, 100))
 
     def submit(jdl: str) -> str:
@@ -168,7 +168,9 @@ def test_the_lease_engine_migrates_a_suspended_vm_to_another_node(pki, tmp_path,
     try:
         ce = app.config["VGRID_AGENT"]
         ce.leases.engine.mark_down(url2)              # node 2 is not up yet
-        n = 30
+        cfg2 = node_cfg("node2", port2)
+        app2 = node_app(cfg2, clock=clock)            # made now (libvirt, guest), served later
+        n = 40
         be = submit(f'[ Executable = "/bin/sh"; Arguments = "-c \'{counter(n)}\'"; StdOutput = "out.txt"; '
                     'OutputSandbox = {"out.txt"}; PreemptionClass = "suspendable"; VMMemory = 128; ]')
         first = receiver.wait_event(be, "running", timeout_s=180)
@@ -181,8 +183,7 @@ def test_the_lease_engine_migrates_a_suspended_vm_to_another_node(pki, tmp_path,
                     f'LeaseStart = {start}; LeaseDuration = 600; VMMemory = 128; ]')
         ticks.wait()
         assert ce.leases.view(ar)["nodes"] == [n1.url]   # node 2 down: the AR preempts the job
-        cfg2 = node_cfg("node2", port2)
-        n2 = BackgroundServer(node_app(cfg2, clock=clock), host=ADDR["node2"], port=port2, tls=cfg2.tls_files())
+        n2 = BackgroundServer(app2, host=ADDR["node2"], port=port2, tls=cfg2.tls_files())
         wait_until(lambda: dict(ce.leases.nodes_up()).get(url2), "node 2 up in the engine", 30)
         clock.advance_to(start - 0.5)                 # the job's VM is saved to disk on node 1
         receiver.wait_event(be, "suspended", timeout_s=90)
@@ -218,6 +219,8 @@ def test_the_lease_engine_migrates_a_suspended_vm_to_another_node(pki, tmp_path,
         for srv in (n2, n1):
             if srv is not None:
                 srv.close()
+        if n2 is None and app2 is not None:
+            app2.config["VGRID_ON_STOP"]()
         receiver.close()
 
 
