@@ -52,6 +52,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "voc-sim": ("vgrid_cli.voc_cmds", "voc_sim_cmd"),
     "sweep": ("vgrid_cli.sweep_run_cmds", "sweep_run_cmd"),
     "api-doc": ("vgrid_cli.api_doc", "api_doc_cmd"),
+    "guest": ("vgrid_cli.guest_cmds", "guest_group"),
 }
 
 

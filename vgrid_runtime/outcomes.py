@@ -43,6 +43,9 @@ class Outcome(enum.StrEnum):
     #: Not started yet (scheduler = leases): no node agents, or the lease's node agent did not
     #: take the VWN; retried every lease tick (Scheduled).
     NOT_STARTED = "not-started"
+    #: CE agent: the cold migration of a suspended VM to another node failed after its retries
+    #: (a node down or killed mid-copy, a checksum mismatch); its VWN was deleted (Aborted).
+    MIGRATION_FAILED = "migration-failed"
     #: Broker: no compatible CE within match_expiry_s (Aborted).
     NO_RESOURCES = "no-resources"
     #: Broker: the CE refused or could not be reached max_dispatch_attempts times (Aborted).

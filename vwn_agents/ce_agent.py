@@ -221,8 +221,8 @@ class CEAgent(CEPublishing):
         if code is Outcome.PREEMPTED and job.lease_req.restarts:
             self._requeued(job)             # suspendable/migratable: a new VWN when it starts again
             return
-        if code is Outcome.PREEMPTED:
-            self._cancel_lease(key)         # cancellable: the job ends here
+        if code in (Outcome.PREEMPTED, Outcome.MIGRATION_FAILED):
+            self._cancel_lease(key)         # cancellable, or its VM could not move: the job ends here
         with self._lock:
             if job.state in ENDED:
                 return
@@ -323,9 +323,10 @@ class CEAgent(CEPublishing):
             job = self.jobs.get(key)
             if job is None:
                 raise ApiError(404, f"no job {key!r} at CE {self.config.ce_id}", key=key)
-            if job.vwn is not None and event.get("vwn") not in (None, job.vwn):
+            moved = event.get("migrated_from") is not None and event.get("migrated_from") == job.vwn
+            if job.vwn is not None and event.get("vwn") not in (None, job.vwn) and not moved:
                 raise ApiError(409, f"job {key} runs in {job.vwn}, not {event.get('vwn')}", key=key)
-            job.vwn = job.vwn or event.get("vwn")
+            job.vwn = event.get("vwn") if moved else job.vwn or event.get("vwn")   # ce_migration
             job.node = event.get("node") or job.node
             for name in ("cpu_caps", "capped", "cap_reason"):
                 if name in event:

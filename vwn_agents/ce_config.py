@@ -46,7 +46,20 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "scheduler = leases: a preempted suspendable lease's VWNs are frozen on their node "
                 "and thawed when it resumes, instead of deleted and restarted; on a node agent "
                 "without a freezer they are deleted and restarted (GET /status \"suspension\" says "
-                "which nodes and why; docs/vwn.md); migration is then off. false: always delete"})
+                "which nodes and why; docs/vwn.md); migration is then off (see migrate_vwns). false: always delete"})
+    migrate_vwns: bool = field(default=False, metadata={
+        "help": "scheduler = leases with suspend_vwns: a suspended lease may resume on other nodes by "
+                "cold migration of its VMs (libvirt node agents; the lease configuration's migration "
+                "option decides, default yes); false: it resumes where it was suspended (docs/vwn.md)"})
+    migration_attempts: int = field(default=3, metadata={
+        "help": "tries of one VM's cold migration (handover + copy) before the job is Aborted with "
+                "outcome migration-failed"})
+    migration_timeout_s: float = field(default=600.0, metadata={
+        "help": "bound of one migration call to a node agent, the copy and the restore included (s)"})
+    measured_rates: bool = field(default=True, metadata={
+        "help": "scheduler = leases: plan suspensions, resumptions and migrations with the rates the "
+                "node agents measured (GET /status driver; the slowest node's, smoothed), else the "
+                "lease configuration's (docs/leasing.md, \"Measured rates\")"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})

@@ -28,13 +28,15 @@ from .leasing.config import LeaseConfig, load_config
 from .lease_engine import LeaseEngine, lease_args_from_jdl
 from .leasing.model import LeaseState
 from .images.staging import image_name, image_size_mb, image_staging
+from .ce_migration import LeaseMigration
+from .rate_feedback import MeasuredRates
 
 #: GlueCEStateEstimatedResponseTime when no job could ever start here (gLite's "infinite").
 ERT_INFINITE_S = 2146660842
 
 #: Lease-engine options the CE agent sets: without ``suspend_vwns`` preempted leases are not
 #: suspended (their VWNs are deleted and restarted); with it a suspended lease resumes where its
-#: frozen VWNs are (no migration: issue 14).
+#: frozen VWNs are (no migration), unless ``migrate_vwns`` (``ce_migration``: cold migration).
 LIVE_OVERRIDES = {"suspension": "none"}
 SUSPEND_OVERRIDES = {"migration": "no"}
 
@@ -125,7 +127,8 @@ class LeaseScheduling:
         self.max_wallclock_s = config.max_wallclock_s
         base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
         suspend = self.suspend_vwns = bool(getattr(config, "suspend_vwns", True))
-        lease_cfg = base.with_options(**(SUSPEND_OVERRIDES if suspend else LIVE_OVERRIDES))
+        migrate = self.migrate_vwns = suspend and bool(getattr(config, "migrate_vwns", False))
+        lease_cfg = base if migrate else base.with_options(**(SUSPEND_OVERRIDES if suspend else LIVE_OVERRIDES))
         site = [(url, self.slot * self.k / 100.0, config.ram_mb) for url in nodes]
         self.images, staging = image_staging(config, session)   # live staging (images/staging.py)
         if staging is not None:
@@ -138,6 +141,11 @@ class LeaseScheduling:
                                   request_timeout_s=config.node_timeout_s,
                                   on_start=on_start, suspend_vwns=suspend, staging=staging) if site else None
         self.clock = clock
+        self.rates = MeasuredRates() if getattr(config, "measured_rates", True) and suspend else None
+        self.migration = (LeaseMigration(lease_cfg, self.rates, config.migration_attempts, timeout_s=
+                                         config.migration_timeout_s) if migrate else None)
+        if self.engine is not None:
+            self.engine.enactment.rates, self.engine.enactment.migration = self.rates, self.migration
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -196,8 +204,13 @@ class LeaseScheduling:
 
     def suspension(self) -> dict:
         """``{"suspend_vwns": bool, "nodes": {url: {"freezer","live","reason"}}}`` for GET /status."""
-        return {"suspend_vwns": self.suspend_vwns,
-                "nodes": self.engine.suspension() if self.engine is not None else {}}
+        out = {"suspend_vwns": self.suspend_vwns, "migrate_vwns": self.migrate_vwns,
+               "nodes": self.engine.suspension() if self.engine is not None else {}}
+        if self.rates is not None and self.engine is not None:
+            out["rates"] = self.rates.view(self.engine.config)
+        if self.migration is not None:
+            out["migrations"] = self.migration.view()
+        return out
 
     def ran_s(self, key: str) -> float | None:
         """Seconds job ``key``'s lease has run (``Lease.time_run``), None if unknown."""
@@ -222,7 +235,8 @@ class LeaseScheduling:
         return {"id": st["lease_id"], "state": st["state"], "start_s": st["start_s"],
                 "end_s": st["end_s"], "nodes": st["nodes"], "vwns": st["vwns"],
                 "reason": st["reason"] or None, "start_error": st["start_error"],
-                "attempts": st["attempts"], "frozen": st.get("frozen", False)}
+                "attempts": st["attempts"], "frozen": st.get("frozen", False),
+                "migration_failed": self.migration.failed.get(st["lease_id"]) if self.migration else None}
 
     @staticmethod
     def outcome(req: JobLeaseRequest, st: dict) -> tuple[Outcome, str] | None:
@@ -232,6 +246,8 @@ class LeaseScheduling:
         ``PREEMPTED`` (by an advance reservation); cancelled by the engine with a reason (a
         Best-Effort-Cancellable lease a local request preempted, seed 002): ``PREEMPTED``."""
         state = LeaseState(st["state"])
+        if st.get("migration_failed"):
+            return Outcome.MIGRATION_FAILED, st["migration_failed"]
         if state is LeaseState.REJECTED:
             if req.kind == "immediate":
                 return Outcome.LEASE_REJECTED, ("immediate lease rejected: it cannot start now (every "

@@ -164,7 +164,7 @@ class LeaseEngine:
             lease = self._by_key[job_key]
             current = (attempt == self.enactment.attempts.get(lease.id, 0)
                        and (lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED)
-                            or lease.id in self.enactment.frozen))
+                            or lease.id in self.enactment.frozen or lease.id in self.enactment.resumed))
             return job_key, current
 
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
@@ -309,6 +309,8 @@ class LeaseEngine:
                    for node in range(len(self.enactment.node_urls))]
         with self._lock:
             now = self.clock.now()
+            if self.enactment.rates is not None:      # measured rates (rate_feedback)
+                self.enactment.rates.apply(self.scheduler, self.config)
             for node, ok in answers:
                 self.enactment.answered(node, ok, now)
                 since = self.enactment.failing_since.get(node)

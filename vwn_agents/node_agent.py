@@ -38,7 +38,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, drivers, fairshare, node_heartbeat, node_recovery, node_suspend, proctree
+from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_recovery, node_suspend, proctree
 from .drivers import vm_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
@@ -136,7 +136,7 @@ class NodeAgent:
                 "confinement": self.conf.describe(), "freezer": self.fz.describe(),
                 "adopted": sum(1 for v in self.active() if v.adopted),
                 "outbox": {"pending": box["pending"], "dropped": box["dropped"]},
-                "heartbeat": self.heartbeats.status()}
+                "heartbeat": self.heartbeats.status(), **node_images.status(self)}
 
     def job_dir(self, vwn: str) -> Path:
         """The work directory of ``vwn`` (while it runs, or kept with ``keep_workdirs``)."""
@@ -422,6 +422,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
 
     node_suspend.install_routes(app, agent, from_ce)
     node_images.install_routes(app, agent, from_ce)     # image pool (docs/vwn.md)
+    node_migration.install_routes(app, agent, from_ce)  # cold migration (libvirt VWNs)
     install_node_metrics(app, agent)                 # GET /metrics (node_metrics)
     install_openapi(app, NODE_SPEC)                  # GET /openapi.json, body models (api_models)
 
@@ -429,7 +430,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     def status():
         body = agent.status()
         if caller().authenticated and not caller().is_one_of(config.ce_dns):
-            del body["outbox"], body["heartbeat"]        # the CE agents' business only
+            body = {k: x for k, x in body.items() if k not in ("outbox", "heartbeat", "image_pool")}  # CE only
         return jsonify(body)
 
     return app

@@ -116,3 +116,34 @@ class NodeAgentClient(ServiceClient):
     def delete_overlay(self, vwn: str) -> dict:
         """DELETE /images/overlays/<vwn>: remove that VWN's overlay -> the pool view."""
         return self._call("DELETE", f"/images/overlays/{vwn}", required=("images",))
+
+    # -- cold migration of libvirt VWNs (vwn_agents/node_migration.py) -----------------------------
+
+    def handover(self, vwn: str, timeout_s: float | None = None) -> dict:
+        """POST /vwns/<vwn>/handover: suspend the VWN to disk (if it runs) and offer its files ->
+        ``{"vwn","node","dir","token","files":[{"name","size","sha256"}],"request","save"}``.
+        Raises NodeAgentError (404 unknown, 409 not running/suspended or not a libvirt VWN)."""
+        return self._call("POST", f"/vwns/{vwn}/handover", json={}, timeout_s=timeout_s,
+                          required=("token", "files", "request"))
+
+    def migrate_in(self, body: dict, timeout_s: float | None = None) -> dict:
+        """POST /vwns/migrations (``node_migration.MigrationIn``): pull a handed-over VWN's files
+        from its source node, check them, restore the VM here -> ``{"vwn","copy_s","restore_s",
+        "mb","bytes"}``. Raises NodeAgentError (409 not libvirt, 502 the source failed, 422 a
+        checksum mismatch, 503 libvirt failed)."""
+        return self._call("POST", "/vwns/migrations", json=body, timeout_s=timeout_s, required=("vwn",))
+
+    def complete_handover(self, vwn: str, node: str, new_vwn: str) -> dict:
+        """POST /vwns/<vwn>/handover/complete: the VWN now runs on ``node`` as ``new_vwn``; the
+        source ends its record (cancelled, "migrated to ...") and removes its files."""
+        return self._call("POST", f"/vwns/{vwn}/handover/complete", json={"node": node, "vwn": new_vwn})
+
+    def open_handover_file(self, vwn: str, name: str, token: str, offset: int = 0,
+                           chunk_bytes: int = 1 << 20):
+        """GET /vwns/<vwn>/handover/files/<name> with the handover's token, from byte ``offset``
+        -> ``(status, headers, chunks)`` as ``ServiceClient._get_stream`` (206 from ``offset``)."""
+        headers = {"X-Vgrid-Handover": token}
+        if offset > 0:
+            headers["Range"] = f"bytes={offset}-"
+        return self._get_stream(f"/vwns/{vwn}/handover/files/{name}", headers=headers,
+                                chunk_bytes=chunk_bytes)

@@ -99,6 +99,12 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     image_pull_patience_s: float = field(default=60.0, metadata={
         "help": "how long a broken image download is retried (resumed by Range) before it fails (s)"})
 
+    migration_serve_mb_s: float = field(default=0.0, metadata={
+        "help": "rate at which a suspended VM's files are served to the node taking it over in a cold "
+                "migration (MB/s = 10^6 bytes/s; 0 = unlimited; seed 002's migration bandwidth b)"})
+    migration_pull_timeout_s: float = field(default=30.0, metadata={
+        "help": "a migration copy from the source node fails when no byte arrives for this long (s)"})
+
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 

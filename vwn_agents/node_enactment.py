@@ -51,6 +51,9 @@ class NodeAgentEnactment:
         self._ended: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         self.staging = None    # images.staging.LiveStaging: live image transfers and overlays, or None
+        self.migration = None  # ce_migration.LeaseMigration: cold migration of suspended VMs, or None
+        self.rates = None      # rate_feedback.MeasuredRates: rates read from the nodes' GET /status, or None
+        self.abandoned: set[int] = set()   # leases whose migration failed: never started again
 
     def client(self, node: int) -> NodeAgentClient:
         """The client of site node ``node``'s agent (at its current URL)."""
@@ -66,6 +69,9 @@ class NodeAgentEnactment:
         NodeAgentError (its text is kept in ``start_errors[lease.id]``)."""
         if lease.id in self.resumed:               # thawed by resume_vms: it runs already
             self.resumed.discard(lease.id)
+            return
+        if lease.id in self.abandoned:             # its migration failed: it ends (ce_migration)
+            self.report_end(lease.id, now)
             return
         self.attempts[lease.id] = self.attempts.get(lease.id, 0) + 1
         started = []
@@ -101,6 +107,8 @@ class NodeAgentEnactment:
             return exc.answered
         if isinstance(st, dict) and isinstance(st.get("freezer"), dict):
             self.freezers[node] = st["freezer"]
+        if self.rates is not None:
+            self.rates.observe_status(self.node_urls[node], st)
         return True
 
     def can_freeze(self, node: int) -> bool:
@@ -162,7 +170,10 @@ class NodeAgentEnactment:
             return
         held = self.vwns.get(lease.id, [])
         if tuple(node for node, _ in held) != tuple(mapping):
-            self.stop_vms(lease, now)
+            if self.migration is not None and len(held) == len(mapping):
+                self._migrate(lease, held, mapping, now)
+            else:
+                self.stop_vms(lease, now)
             return
         for node, vwn in held:
             try:
@@ -171,6 +182,34 @@ class NodeAgentEnactment:
                 self.answered(node, exc.answered, now)
                 self.stop_vms(lease, now)
                 return
+        self.frozen.discard(lease.id)
+        self.resumed.add(lease.id)
+
+    def migrate_vms(self, lease: Lease, mapping: tuple, now: float, planned_s: float = 0.0) -> None:
+        """The lease's migration reservation starts (``planned_s`` long): move its suspended VMs
+        to ``mapping`` now (cold migration, ``ce_migration``) when it has a migrator. Never raises."""
+        held = self.vwns.get(lease.id, [])
+        if self.migration is None or lease.id not in self.frozen or len(held) != len(mapping) \
+                or tuple(node for node, _ in held) == tuple(mapping):
+            return
+        self.migration.planned[lease.id] = planned_s
+        self._migrate(lease, held, mapping, now)
+
+    def _migrate(self, lease: Lease, held: list, mapping: tuple, now: float) -> None:
+        """Cold migration of the lease's suspended VMs (``ce_migration``); a refusal deletes
+        them (restart in new VWNs), a failure too and ends the lease (``abandoned``)."""
+        from .ce_migration import MigrationFailed, MigrationRefused
+        try:
+            self.vwns[lease.id] = self.migration.migrate(self, lease, held, mapping)
+        except MigrationRefused as exc:
+            self.start_errors[lease.id] = str(exc)
+            self.stop_vms(lease, now)
+            return
+        except MigrationFailed as exc:
+            self.migration.failed[lease.id] = str(exc)
+            self.abandoned.add(lease.id)
+            self.stop_vms(lease, now)
+            return
         self.frozen.discard(lease.id)
         self.resumed.add(lease.id)
 

@@ -386,20 +386,28 @@ class LibvirtVMs:
         t0 = time.monotonic()
         shutil.copytree(src, d, dirs_exist_ok=True)
         copy_s = time.monotonic() - t0
+        return copy_s, self.restore_moved(vwn, str(src), src_vwn, fraction)
+
+    def restore_moved(self, vwn: str, src_dir: str, src_vwn: str, fraction: float) -> Transfer:
+        """Cold migration, target side, once the files of ``src_vwn`` (another node's directory
+        ``src_dir``) are in ``files(vwn)``: restore the VM here with every path of ``src_dir``
+        rewritten to this node's directory (libvirt keeps the domain's name: ``domain_name``),
+        capped at ``fraction``. VMError."""
+        d = self.files(vwn)
         os.chmod(d, 0o755)
         image = d / "memory.save"
         try:
             xml = self.conn.saveImageGetXMLDesc(str(image), 0)
         except self._lv.libvirtError as exc:
             raise VMError(f"{vwn}: unreadable memory image: {exc}") from None
-        xml = xml.replace(str(src), str(d))
+        xml = xml.replace(src_dir, str(d))
         m = re.search(r"<name>([^<]+)</name>", xml)
         (d / "domain-name").write_text(m.group(1) if m else self.name(src_vwn))
         with self._lock:
             self.saved.add(vwn)
             self.caps[vwn] = fraction
         try:
-            return copy_s, self.resume(vwn, xml)
+            return self.resume(vwn, xml)
         except VMError:
             self.saved.discard(vwn)
             raise

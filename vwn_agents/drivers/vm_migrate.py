@@ -1,9 +1,10 @@
 """Cold migration of a libvirt VWN between two node agents (seed 002, Section 3: suspend,
 transfer the memory image, resume elsewhere).
 
-``migrate(src, vwn, dst)``: ``src`` and ``dst`` are ``NodeAgent``s with the ``libvirt`` driver
-(two agents of one host here; across hosts the copy is the same directory copy over the
-network, which is not built: docs/vwn.md). Steps, each measured:
+``migrate(src, vwn, dst)``: ``src`` and ``dst`` are ``NodeAgent``s with the ``libvirt`` driver in
+one process (a direct directory copy; tests and tools). Between node agents -- other hosts, or
+the CE agent's lease engine -- the same steps go over HTTPS: ``node_migration`` (the node
+endpoints) and ``ce_migration`` (the CE side). Steps, each measured:
 
 1. on A, suspend the VWN (pause + save its memory image, ``node_suspend.suspend``: a
    ``suspended`` event) unless it already is;

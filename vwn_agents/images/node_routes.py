@@ -57,6 +57,26 @@ def open_pool(config, work_dir: Path, clock) -> ImagePool:
                      patience_s=config.image_pull_patience_s)
 
 
+def status(agent) -> dict:
+    """``{"image_pool": {...}}`` for the node's GET /status (``{}`` before the pool is open):
+    ``images`` ``[{"name","state","size" (bytes),"pins","overlays","last_use"}]``, ``bytes`` held,
+    ``capacity_mb`` (0 = unlimited), ``used_mb``, and from the pool's persisted transfer records
+    ``hits`` (pulls answered from the pool), ``misses`` (pulls that transferred) and ``joined``
+    (pulls that joined a running transfer)."""
+    pool = getattr(agent, "images", None)
+    if pool is None:
+        return {}
+    view = pool.view()
+    recs = view["transfers"]
+    images = [{k: i.get(k) for k in ("name", "state", "size", "pins", "overlays", "last_use")}
+              for i in view["images"]]
+    return {"image_pool": {"images": images, "bytes": pool.used_bytes(),
+                           "capacity_mb": view["capacity_mb"], "used_mb": round(view["used_mb"], 3),
+                           "hits": sum(1 for r in recs if r.get("hit")),
+                           "misses": sum(1 for r in recs if not r.get("hit") and not r.get("joined")),
+                           "joined": sum(1 for r in recs if r.get("joined"))}}
+
+
 def _api(exc: PoolError) -> ApiError:
     status = {"not-ready": 409, "pinned": 409, "unknown-image": 404, "bad-name": 400}.get(exc.code, 500)
     return ApiError(status, str(exc), code=exc.code)

@@ -72,7 +72,7 @@ class LeaseScheduler:
         self.threshold_factor = config.scheduling_threshold_factor
         self._handlers = {
             ResKind.TRANSFER: (self._start_transfer, self._end_transfer),
-            ResKind.MIGRATE: (self._noop, self._noop),
+            ResKind.MIGRATE: (self._start_migrate, self._noop),
             ResKind.RESUME: (self._start_resume, self._noop),
             ResKind.VM: (self._start_vm, self._end_vm),
             ResKind.SUSPEND: (self._start_suspend, self._end_suspend),
@@ -308,6 +308,13 @@ class LeaseScheduler:
         self.st.remove(res)
         res.state = ResState.DONE
         self.pools.arrived(res, t)
+
+    def _start_migrate(self, res: Reservation, t: float) -> None:
+        """A migration reservation starts: an enactment that moves VMs (``migrate_vms``, the
+        live one's cold migration) moves them now; others move nothing (simulation)."""
+        move = getattr(self.enactment, "migrate_vms", None)
+        if move is not None:
+            move(res.lease, res.mapping, t, res.end - res.start)
 
     def _start_resume(self, res: Reservation, t: float) -> None:
         lease = res.lease
