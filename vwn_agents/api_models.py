@@ -19,6 +19,7 @@ from vgrid_runtime.openapi import ApiSpec, Op, install_openapi  # noqa: F401  (f
 from .ce_jobs import JobRequest
 from .images.node_routes import OverlayBody, PinsBody
 from .images.pool_model import PullRequest
+from .node_migration import CompleteBody, MigrationIn
 from .vwn_model import VWNRequest
 
 
@@ -265,6 +266,32 @@ class NodeStatus(_Open):
 
 
 _CE = "the node's CE agents (ce_dns)"
+class Handover(_Open):
+    """POST /vwns/{vwn}/handover: the manifest of a saved VM (``node_migration.handover``)."""
+
+    vwn: str
+    node: str
+    dir: str
+    token: str = Field(description="one-time capability for GET .../handover/files/{name}")
+    files: list[dict[str, Any]] = Field(description='[{"name", "size", "sha256"}]')
+    request: dict[str, Any]
+    memory_mb: int | None
+    save: dict[str, Any] | None
+
+
+class MigrationDone(_Open):
+    """POST /vwns/migrations: the restored VWN and the measured copy and restore."""
+
+    vwn: str
+    node: str
+    copy_s: float
+    bytes: int
+    mb: float
+    copy_mb_s: float | None
+    restore_s: float
+    restore_mb_s: float | None
+
+
 _NODE_OPS = [
     Op("POST", "/vwns", "start a VWN (C/(N+1) cap)", _CE, {201: VWNCreated, 200: VWNCreated}, body=VWNRequest,
        errors={400: "bad field", 503: "not stored", 507: "disk full"}),
@@ -285,6 +312,18 @@ _NODE_OPS = [
        {201: Overlay}, body=OverlayBody, errors={400: "bad field", 404: "unknown image",
                                                  409: "not ready (code not-ready)"}),
     Op("DELETE", "/images/overlays/{vwn}", "remove a VWN's overlay", _CE, {200: PoolView}),
+    Op("POST", "/vwns/{vwn}/handover", "save a libvirt VWN and offer its files for a cold migration", _CE,
+       {200: Handover}, errors={404: "unknown VWN", 409: "not-libvirt or not-running (code)",
+                                503: "the save failed"}),
+    Op("GET", "/vwns/{vwn}/handover/files/{name}", "one file of a handover (Range: 206), throttled",
+       "a host of the site's CA presenting the handover's token (X-Vgrid-Handover)",
+       {200: "binary", 206: "binary"}, errors={403: "no or wrong token", 404: "unknown VWN or file"}),
+    Op("POST", "/vwns/{vwn}/handover/complete", "end the source VWN: it runs on another node now", _CE,
+       {200: VWNRecord}, body=CompleteBody, errors={400: "bad field", 404: "unknown VWN"}),
+    Op("POST", "/vwns/migrations", "pull a handed-over VWN's files, check them, restore the VM here", _CE,
+       {201: MigrationDone}, body=MigrationIn,
+       errors={400: "bad field", 409: "not-libvirt", 422: "checksum-mismatch", 502: "source-failed",
+               503: "restore-failed"}),
     Op("GET", "/status", "capacity, VWNs, driver, cgroup, freezer (outbox and heartbeat: CE agents only)",
        "any authenticated caller", {200: NodeStatus}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),
