@@ -170,6 +170,18 @@ moves the seconds by several percent on its own.
 
 ![ratios](seed000_ratios.png)
 
+**Against the thesis.**
+
+- *Prefetching without reuse*: the sign agrees in 35 of 36 traces. Many short requests cost
+  the most, +43 % against the thesis's +51 % on average, up to about double.
+- *Reuse*: it brings every class back to within a few per cent of predeployment, +2-3 %
+  against the thesis's +0.3-4 %.
+- *Suspend/resume with predeployed images*: here we differ. The thesis finds it pays for long
+  best-effort requests, -2.1 % on average and down to -9.5 %. Ours costs +2.9 % on average.
+  Likely cause: our serial requests of 1-4 VMs backfill the time before an AR well enough that
+  suspension gains less than the 10 % runtime overhead costs. How much backfilling can fill
+  depends on the request shapes, which the thesis does not give.
+
 ### Disk and transfers
 
 {disk}
