@@ -207,11 +207,11 @@ class Staging:
         dur = self.transfer_time(lease.image_mb, "be")
         tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
-        out = []
-        for node in range(n_nodes):
+        out = [tail + copy] * n_nodes
+        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
             e = self._usable(node, lease, INF, now)
-            r = tail if e is None else max(now, e.ready_by())
-            out.append(r + copy)
+            if e is not None:
+                out[node] = max(now, e.ready_by()) + copy
         return out
 
     def stage_be(self, lease: Lease, mapping: tuple, start: float, end: float, now: float) -> float:
@@ -248,10 +248,8 @@ class Staging:
         other lease rides on."""
         if not self.enabled:
             return
-        for pool in self.pools.pools:
-            for e in list(pool.values()):
-                if lease.id in e.users:
-                    self.pools.release(e, lease.id, now)
+        for _node, e in sorted(self.pools.entries_pinned_by(lease.id), key=lambda ne: (ne[0], ne[1].key)):
+            self.pools.release(e, lease.id, now)
         for res in self.st.of_lease(lease):
             if res.kind is ResKind.TRANSFER and res.state is ResState.SCHEDULED:
                 others = [u for u in res.users if u != lease.id]
