@@ -227,8 +227,25 @@ def schedule_queue(sched, now: float) -> None:
                 if off:
                     blocked = True
                 continue
+        elif not quick and not allow_future and lease.state is LeaseState.QUEUED and not _may_start(sched, lease, now):
+            keep.append(lease)
+            if off:
+                blocked = True
+            continue
         if not place_besteffort(sched, lease, now, allow_future):
             keep.append(lease)
             if off:
                 blocked = True
     sched.queue = keep
+
+
+def _may_start(sched, lease, now: float) -> bool:
+    """Whether a queued lease with image staging can be placed without a future reservation:
+    the test ``Mapper.earliest`` makes (enough VM slots, on nodes whose image is ready, free
+    for the minimum slot length from ``now`` or from one of the nodes' ready times), done on
+    cached ready times (``Staging._ready``) and without building candidate matrices. Skips
+    most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
+    _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
+    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
+    length = min_slot_length(sched, lease)
+    return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)

@@ -74,6 +74,10 @@ class ImagePools:
         self._by_lease: dict = {}        # lease id -> {(node, key)} (superset: filtered on use)
         self._by_transfer: dict = {}     # transfer -> {(node, key)} brought or evicted by it
         self._mb = [0.0] * n_nodes       # per node: MB of entries not flagged for eviction
+        self.version = 0                 # bumped by every change (and undo): cache key of callers
+
+    def _bump(self) -> None:
+        self.version += 1
 
     # ------------------------------------------------------------ index maintenance
     def _ikey(self, e: PoolEntry) -> tuple:
@@ -90,6 +94,7 @@ class ImagePools:
             self.st.on_rollback(lambda: self._put_raw(node, e))
 
     def _put_raw(self, node: int, e: PoolEntry) -> None:
+        self.version += 1
         self.pools[node][e.key] = e
         self._by_image.setdefault(self._ikey(e), {}).setdefault(node, {})[e.key] = e
         for lid in e.users:
@@ -103,6 +108,7 @@ class ImagePools:
     def _pop_raw(self, node: int, e: PoolEntry) -> bool:
         if self.pools[node].get(e.key) is not e:
             return False
+        self.version += 1
         del self.pools[node][e.key]
         per_node = self._by_image.get(self._ikey(e), {})
         entries = per_node.get(node)
@@ -119,6 +125,8 @@ class ImagePools:
     def _set_evicted(self, node: int, e: PoolEntry, transfer: Reservation | None) -> None:
         """Flag ``e`` as leaving when ``transfer`` arrives (None: not any more); undoable."""
         present = self.pools[node].get(e.key) is e
+        self._bump()
+        self.st.on_rollback(self._bump)
         delta = (e.mb if e.evicted_by is not None else 0.0) - (e.mb if transfer is not None else 0.0)
         self.st.set(e, "evicted_by", transfer)
         if transfer is not None:
@@ -194,6 +202,8 @@ class ImagePools:
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
         """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
         st = self.st
+        self._bump()
+        st.on_rollback(self._bump)
         if entry.users.get(lease_id, -math.inf) < t_end:
             users = dict(entry.users)
             users[lease_id] = t_end
@@ -263,6 +273,8 @@ class ImagePools:
         """A lease no longer needs ``entry`` (unscheduled): its pin goes, and the expiration
         falls back to the latest end of the remaining users (now if none)."""
         if lease_id in entry.users:
+            self._bump()
+            self.st.on_rollback(self._bump)
             users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
             self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
@@ -270,6 +282,7 @@ class ImagePools:
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:
         """A transfer finished: its image is now on its destination nodes."""
+        self._bump()
         touched = sorted(self._entries_of_transfer(transfer), key=lambda ne: (ne[0], ne[1].key))
         self._by_transfer.pop(transfer, None)
         for node, e in touched:
@@ -285,6 +298,7 @@ class ImagePools:
 
     def lease_ended(self, lease_id: int, nodes, now: float) -> None:
         """Drop private entries of a finished lease and, with strict expiry, expired images."""
+        self._bump()
         nodes = set(nodes)
         pinned = self.entries_pinned_by(lease_id)
         for node, e in pinned:
