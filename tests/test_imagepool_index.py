@@ -8,7 +8,8 @@ keeps each node's pool size as a sum (``vwn_agents/leasing/imagepool.py``). Two 
   transactions that are rolled back; after every step each indexed query equals its scan;
 * random small workloads simulated with image transfers, where every ``Staging.be_ready``
   answer (the hot query of the HPDC'08 image configurations) is compared with the per-node scan
-  it replaced.
+  it replaced, and every queued lease the queue pass skips (``besteffort._may_start`` False)
+  is checked to be one that placement would indeed refuse.
 """
 import math
 
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from vwn_agents.leasing import LeaseConfig, simulate, uniform_site
+from vwn_agents.leasing import besteffort
 from vwn_agents.leasing.imagepool import ImagePools
 from vwn_agents.leasing.slottable import INF, Reservation, ResKind, SlotTable
 from vwn_agents.leasing.staging import Staging
@@ -133,6 +135,17 @@ def test_be_ready_equals_the_scan_in_random_simulations(wl, opts):
         got = indexed(self, lease, now, n)
         assert got == scan_be_ready(self, lease, now, n)
         return got
+    may_start = besteffort._may_start
+
+    def checked_skip(sched, lease, now):
+        answer = may_start(sched, lease, now)
+        if not answer:               # a skipped lease: placing it (then undone) must fail too
+            tx = sched.st.begin()
+            placed = besteffort._place(sched, lease, now, False, False)
+            sched.st.rollback(tx)
+            assert not placed
+        return answer
     with pytest.MonkeyPatch.context() as m:
         m.setattr(Staging, "be_ready", checked)
+        m.setattr(besteffort, "_may_start", checked_skip)
         simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))

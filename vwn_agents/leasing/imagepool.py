@@ -256,8 +256,7 @@ class ImagePools:
 
     def has_arrived(self, node: int, image_id: str, lease_id: int) -> bool:
         """Whether a copy of ``image_id`` pinned by the lease is on the node now."""
-        entries = self._by_image.get((image_id, None if self.reuse else lease_id), {}).get(node, {})
-        return any(e.arrived and lease_id in e.users for e in entries.values())
+        return any(n == node and e.arrived and e.image_id == image_id for n, e in self.entries_pinned_by(lease_id))
 
     def _node_of(self, entry: PoolEntry) -> int | None:
         node = entry.node
