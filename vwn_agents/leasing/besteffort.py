@@ -13,7 +13,7 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from . import frozenhold
-from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
+from .preemption import (can_suspend, migration_estimate, migration_time, op_time, resume_reservations, scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
@@ -31,7 +31,7 @@ def _estimates(sched, lease, resuming: bool):
         return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
     r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
     s_est = op_time(mem, sched.suspend_rate) * n
-    m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be") if migrating else 0.0
+    m_est = migration_estimate(lease, cfg) if migrating else 0.0
     return r_est, s_est, m_est
 
 
