@@ -52,10 +52,10 @@ NOTES = """## Differences explained
   (`_get_aging_factor`); such ARs may be rejected. `preemption-horizon = 604800` does the same
   (`examples/sweeps/hpdc08-aging.toml`, run with `vgrid report hpdc08 --spec
   examples/sweeps/hpdc08-aging.toml --store hpdc08-aging.sqlite --docs /tmp/aging`). Measured
-  2026-11-24 (rho = 10 / 20 / 30 %): NOVM-SR -0.41 / +0.60 / +4.07 % (paper -0.76 / +0.10 /
-  +4.14: all within 0.5 pp), VM-PREDEPLOY +0.02 / +2.39 / +8.23 % (paper -0.27 / +1.58 /
-  +7.19), NOVM-NOSR +5.26 / +10.92 / +26.02 % with 1 / 6 / 25 ARs rejected (paper +3.91 /
-  +8.66 / +23.93; Haizea 1.1 +4.57 / - / +24.80 with 27 of 291 rejected at 30 %). So the
+  2026-11-24 (rho = 10 / 20 / 30 %): NOVM-SR -0.41 / +0.60 / +4.33 % (paper -0.76 / +0.10 /
+  +4.14: all within 0.5 pp), VM-PREDEPLOY +0.02 / +2.39 / +7.80 % (paper -0.27 / +1.58 /
+  +7.19: within 0.81 pp), NOVM-NOSR +5.26 / +10.92 / +26.02 % with 1 / 6 / 25 ARs rejected (paper +3.91 /
+  +8.66 / +23.93; Haizea 1.1 +4.57 / - / +24.80 with 27 of 291 rejected at 30 %). All six suspension cells are then within 1 pp of the paper. So the
   horizon explains the suspension configurations' remaining gap, and without it NOVM-NOSR
   matches the paper within 0.16 pp: the paper's simulator (which predates Haizea 1.0)
   evidently protected old leases when suspending but not when cancelling; we keep one
