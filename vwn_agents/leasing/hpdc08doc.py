@@ -57,9 +57,10 @@ NOTES = """## Differences explained
   +7.19: within 0.81 pp), NOVM-NOSR +5.26 / +10.92 / +26.02 % with 1 / 6 / 25 ARs rejected (paper +3.91 /
   +8.66 / +23.93; Haizea 1.1 +4.57 / - / +24.80 with 27 of 291 rejected at 30 %). All six suspension cells are then within 1 pp of the paper. So the
   horizon explains the suspension configurations' remaining gap, and without it NOVM-NOSR
-  matches the paper within 0.16 pp: the paper's simulator (which predates Haizea 1.0)
-  evidently protected old leases when suspending but not when cancelling; we keep one
-  engine behaviour per spec and report both. Part of the horizon's effect is simply less
+  matches the paper within 0.16 pp: the numbers are consistent with a simulator (the
+  paper's predates Haizea 1.0 and is not published) that protected old leases from
+  suspension but not from cancellation -- which we cannot check, so we keep one engine
+  behaviour per spec and report both. Part of the horizon's effect is simply less
   work: each rejected 3-hour medium AR removes its load from the site.
 - **Victim order.** Haizea 1.1's mapper pops the *least* preemptable lease first (its sort is
   descending by aging score, then `pop()`), i.e. the earliest submitted; vgrid preempts leases
