@@ -44,7 +44,7 @@ NOTES = """## Differences explained
   instead of 82 s. That serial model made NOVM-SR +2.23 / +10.95 % at rho = 20 / 30 % and
   VM-PREDEPLOY +5.00 / +15.12 %. The specs now set `migration-transfer = node-to-node`
   (vgrid's default stays `link`, the right model when images move through a repository);
-  with it NOVM-SR is +1.41 / +6.09 % (exp. driver, same engine). With `migration = no`
+  with it NOVM-SR is +1.41 / +6.09 % (Table 1 above). With `migration = no`
   (resume on the same nodes) NOVM-SR at rho = 10 % is +11.6 %: a suspended lease waits for
   its own nodes behind the ARs.
 - **Haizea 1.1's aging horizon (a knob, not the default).** Haizea's `ar-preempts-everything`
