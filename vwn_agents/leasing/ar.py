@@ -61,7 +61,9 @@ def _reject(sched, lease, reason: str) -> bool:
 
 def _candidates(sched, t_s: float, t_e: float, now: float):
     """Preemptible best-effort leases holding resources in [t_s, t_e) that the preemption
-    policy scores (None: never preempted), highest score first."""
+    policy scores (None: never preempted), highest score first -- or earliest submitted first
+    with ``preemption-order = oldest-submission``; with ``preemption-horizon`` H > 0, leases
+    submitted at or before t_s - H are left out (Haizea 1.1's 7-day aging)."""
     found = {}
     for res in sched.st.reservations():
         lease = res.lease
@@ -69,13 +71,19 @@ def _candidates(sched, t_s: float, t_e: float, now: float):
             continue
         if res.start < t_e and res.end > t_s:
             found[lease.id] = lease
+    horizon = sched.cfg.preemption_horizon
     scored = []
     for lease in found.values():
+        if horizon > 0 and lease.submit_s <= t_s - horizon:
+            continue            # Haizea 1.1's aging: too old to be preempted by this AR
         vm = sched.vm_reservation(lease)
         score = sched.policy.score(lease, vm, now) if vm is not None else None
         if score is not None:
             scored.append((score, lease.id, lease))
-    scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    if sched.cfg.preemption_order == "oldest-submission":
+        scored.sort(key=lambda x: (x[2].submit_s, x[1]))
+    else:
+        scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
     return [x[2] for x in scored]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from . import frozenhold
-from .preemption import (can_suspend, migration_time, op_time, resume_reservations, scheduling_threshold,
+from .preemption import (can_suspend, migration_estimate, migration_time, op_time, resume_reservations, scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
@@ -31,7 +31,7 @@ def _estimates(sched, lease, resuming: bool):
         return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
     r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
     s_est = op_time(mem, sched.suspend_rate) * n
-    m_est = n * (mem + lease.image_mb) / cfg.link_bandwidth_mbs("be") if migrating else 0.0
+    m_est = migration_estimate(lease, cfg) if migrating else 0.0
     return r_est, s_est, m_est
 
 
@@ -227,8 +227,25 @@ def schedule_queue(sched, now: float) -> None:
                 if off:
                     blocked = True
                 continue
+        elif not quick and not allow_future and lease.state is LeaseState.QUEUED and not _may_start(sched, lease, now):
+            keep.append(lease)
+            if off:
+                blocked = True
+            continue
         if not place_besteffort(sched, lease, now, allow_future):
             keep.append(lease)
             if off:
                 blocked = True
     sched.queue = keep
+
+
+def _may_start(sched, lease, now: float) -> bool:
+    """Whether a queued lease with image staging can be placed without a future reservation:
+    the test ``Mapper.earliest`` makes (enough VM slots, on nodes whose image is ready, free
+    for the minimum slot length from ``now`` or from one of the nodes' ready times), done on
+    cached ready times (``Staging._ready``) and without building candidate matrices. Skips
+    most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
+    _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
+    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
+    length = min_slot_length(sched, lease)
+    return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)

@@ -82,6 +82,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("migration-bandwidth", "scheduling", float, 12.5,
            "vgrid: b, MB/s to copy a suspended VM's memory image to another host (seed 002 eq. "
            "(8); 100 Mb/s = 12.5 MB/s in its Section 7.2).", minimum=1e-9),
+    Option("migration-transfer", "scheduling", str, "link",
+           "vgrid: how `migration = yes` moves a resumed lease's memory (and disk) images: `link` "
+           "(vgrid's default: every moved VM's images one after another over the best-effort "
+           "image link, `imagetransfer-bandwidth`) or `node-to-node` (Haizea 1.1 / HPDC'08: each "
+           "node's own NIC at `migration-bandwidth` MB/s, disjoint source/destination pairs in "
+           "parallel rounds; docs/experiments/hpdc08.md).", ("link", "node-to-node")),
+    Option("preemption-order", "scheduling", str, "latest-start",
+           "vgrid: the order in which `ar-preempts-everything` preempts best-effort leases: "
+           "`latest-start` (vgrid: leases not started first, then the most recently started) or "
+           "`oldest-submission` (what Haizea 1.1's mapper does: it pops the least preemptable, "
+           "i.e. the earliest submitted, lease first).", ("latest-start", "oldest-submission")),
+    Option("preemption-horizon", "scheduling", float, 0.0,
+           "vgrid: seconds; a best-effort lease submitted this long or longer before an AR's start "
+           "is never preempted by it (Haizea 1.1's aging: 604800 = 7 days); 0 = no horizon.",
+           minimum=0.0),
     Option("max-candidate-sets", "scheduling", int, 10000,
            "vgrid: at most this many candidate sets (seed 002 eq. (1)-(2)) are enumerated for one "
            "local request; beyond it the greedy sets of every policy are added (docs/leasing.md).",

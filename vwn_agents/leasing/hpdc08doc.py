@@ -15,7 +15,7 @@ from . import hpdc08
 CONFIG_TEXT = """| configuration | lease options (examples/sweeps/hpdc08.toml) |
 |---|---|
 | NOVM-NOSR | aggressive backfilling; no suspension: an AR needing a running job's nodes cancels it, it is requeued and restarts |
-| NOVM-SR | suspension of every best-effort lease at 50 MB/s (1,024 MB: 21 s per VM), resumption elsewhere moving the memory image over 100 Mb/s |
+| NOVM-SR | suspension of every best-effort lease at 50 MB/s (1,024 MB: 21 s per VM), resumption elsewhere copying the memory image node to node over each node's 100 Mb/s NIC (`migration-transfer = node-to-node`) |
 | VM-PREDEPLOY | as NOVM-SR, plus `add-overhead = all`, `runtime-slowdown-overhead = 5` (%), `bootshutdown-overhead = 20` (s); images on every node |
 | VM-MULT | as VM-PREDEPLOY, plus one of 37 images of 4,096 MB (uniform) transferred for every lease at 10 MB/s (`imagetransfer-bandwidth = 80` Mb/s), multicast, no reuse |
 | VM-REUSE-UNIFORM | as VM-MULT with per-node image pools of 20,480 MB (`diskimage-reuse = image-caches`) |
@@ -36,34 +36,45 @@ NOTES = """## Differences explained
   duration when the real one is known (the SWF run time), so in Haizea 1.1 the VMs never run
   slower, only reserve more; the paper's own simulator predates that code. Our VM
   configurations therefore cost slightly more than Haizea 1.1's would.
-- **Migration.** The spec resumes suspended leases on any nodes, moving the memory image over
-  the 100 Mb/s network (`migration = yes`, Haizea's `migrate: mem` in the paper's
-  configuration); with `migration = no` (resume on the same nodes) NOVM-SR at rho = 10 % is
-  +11.6 % instead of -0.2 %: a suspended lease waits for its own nodes behind the ARs.
-- **Suspension at rho = 20-30 % (NOVM-SR, VM-PREDEPLOY).** Without suspension (NOVM-NOSR)
-  every cell is within 0.2 pp of the paper and within 0.7 pp of Haizea 1.1, and with suspension
-  at rho = 10 % within 0.8 pp of the paper and 0.4 pp of Haizea. At 20 and 30 % our
-  suspend/resume configurations lose more than the paper's: NOVM-SR +2.2 / +11.0 % against
-  +0.1 / +4.1 %, VM-PREDEPLOY +5.0 / +15.1 % against +1.6 / +7.2 % (Haizea 1.1 was not run for
-  these cells). Not explained yet; what we measured (2026-11-24) narrows it down:
-  - the VM overheads are not the cause: VM-PREDEPLOY stays 2.8-4.2 pp above NOVM-SR, as in
-    the paper (1.5-3.1 pp), and applying them to best-effort leases only (`add-overhead =
-    besteffort`) changes rho = 20 % from +5.00 % to +4.78 %;
-  - the resumption cost matters: resuming elsewhere without moving the memory image
-    (`migration = yes-notransfer`) gives NOVM-SR at 20 % +1.53 % instead of +2.23 %, and
-    resuming only on the same nodes (`migration = no`) gives +11.6 % already at 10 %;
-  - the remaining candidates are where vgrid's suspension path deliberately differs from
-    Haizea 1.1 and where issue 16's per-lease comparison found the first divergence with ARs
-    (lease 1158: both suspend it before an AR, Haizea resumes it earlier): the victim order of
-    `ar-preempts-everything`, where and when a suspended lease is resumed, and the
-    re-evaluation of future reservations after a premature end. Each suspension leaves a
-    lease waiting for a resumption slot, and more ARs mean more suspensions (rho = 30 %: 291
-    ARs), so these choices weigh more as rho grows. The Haizea-compatible mode of issue 16
-    (another part of the issue) is the tool to settle it cell by cell.
-- **AR rejections.** vgrid accepts every AR of the 3-hour medium sets (it cancels or suspends
-  best-effort leases to make room, `ar-preempts-everything`); Haizea 1.1 rejected 27 of the 291
-  at rho = 30 % in NOVM-NOSR. Why was not measured here: AR-decision parity with Haizea is the
-  Haizea-compatibility part of issue 16.
+- **Migration (fixed, issue 16).** The paper's configuration (Haizea's `etc/blue`: every node
+  has "Net (in),100;Net (out),100") copies a resumed lease's memory images node to node, all
+  disjoint source/destination pairs at once (Haizea's `schedule_migration`: one round per
+  image a node sends or receives). vgrid used to send every moved VM's image one after
+  another over the one 100 Mb/s image link: a 32-VM lease resumed elsewhere waited 2,621 s
+  instead of 82 s. That serial model made NOVM-SR +2.23 / +10.95 % at rho = 20 / 30 % and
+  VM-PREDEPLOY +5.00 / +15.12 %. The specs now set `migration-transfer = node-to-node`
+  (vgrid's default stays `link`, the right model when images move through a repository);
+  with it NOVM-SR is +1.41 / +6.09 % (Table 1 above). With `migration = no`
+  (resume on the same nodes) NOVM-SR at rho = 10 % is +11.6 %: a suspended lease waits for
+  its own nodes behind the ARs.
+- **Haizea 1.1's aging horizon (a knob, not the default).** Haizea's `ar-preempts-everything`
+  never lets an AR preempt a best-effort lease submitted 7 days or more before the AR's start
+  (`_get_aging_factor`); such ARs may be rejected. `preemption-horizon = 604800` does the same
+  (`examples/sweeps/hpdc08-aging.toml`, run with `vgrid report hpdc08 --spec
+  examples/sweeps/hpdc08-aging.toml --store hpdc08-aging.sqlite --docs /tmp/aging`). Measured
+  2026-11-24 (rho = 10 / 20 / 30 %): NOVM-SR -0.41 / +0.60 / +4.33 % (paper -0.76 / +0.10 /
+  +4.14: all within 0.5 pp), VM-PREDEPLOY +0.02 / +2.39 / +7.80 % (paper -0.27 / +1.58 /
+  +7.19: within 0.81 pp), NOVM-NOSR +5.26 / +10.92 / +26.02 % with 1 / 6 / 25 ARs rejected (paper +3.91 /
+  +8.66 / +23.93; Haizea 1.1 +4.57 / - / +24.80 with 27 of 291 rejected at 30 %). All six suspension cells are then within 1 pp of the paper. So the
+  horizon explains the suspension configurations' remaining gap, and without it NOVM-NOSR
+  matches the paper within 0.16 pp: the numbers are consistent with a simulator (the
+  paper's predates Haizea 1.0 and is not published) that protected old leases from
+  suspension but not from cancellation -- which we cannot check, so we keep one engine
+  behaviour per spec and report both. Part of the horizon's effect is simply less
+  work: each rejected 3-hour medium AR removes its load from the site.
+- **Victim order.** Haizea 1.1's mapper pops the *least* preemptable lease first (its sort is
+  descending by aging score, then `pop()`), i.e. the earliest submitted; vgrid preempts leases
+  that have not started, then the most recently started. `preemption-order =
+  oldest-submission` gives Haizea's order; on these AR sets it changed nothing measurable
+  (NOVM-SR rho = 20 / 30 %: identical all-best-effort times): a 3-hour medium AR needs most
+  of the leases that overlap it anyway.
+- **Re-evaluation and scheduling threshold (measured, not the cause).** Re-placing every
+  future reservation after a premature end (Haizea's `reevaluate_schedule`) moved NOVM-SR by
+  -0.1 / +0.1 pp. Haizea 1.0's suspend-time estimate (total memory of the lease x its VMs,
+  quadratic in the VMs) and its cancel-instead-of-suspend rule below the threshold make
+  NOVM-SR worse (+4.35 / +18.43 %), so vgrid keeps its per-VM estimate.
+- **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets (it
+  cancels or suspends best-effort leases to make room); with it, see above.
 - **Missing cells** (`-`): runs not computed yet; the image-transfer configurations cost
   minutes of CPU per run (docs/benchmarks.md, "HPDC'08 sweep on Dask").
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not

@@ -10,6 +10,15 @@ none``) every lease gets a private entry that is deleted when the lease ends.
 All changes go through the slot table's undo log, so a tentative schedule that is rolled back
 leaves the pools as they were. Disk usage is recorded as ``(time_s, node, delta_mb)`` events
 when images really arrive and leave.
+
+Indexes (issue 16: the image-transfer configurations of HPDC'08 ask for every queued lease's
+per-node ready times at every queue pass): entries are found by image (and, without reuse, by
+the owning lease) -> node -> entries, by lease -> the entries it pins, and by transfer -> the
+entries it brings or evicts; each node's pool size (MB, evicted entries excluded) is kept as a
+sum. Every pool change goes through ``_put``/``_pop``/``_set_evicted``, which keep the indexes
+and register their own undo, so lookups cost O(entries of that image) instead of O(nodes x
+pool). ``scan_usable``/``scan_used_mb`` are the unindexed definitions the indexes must equal
+(tested with hypothesis in tests/test_imagepool_index.py).
 """
 from __future__ import annotations
 
@@ -39,6 +48,7 @@ class PoolEntry:
     key: object = None
     evicted_by: Reservation | None = None  # the transfer whose arrival evicts this image
     available_from: float = -math.inf
+    node: int | None = None   # the node whose pool holds it (ImagePools' indexes)
 
     def ready_by(self) -> float:
         """Time from which the image is guaranteed on the node (s): the deadline of an AR
@@ -57,9 +67,99 @@ class ImagePools:
         self.reuse = reuse
         self.capacity_mb = capacity_mb
         self.remove_on_expire = remove_on_expire
-        self.pools: list[dict] = [dict() for _ in range(n_nodes)]
+        self.pools: list[dict] = [dict() for _ in range(n_nodes)]  # read-only outside this class
         self._keys = itertools.count(1)
         self.disk_events: list[tuple] = []
+        self._by_image: dict = {}        # (image_id, owner lease or None) -> {node: {key: entry}}
+        self._by_lease: dict = {}        # lease id -> {(node, key)} (superset: filtered on use)
+        self._by_transfer: dict = {}     # transfer -> {(node, key)} brought or evicted by it
+        self._mb = [0.0] * n_nodes       # per node: MB of entries not flagged for eviction
+        self.version = 0                 # bumped by every change (and undo): cache key of callers
+
+    def _bump(self) -> None:
+        self.version += 1
+
+    # ------------------------------------------------------------ index maintenance
+    def _ikey(self, e: PoolEntry) -> tuple:
+        return (e.image_id, e.lease_id)
+
+    def _put(self, node: int, e: PoolEntry) -> None:
+        """Insert ``e`` into ``node``'s pool and every index (undone by a rollback)."""
+        self._put_raw(node, e)
+        self.st.on_rollback(lambda: self._pop_raw(node, e))
+
+    def _pop(self, node: int, e: PoolEntry) -> None:
+        """Remove ``e`` from ``node``'s pool and the indexes (undone by a rollback)."""
+        if self._pop_raw(node, e):
+            self.st.on_rollback(lambda: self._put_raw(node, e))
+
+    def _put_raw(self, node: int, e: PoolEntry) -> None:
+        self.version += 1
+        self.pools[node][e.key] = e
+        self._by_image.setdefault(self._ikey(e), {}).setdefault(node, {})[e.key] = e
+        for lid in e.users:
+            self._by_lease.setdefault(lid, set()).add((node, e.key))
+        for tr in (e.transfer, e.evicted_by):
+            if tr is not None:
+                self._by_transfer.setdefault(tr, set()).add((node, e.key))
+        if e.evicted_by is None:
+            self._mb[node] += e.mb
+
+    def _pop_raw(self, node: int, e: PoolEntry) -> bool:
+        if self.pools[node].get(e.key) is not e:
+            return False
+        self.version += 1
+        del self.pools[node][e.key]
+        per_node = self._by_image.get(self._ikey(e), {})
+        entries = per_node.get(node)
+        if entries is not None:
+            entries.pop(e.key, None)
+            if not entries:
+                del per_node[node]
+                if not per_node:
+                    self._by_image.pop(self._ikey(e), None)
+        if e.evicted_by is None:
+            self._mb[node] -= e.mb
+        return True
+
+    def _set_evicted(self, node: int, e: PoolEntry, transfer: Reservation | None) -> None:
+        """Flag ``e`` as leaving when ``transfer`` arrives (None: not any more); undoable."""
+        present = self.pools[node].get(e.key) is e
+        self._bump()
+        self.st.on_rollback(self._bump)
+        delta = (e.mb if e.evicted_by is not None else 0.0) - (e.mb if transfer is not None else 0.0)
+        self.st.set(e, "evicted_by", transfer)
+        if transfer is not None:
+            self._by_transfer.setdefault(transfer, set()).add((node, e.key))
+        if present and delta:
+            self._mb[node] += delta
+            self.st.on_rollback(lambda: self._mb.__setitem__(node, self._mb[node] - delta))
+
+    def _pin_index(self, node: int, e: PoolEntry, lease_id: int) -> None:
+        self._by_lease.setdefault(lease_id, set()).add((node, e.key))
+
+    def _entries_of_transfer(self, transfer: Reservation) -> list[tuple]:
+        """(node, entry) brought or evicted by ``transfer`` (candidates; callers filter)."""
+        out = []
+        for node, key in self._by_transfer.get(transfer, ()):
+            e = self.pools[node].get(key)
+            if e is not None:
+                out.append((node, e))
+        return out
+
+    def entries_pinned_by(self, lease_id: int) -> list[tuple]:
+        """(node, entry) of the entries the lease pins now."""
+        out = []
+        for node, key in self._by_lease.get(lease_id, ()):
+            e = self.pools[node].get(key)
+            if e is not None and lease_id in e.users:
+                out.append((node, e))
+        return out
+
+    def nodes_with(self, image_id: str, lease_id: int) -> list[int]:
+        """Nodes holding (or about to hold) an entry of ``image_id`` the lease may use: any
+        lease's with reuse, its own without."""
+        return list(self._by_image.get((image_id, None if self.reuse else lease_id), ()))
 
     # ------------------------------------------------------------ queries
     def usable(self, node: int, image_id: str, lease_id: int, t_start: float,
@@ -69,8 +169,12 @@ class ImagePools:
         Without reuse only the lease's own entries count. With strict expiry
         (``diskimage-cache-expire``) an entry is only reused by a VM starting at ``use_at`` <=
         its expiration (Algorithm 4's test)."""
+        entries = self._by_image.get((image_id, None if self.reuse else lease_id), {}).get(node)
+        return self._best(entries.values(), image_id, lease_id, t_start, use_at) if entries else None
+
+    def _best(self, entries, image_id: str, lease_id: int, t_start: float, use_at: float | None):
         best = None
-        for e in self.pools[node].values():
+        for e in entries:
             if e.image_id != image_id or e.evicted_by is not None:
                 continue
             if self.remove_on_expire and use_at is not None and use_at > e.expire:
@@ -81,18 +185,32 @@ class ImagePools:
                 best = e
         return best
 
+    def scan_usable(self, node: int, image_id: str, lease_id: int, t_start: float,
+                    use_at: float | None = None) -> PoolEntry | None:
+        """``usable`` by scanning the node's whole pool (the definition; tests compare)."""
+        return self._best(self.pools[node].values(), image_id, lease_id, t_start, use_at)
+
     def used_mb(self, node: int) -> float:
-        """MB the pool will hold (images flagged for eviction excluded)."""
+        """MB the pool will hold (images flagged for eviction excluded); O(1), indexed."""
+        return self._mb[node]
+
+    def scan_used_mb(self, node: int) -> float:
+        """``used_mb`` by scanning the pool (the definition; tests compare)."""
         return sum(e.mb for e in self.pools[node].values() if e.evicted_by is None)
 
     # ------------------------------------------------------------ changes (undoable)
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
         """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
         st = self.st
+        self._bump()
+        st.on_rollback(self._bump)
         if entry.users.get(lease_id, -math.inf) < t_end:
             users = dict(entry.users)
             users[lease_id] = t_end
             st.set(entry, "users", users)
+            node = self._node_of(entry)
+            if node is not None:
+                self._pin_index(node, entry, lease_id)
         if t_end > entry.expire:
             st.set(entry, "expire", t_end)
 
@@ -121,7 +239,7 @@ class ImagePools:
                     if transfer is None:
                         self._drop(node, v, arrival)
                     else:
-                        self.st.set(v, "evicted_by", transfer)
+                        self._set_evicted(node, v, transfer)
                 if transfer is not None:
                     # The victims go when the transfer really ends, and an AR transfer may be
                     # laid out (EDF) to end before ``arrival`` (its deadline): it must not end
@@ -132,19 +250,21 @@ class ImagePools:
         entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end}, None if self.reuse else lease_id,
                           arrived=transfer is None, last_use=t_end, key=key,
                           available_from=-math.inf if transfer is None else arrival)
-        pool[key] = entry
-        self.st.on_rollback(lambda: pool.pop(key, None))
+        entry.node = node
+        self._put(node, entry)
         return entry
 
     def has_arrived(self, node: int, image_id: str, lease_id: int) -> bool:
         """Whether a copy of ``image_id`` pinned by the lease is on the node now."""
-        return any(e.arrived and e.image_id == image_id and lease_id in e.users for e in self.pools[node].values())
+        return any(n == node and e.arrived and e.image_id == image_id for n, e in self.entries_pinned_by(lease_id))
+
+    def _node_of(self, entry: PoolEntry) -> int | None:
+        node = entry.node
+        return node if node is not None and self.pools[node].get(entry.key) is entry else None
 
     def _drop(self, node: int, entry: PoolEntry, when: float) -> None:
-        pool = self.pools[node]
-        if pool.get(entry.key) is entry:
-            del pool[entry.key]
-            self.st.on_rollback(lambda: pool.__setitem__(entry.key, entry))
+        if self.pools[node].get(entry.key) is entry:
+            self._pop(node, entry)
             if entry.arrived:
                 self.disk_events.append((when, node, -entry.mb))
 
@@ -152,6 +272,8 @@ class ImagePools:
         """A lease no longer needs ``entry`` (unscheduled): its pin goes, and the expiration
         falls back to the latest end of the remaining users (now if none)."""
         if lease_id in entry.users:
+            self._bump()
+            self.st.on_rollback(self._bump)
             users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
             self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
@@ -159,39 +281,45 @@ class ImagePools:
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:
         """A transfer finished: its image is now on its destination nodes."""
-        for node in transfer.dest:
-            pool = self.pools[node]
-            for key, e in list(pool.items()):
-                if e.evicted_by is transfer:
-                    del pool[key]
-                    if e.arrived:
-                        self.disk_events.append((now, node, -e.mb))
-            for e in pool.values():
-                if e.transfer is transfer:
-                    e.arrived = True
-                    e.transfer = None
-                    self.disk_events.append((now, node, e.mb))
+        self._bump()
+        touched = sorted(self._entries_of_transfer(transfer), key=lambda ne: (ne[0], ne[1].key))
+        self._by_transfer.pop(transfer, None)
+        for node, e in touched:
+            if e.evicted_by is transfer:
+                self._pop_raw(node, e)
+                if e.arrived:
+                    self.disk_events.append((now, node, -e.mb))
+        for node, e in touched:
+            if e.transfer is transfer and self.pools[node].get(e.key) is e:
+                e.arrived = True
+                e.transfer = None
+                self.disk_events.append((now, node, e.mb))
 
     def lease_ended(self, lease_id: int, nodes, now: float) -> None:
         """Drop private entries of a finished lease and, with strict expiry, expired images."""
-        for node in set(nodes):
-            pool = self.pools[node]
-            for key, e in list(pool.items()):
-                if lease_id in e.users:
-                    e.users = {k: v for k, v in e.users.items() if k != lease_id}
-                    e.expire = max(e.users.values(), default=min(e.expire, now))
-                    e.last_use = now
-                if e.arrived and not e.users and (not self.reuse or (self.remove_on_expire and e.expire <= now)):
-                    del pool[key]
+        self._bump()
+        nodes = set(nodes)
+        pinned = self.entries_pinned_by(lease_id)
+        for node, e in pinned:
+            if node in nodes:
+                e.users = {k: v for k, v in e.users.items() if k != lease_id}
+                e.expire = max(e.users.values(), default=min(e.expire, now))
+                e.last_use = now
+        self._by_lease[lease_id] = {(n, e.key) for n, e in pinned if n not in nodes}
+        if not self._by_lease[lease_id]:
+            del self._by_lease[lease_id]
+        if self.reuse and not self.remove_on_expire:
+            return          # arrived images stay cached until evicted
+        for node in sorted(nodes):
+            for e in list(self.pools[node].values()):
+                if e.arrived and not e.users and (not self.reuse or e.expire <= now):
+                    self._pop_raw(node, e)
                     self.disk_events.append((now, node, -e.mb))
 
     def forget_transfer(self, transfer: Reservation) -> None:
         """A scheduled transfer was removed: drop the entries it would have brought."""
-        for node in transfer.dest:
-            pool = self.pools[node]
-            for key, e in list(pool.items()):
-                if e.transfer is transfer:
-                    del pool[key]
-                    self.st.on_rollback(lambda p=pool, k=key, v=e: p.__setitem__(k, v))
-                elif e.evicted_by is transfer:
-                    self.st.set(e, "evicted_by", None)
+        for node, e in sorted(self._entries_of_transfer(transfer), key=lambda ne: (ne[0], ne[1].key)):
+            if e.transfer is transfer:
+                self._pop(node, e)
+            elif e.evicted_by is transfer:
+                self._set_evicted(node, e, None)

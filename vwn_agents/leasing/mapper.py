@@ -35,6 +35,7 @@ class Mapper:
         self._global_cache: dict = {}
         self._m: dict = {}
         self._node_ids = np.arange(len(st.nodes), dtype=np.int64)
+        self._at_memo: dict = {}   # need -> (slot-table version, {t: sorted slot ends})
 
     # ------------------------------------------------------------ fixed interval (ARs)
     def map_interval(self, need: tuple, n: int, t1: float, t2: float, score=None,
@@ -178,6 +179,21 @@ class Mapper:
                 return self.count_now(need, now, length)
             b_list = memo[("list", now)] = b_now.tolist()
         return len(b_list) - bisect.bisect_left(b_list, now + length)
+
+    def count_ready_at(self, need: tuple, t: float, length: float, ready) -> int:
+        """VM slots of ``need`` free over [t, t + length) (s) on nodes whose ready time (numpy
+        array, s per node) is <= t: what ``earliest`` counts at start ``t``. The slots open at
+        ``t`` are selected once per (slot-table version, t)."""
+        A, B, NODE, _ = self.slot_arrays(need)
+        memo = self._at_memo.get(need)
+        if memo is None or memo[0] != self.st.version:
+            memo = self._at_memo[need] = (self.st.version, {})
+        hit = memo[1].get(t)
+        if hit is None:
+            sel = (A <= t) & (B > t)
+            hit = memo[1][t] = (B[sel], NODE[sel])
+        b, nodes = hit
+        return int(np.count_nonzero((b >= t + length) & (ready[nodes] <= t)))
 
     # ------------------------------------------------------------ earliest start
     def earliest(self, need: tuple, n: int, duration: float, now: float, min_duration: float | None = None,

@@ -105,8 +105,49 @@ def migration_time(lease: Lease, old: tuple, new: tuple, cfg: LeaseConfig) -> fl
     moved = sum(1 for a, b in zip(sorted(old), sorted(new)) if a != b)
     if seed002_timing(cfg):  # seed 002 eq. (8): the memory images over b; the disk image is there
         return sum(vm_copy_time(lease.per_vm[MEM], cfg.migration_bandwidth) for _ in range(moved))
+    if cfg.migration_transfer == "node-to-node":
+        return migration_rounds(old, new) * (lease.per_vm[MEM] + lease.image_mb) / cfg.migration_bandwidth
     mb = moved * (lease.per_vm[MEM] + lease.image_mb)
     return mb / cfg.link_bandwidth_mbs("be")
+
+
+def migration_rounds(old: tuple, new: tuple) -> int:
+    """Rounds of node-to-node copies that move VMs from ``old`` to ``new`` (node per VM):
+    VMs whose node does not change stay; the others are paired source -> destination in node
+    order, and each round copies, in parallel, pairs that share no node (a node's NIC does one
+    copy at a time), greedily in that order. Source: Haizea 1.1's ``schedule_migration``
+    (HPDC'08 configuration: 100 Mb/s in and out per node)."""
+    left, gone, came = list(new), [], []
+    for node in old:
+        if node in left:
+            left.remove(node)
+        else:
+            gone.append(node)
+    came = sorted(left)
+    pairs = list(zip(sorted(gone), came))
+    rounds = 0
+    while pairs:
+        used, rest = set(), []
+        for a, b in pairs:
+            if a in used or b in used:
+                rest.append((a, b))
+            else:
+                used.update((a, b))
+        pairs, rounds = rest, rounds + 1
+    return rounds
+
+
+def migration_estimate(lease: Lease, cfg: LeaseConfig) -> float:
+    """Upper bound (s) of ``migration_time`` before the new nodes are known (``migration =
+    yes``): every VM moved -- over the image link one after another (``link``), or, node to
+    node, the node holding most of the lease's VMs sends them one per round."""
+    mb = lease.per_vm[MEM] + lease.image_mb
+    if cfg.migration_transfer == "node-to-node":
+        counts: dict = {}
+        for node in lease.mapping:
+            counts[node] = counts.get(node, 0) + 1
+        return max(counts.values(), default=1) * mb / cfg.migration_bandwidth
+    return lease.n_vms * mb / cfg.link_bandwidth_mbs("be")
 
 
 def suspend_reservations(lease: Lease, mapping: tuple, start: float, cfg: LeaseConfig,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .config import LeaseConfig
 from .imagepool import ImagePools, PoolEntry
 from .model import Lease
@@ -47,6 +49,7 @@ class Staging:
         self.shared = config.imagetransfer_link == "shared"
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
+        self._ready_cache: dict = {}
 
     # ------------------------------------------------------------ helpers
     def transfer_time(self, mb: float, link: str) -> float:
@@ -206,15 +209,31 @@ class Staging:
         if it is not in the pool or arriving); None when staging is off."""
         if not self.enabled:
             return None
+        return list(self._ready(lease, now, n_nodes)[0])
+
+    def _ready(self, lease: Lease, now: float, n_nodes: int) -> tuple:
+        """(per-node ready times as a tuple, the same as a numpy array, their distinct values),
+        cached while the pools, the FIFO tail and the slot table stay as they are: with reuse
+        every queued lease of one image shares them (issue 16: one lookup per image and queue
+        pass instead of one per lease and node)."""
+        key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
+        valid = (self.pools.version, self.be_tail, self.st.version if self.shared else None)
+        hit = self._ready_cache.get(key)
+        if hit is not None and hit[0] == valid:
+            return hit[1]
         dur = self.transfer_time(lease.image_mb, "be")
         tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
-        out = []
-        for node in range(n_nodes):
+        out = [tail + copy] * n_nodes
+        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
             e = self._usable(node, lease, INF, now)
-            r = tail if e is None else max(now, e.ready_by())
-            out.append(r + copy)
-        return out
+            if e is not None:
+                out[node] = max(now, e.ready_by()) + copy
+        value = (tuple(out), np.asarray(out, dtype=float), set(out))
+        if len(self._ready_cache) > 4096:
+            self._ready_cache.clear()
+        self._ready_cache[key] = (valid, value)
+        return value
 
     def stage_be(self, lease: Lease, mapping: tuple, start: float, end: float, now: float) -> float:
         """Schedule the FIFO transfers (or reuse/piggyback) for ``mapping``; returns the time
@@ -250,10 +269,8 @@ class Staging:
         other lease rides on."""
         if not self.enabled:
             return
-        for pool in self.pools.pools:
-            for e in list(pool.values()):
-                if lease.id in e.users:
-                    self.pools.release(e, lease.id, now)
+        for _node, e in sorted(self.pools.entries_pinned_by(lease.id), key=lambda ne: (ne[0], ne[1].key)):
+            self.pools.release(e, lease.id, now)
         for res in self.st.of_lease(lease):
             if res.kind is ResKind.TRANSFER and res.state is ResState.SCHEDULED:
                 others = [u for u in res.users if u != lease.id]
