@@ -11,7 +11,7 @@ import requests
 
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app
-from vwn_agents.images.pool import PoolError
+from vwn_agents.images.pool import ImageState, PoolError
 from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repo_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
@@ -96,7 +96,8 @@ def test_the_ce_pins_an_image_from_acceptance_to_the_end_of_its_lease(ce_site, r
                                          f'LeaseType = "advance-reservation"; LeaseStart = {start}; LeaseDuration = 2; ]')
     assert resp.status_code == 202, resp.text
     wait_until(lambda: key in node.images.pins.get("c.img", ()), "the AR's pin on the node", 10)
-    wait_until(lambda: node.images.get("c.img").state.value == "ready", "c.img pulled", 30)
+    wait_until(lambda: getattr(node.images.get("c.img"), "state", None) is ImageState.READY,
+               "c.img pulled (the pin may come before the pull starts)", 30)
     with pytest.raises(PoolError):
         node.images.evict("c.img")                          # the AR still needs it
     receiver.wait_event(key, "done", timeout_s=30)
