@@ -51,7 +51,7 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "scheduler = leases: an advance reservation's VMs start this many seconds before its "
                 "LeaseStart (its lease starts earlier and lasts as much longer) so that they have booted "
                 "at LeaseStart (libvirt nodes under TCG: 10-20 s); -1 = the longest boot the node agents "
-                "measured (GET /status driver.last_boot_s; 0 before any boot); docs/vwn.md"})
+                "measured (GET /status driver.max_boot_s; 0 before any boot); docs/vwn.md"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})

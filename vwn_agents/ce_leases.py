@@ -183,7 +183,8 @@ class LeaseScheduling:
 
     def boot_lead_s(self) -> float:
         """How long before its LeaseStart an advance reservation's lease starts (s): the CE's
-        ``vm_boot_lead_s``, or with -1 the longest boot its node agents measured (0 before any)."""
+        ``vm_boot_lead_s``, or with -1 the longest boot its node agents measured (their GET /status
+        ``driver.max_boot_s``; 0 before any)."""
         if self.boot_lead >= 0 or self.engine is None:
             return max(0.0, self.boot_lead)
         return max(self.engine.enactment.boot_s.values(), default=0.0)

@@ -38,7 +38,7 @@ class NodeAgentEnactment:
         self.frozen: set[int] = set()     # leases whose VWNs are suspended (frozen) on their nodes
         self.resumed: set[int] = set()    # leases thawed by resume_vms, not yet "started" again
         self.freezers: dict[int, dict] = {}  # node -> its GET /status "freezer" {"version","reason"}
-        self.boot_s: dict[int, float] = {}   # node -> its GET /status driver.last_boot_s (s)
+        self.boot_s: dict[int, float] = {}   # node -> its GET /status driver.max_boot_s (s)
         self.node_urls = node_urls
         self.payload = payload
         self.session = session or new_session()
@@ -102,7 +102,8 @@ class NodeAgentEnactment:
             return exc.answered
         if isinstance(st, dict) and isinstance(st.get("freezer"), dict):
             self.freezers[node] = st["freezer"]
-        boot = (st.get("driver") or {}).get("last_boot_s") if isinstance(st, dict) else None
+        drv = (st.get("driver") or {}) if isinstance(st, dict) else {}
+        boot = drv.get("max_boot_s") or drv.get("last_boot_s")
         if isinstance(boot, (int, float)):
             self.boot_s[node] = float(boot)        # a libvirt node's measured boot (ce_leases lead)
         return True

@@ -125,7 +125,7 @@ def run(agent, v) -> None:
         st = parse_channel(channel.read_bytes()) if size else parse_channel(b"")
         if st.running and v.state is VWNState.STARTING:
             if booted_at is not None:
-                drv.stats["last_boot_s"] = round(time.monotonic() - booted_at, 2)
+                drv.record_boot(time.monotonic() - booted_at)
             with agent._lock:
                 v.to(VWNState.RUNNING)
                 agent._emit(v, "running")
