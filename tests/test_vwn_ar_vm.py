@@ -37,7 +37,8 @@ from .waiting import wait_until
 
 AR_LEAD_S = float(os.environ.get("VGRID_AR_LEAD_S", "45"))
 UP_TOLERANCE_S = 10.0          # guest up vs LeaseStart: boot time varies with the host's load
-COUNT = 100                    # the best-effort VM counts 1..COUNT, one each 0.5 s
+COUNT = int(2 * AR_LEAD_S) + 20   # the best-effort VM counts 1..COUNT, one each 0.5 s: still
+                                  # counting when the AR's lead time is over
 
 
 def test_an_advance_reservation_on_vms(tmp_path, libvirt_daemons, vm_dir, receiver):  # noqa: F811
