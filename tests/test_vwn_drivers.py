@@ -189,3 +189,26 @@ def test_cgroup_driver_says_what_it_uses(tmp_path):
     assert drv.kind == "cgroup" and not drv.runs_jobs
     assert drv.describe()["why"].startswith("cgroup none, uncapped: test: none")
     assert drv.read_cap("x") is None and drv.state("x") == "gone"
+
+
+@given(st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=1, max_size=12))
+def test_disk_modules_order_respects_every_dependency(deps):
+    """Any acyclic dependency graph (module i depends only on modules j < i): every module comes
+    after all it depends on, each once, and exactly the wanted ones and their dependencies."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = {f"m{i}": sorted({f"m{j}" for j in ds if j < i}) for i, ds in enumerate(deps)}
+        for name, ds in graph.items():
+            _ko(Path(tmp), name, ",".join(ds))
+        wanted = (f"m{len(deps) - 1}",)
+        names = [n for n, _ in guest.disk_modules(Path(tmp), wanted)]
+        assert len(names) == len(set(names))
+        for n in names:
+            assert all(names.index(d) < names.index(n) for d in graph[n])
+        closure, todo = set(), list(wanted)
+        while todo:
+            n = todo.pop()
+            if n not in closure:
+                closure.add(n)
+                todo += graph[n]
+        assert set(names) == closure
