@@ -65,7 +65,8 @@ def test_an_advance_reservation_on_vms(tmp_path, libvirt_daemons, vm_dir, receiv
                 "site": "VGRID-TEST", "queue": "long", "nodes": [node_url], "si00": 1500, "ram_mb": 2048,
                 "max_wallclock_s": 7200, "vos": ["dteam"], "retry_s": 0.2, "retry_initial_s": 0.05,
                 "vwns_per_node": 1, "suspend_vwns": True, "lease_config": str(lease_cfg),
-                "lease_tick_s": 0.25, "image_repository": repo.url, "vm_boot_lead_s": -1}), clock)
+                "lease_tick_s": 0.25, "image_repository": repo.url, "vm_boot_lead_s": -1,
+                "vm_measured_rates": True}), clock)
             server = BackgroundServer(ce_app)
             ce = ce_app.config["VGRID_AGENT"]
             be, resp = submit(server.url, receiver, (
@@ -108,6 +109,12 @@ def test_an_advance_reservation_on_vms(tmp_path, libvirt_daemons, vm_dir, receiv
                       "ar_vm_up": round(running["time"] - start, 2),
                       "ar_done": round(done["time"] - start, 2), "be_resumed": round(resumed["time"] - start, 2)}
             print("AR-ON-VMS " + json.dumps(report))
+            # the engine plans later suspensions with the rates the node measured (vm_measured_rates)
+            drv = requests.get(f"{node_url}/status", timeout=10).json()["driver"]
+            wait_until(lambda: ce.leases.engine.scheduler.suspend_rate == drv["save_rate_mb_s"],
+                       "the measured save rate in the engine", 30)
+            assert ce.leases.engine.scheduler.resume_rate == drv["restore_rate_mb_s"]
+            assert ce.leases.engine.scheduler.cfg.suspend_rate == drv["save_rate_mb_s"]
             # the image came first, the best-effort VM was saved before the AR's VM started
             assert transfer["actual_end"] <= ar_vwn["created"] and transfer["bytes"] == pytest.approx(transfer["mb"] * 1e6)
             assert suspended["time"] <= ar_vwn["created"] + 0.5

@@ -52,6 +52,10 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 "LeaseStart (its lease starts earlier and lasts as much longer) so that they have booted "
                 "at LeaseStart (libvirt nodes under TCG: 10-20 s); -1 = the longest boot the node agents "
                 "measured (GET /status driver.max_boot_s; 0 before any boot); docs/vwn.md"})
+    vm_measured_rates: bool = field(default=False, metadata={
+        "help": "scheduler = leases: plan suspensions with the save / restore rates the node agents "
+                "measured (the slowest GET /status driver.save_rate_mb_s / restore_rate_mb_s) instead of "
+                "lease_config's suspend-rate / resume-rate, once a node measured one; docs/vwn.md"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})

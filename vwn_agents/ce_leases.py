@@ -137,7 +137,8 @@ class LeaseScheduling:
                                   node_down_after_s=config.node_down_after_s,
                                   probe_timeout_s=probe_s,
                                   request_timeout_s=config.node_timeout_s,
-                                  on_start=on_start, suspend_vwns=suspend, staging=staging) if site else None
+                                  on_start=on_start, suspend_vwns=suspend, staging=staging,
+                                  measured_rates=bool(getattr(config, "vm_measured_rates", False))) if site else None
         self.clock = clock
 
     # -- requests ---------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ class LeaseEngine:
                  clock=None, session=None, default_duration_s: float = 86400.0,
                  node_down_after_s: float = 30.0, probe_timeout_s: float = 2.0,
                  request_timeout_s: float = 10.0, on_start=None, suspend_vwns: bool = False,
-                 staging=None) -> None:
+                 staging=None, measured_rates: bool = False) -> None:
         if not nodes:
             raise ValueError("the lease engine needs at least one node agent")
         self.clock = clock or WallClock()
@@ -134,6 +134,7 @@ class LeaseEngine:
             staging.key_of = lambda lease_id: self._bodies.get(lease_id, {}).get("key")
             staging.clock = self.clock
         self.default_duration_s = default_duration_s
+        self.measured_rates = measured_rates   # suspend/resume rates from the nodes' GET /status
         self.on_start = on_start        # on_start(job key, attempt, node URL): before each POST /vwns
         self._ids = itertools.count(1)
         self._by_key: dict[str, Lease] = {}
@@ -309,12 +310,29 @@ class LeaseEngine:
                    for node in range(len(self.enactment.node_urls))]
         with self._lock:
             now = self.clock.now()
+            if self.measured_rates:
+                self.use_measured_rates()
             for node, ok in answers:
                 self.enactment.answered(node, ok, now)
                 since = self.enactment.failing_since.get(node)
                 down = since is not None and now - since >= self.node_down_after_s - 1e-9
                 if ok or down:
                     self.scheduler.set_node_down(node, down, now)
+
+    def use_measured_rates(self) -> tuple[float, float]:
+        """Plan suspensions with the rates the node agents measured (``measured_rates``): the
+        slowest save and restore rate their GET /status ``driver`` reports (MB of memory image
+        per s; the image is smaller than the VM's memory, so the planned windows are on the
+        safe side) become the scheduler's ``suspend-rate`` / ``resume-rate`` (seed 000/002:
+        time = memory / rate); the configured ones until a node measured one. Returns them."""
+        saves = [r[0] for r in self.enactment.rates.values() if r[0]]
+        restores = [r[1] for r in self.enactment.rates.values() if r[1]]
+        sched = self.scheduler
+        rates = (min(saves) if saves else sched.suspend_rate, min(restores) if restores else sched.resume_rate)
+        if rates != (sched.suspend_rate, sched.resume_rate):
+            sched.suspend_rate, sched.resume_rate = rates
+            sched.cfg = sched.cfg.with_options(suspend_rate=rates[0], resume_rate=rates[1])
+        return rates
 
     def suspension(self) -> dict:
         """``NodeAgentEnactment.suspension``: per node URL, whether suspensions freeze VWNs."""

@@ -39,6 +39,7 @@ class NodeAgentEnactment:
         self.resumed: set[int] = set()    # leases thawed by resume_vms, not yet "started" again
         self.freezers: dict[int, dict] = {}  # node -> its GET /status "freezer" {"version","reason"}
         self.boot_s: dict[int, float] = {}   # node -> its GET /status driver.max_boot_s (s)
+        self.rates: dict[int, tuple] = {}    # node -> (save, restore) MB/s its driver measured
         self.node_urls = node_urls
         self.payload = payload
         self.session = session or new_session()
@@ -104,6 +105,8 @@ class NodeAgentEnactment:
             self.freezers[node] = st["freezer"]
         drv = (st.get("driver") or {}) if isinstance(st, dict) else {}
         boot = drv.get("max_boot_s") or drv.get("last_boot_s")
+        if drv.get("save_rate_mb_s") or drv.get("restore_rate_mb_s"):
+            self.rates[node] = (drv.get("save_rate_mb_s"), drv.get("restore_rate_mb_s"))
         if isinstance(boot, (int, float)):
             self.boot_s[node] = float(boot)        # a libvirt node's measured boot (ce_leases lead)
         return True
