@@ -103,3 +103,27 @@ def test_the_ce_pins_an_image_from_acceptance_to_the_end_of_its_lease(ce_site, r
     receiver.wait_event(key, "done", timeout_s=30)
     wait_until(lambda: not node.images.pins.get("c.img"), "the pin released after the lease", 30)
     node.images.evict("c.img")                              # now it may go
+
+
+def test_a_vwn_naming_a_pool_image_waits_for_it_and_pins_it_while_it_lives(ce_site):
+    """``POST /vwns`` with ``image`` (images.vwn_disk) on a cgroup node: refused 409 "not-ready"
+    before the image is in the pool (no VWN made); once it is, the VWN's overlay pins the image
+    while it runs and is removed when it ends (the image stays READY, unpinned)."""
+    from vgrid_runtime.httpjson import ApiError
+    from vwn_agents.images.pool import PullRequest
+    from vwn_agents.vwn_model import VWNRequest
+    _, _, node = ce_site
+    req = VWNRequest("j-img", "k-img", "/bin/sleep", arguments="1", image="c.img")
+    with pytest.raises(ApiError) as refused:
+        node.create_vwn(req)
+    assert refused.value.status == 409 and refused.value.body["code"] == "not-ready"
+    assert "k-img" not in node.by_key
+    node.images.pull(PullRequest("c.img"))
+    assert node.images.wait("c.img", 30).state is ImageState.READY
+    v, created = node.create_vwn(req)
+    assert created and node.images.overlays == {"k-img": "c.img"}
+    with pytest.raises(PoolError, match="pinned"):
+        node.images.evict("c.img")
+    wait_until(lambda: node.get(v.vwn).state.value == "done", "the VWN done", 30)
+    assert node.images.overlays == {} and not (node.images.root / "overlays" / "k-img.qcow2").exists()
+    node.images.evict("c.img")                              # unpinned once the VWN ended
