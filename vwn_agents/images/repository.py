@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flask import Flask, jsonify, send_file
+from flask import Flask, jsonify, request, send_file
 
 from vgrid_runtime.authn import TLSOptions, authorize, caller, install_authentication
 from vgrid_runtime.clock import Clock, WallClock
@@ -177,6 +177,9 @@ def create_app(config: ImageRepositoryConfig, clock: Clock | None = None) -> Fla
     def download(name):
         reader(f"download image {name}")
         entry = catalog.entry(name)
+        suffix = re.fullmatch(r"\s*bytes\s*=\s*-(\d+)\s*", request.headers.get("Range", ""))
+        if suffix and int(suffix.group(1)) > entry["size"]:   # RFC 9110 14.1.2: the whole file
+            request.environ["HTTP_RANGE"] = "bytes=0-"
         resp = send_file(catalog.path(name), mimetype="application/octet-stream", conditional=True,
                          etag=entry["sha256"], max_age=0)
         resp.headers["Digest"] = "sha-256=" + base64.b64encode(bytes.fromhex(entry["sha256"])).decode()
