@@ -14,9 +14,9 @@ Per transfer it reports the simulated schedule, the live schedule (relative to s
 the live node's actual start/end and bytes, and pool hits; the summary line compares them:
 ``start_offset_s`` (actual - scheduled start), ``rate_error`` (measured/scheduled rate - 1),
 ``schedule_diff_s`` (live vs simulated scheduled start), transfers and MB in both, and the
-VMs' start offset from the AR start. The VM part (libvirt domains booted from the overlays)
-needs the libvirt VWN driver (helper s4h4): here the VMs are cgroup VWNs whose disk overlay is
-made but not booted.
+VMs' start offset from the AR start. Here the VMs are cgroup VWNs (the overlay pins the image);
+``--vms`` runs the VM part instead (``live_vs_sim_vms.py``: libvirt VMs booted from the pool's
+overlays, suspended and restored, against the simulation fed with the measured rates).
 
     .venv/bin/python benchmarks/live_vs_sim.py [--leases 8] [--strategy edf-jit] [--rate 2.0]
                                                [--pool-mb 6] [--out DIR] [--json]
@@ -136,6 +136,10 @@ def run_live(work, cfg, tmp: Path, pool_mb: float) -> dict:
 
 
 def main() -> int:
+    if "--vms" in sys.argv[1:]:                    # the VM part: benchmarks/live_vs_sim_vms.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import live_vs_sim_vms
+        return live_vs_sim_vms.main(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--leases", type=int, default=8)
     p.add_argument("--strategy", default="edf-jit", choices=["edf", "edf-jit"])

@@ -11,7 +11,7 @@ import requests
 
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.ce_agent import CEAgentConfig, create_app
-from vwn_agents.images.pool import PoolError
+from vwn_agents.images.pool import ImageState, PoolError
 from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repo_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
@@ -96,11 +96,34 @@ def test_the_ce_pins_an_image_from_acceptance_to_the_end_of_its_lease(ce_site, r
                                          f'LeaseType = "advance-reservation"; LeaseStart = {start}; LeaseDuration = 2; ]')
     assert resp.status_code == 202, resp.text
     wait_until(lambda: key in node.images.pins.get("c.img", ()), "the AR's pin on the node", 10)
-    # the pin is recorded at acceptance, the pool entry only when the scheduled pull starts
-    wait_until(lambda: getattr(node.images.get("c.img"), "state", None) is not None
-               and node.images.get("c.img").state.value == "ready", "c.img pulled", 30)
+    wait_until(lambda: getattr(node.images.get("c.img"), "state", None) is ImageState.READY,
+               "c.img pulled (the pin may come before the pull starts)", 30)
     with pytest.raises(PoolError):
         node.images.evict("c.img")                          # the AR still needs it
     receiver.wait_event(key, "done", timeout_s=30)
     wait_until(lambda: not node.images.pins.get("c.img"), "the pin released after the lease", 30)
     node.images.evict("c.img")                              # now it may go
+
+
+def test_a_vwn_naming_a_pool_image_waits_for_it_and_pins_it_while_it_lives(ce_site):
+    """``POST /vwns`` with ``image`` (images.vwn_disk) on a cgroup node: refused 409 "not-ready"
+    before the image is in the pool (no VWN made); once it is, the VWN's overlay pins the image
+    while it runs and is removed when it ends (the image stays READY, unpinned)."""
+    from vgrid_runtime.httpjson import ApiError
+    from vwn_agents.images.pool import PullRequest
+    from vwn_agents.vwn_model import VWNRequest
+    _, _, node = ce_site
+    req = VWNRequest("j-img", "k-img", "/bin/sleep", arguments="1", image="c.img")
+    with pytest.raises(ApiError) as refused:
+        node.create_vwn(req)
+    assert refused.value.status == 409 and refused.value.body["code"] == "not-ready"
+    assert "k-img" not in node.by_key
+    node.images.pull(PullRequest("c.img"))
+    assert node.images.wait("c.img", 30).state is ImageState.READY
+    v, created = node.create_vwn(req)
+    assert created and node.images.overlays == {"k-img": "c.img"}
+    with pytest.raises(PoolError, match="pinned"):
+        node.images.evict("c.img")
+    wait_until(lambda: node.get(v.vwn).state.value == "done", "the VWN done", 30)
+    assert node.images.overlays == {} and not (node.images.root / "overlays" / "k-img.qcow2").exists()
+    node.images.evict("c.img")                              # unpinned once the VWN ended

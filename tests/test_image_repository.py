@@ -170,3 +170,12 @@ def test_token_bucket_rejects_nonsense():
     with pytest.raises(ValueError):
         TokenBucket(10, burst=0)
     TokenBucket(float("inf")).take(10**12)                 # unlimited: returns at once
+
+
+def test_a_suffix_longer_than_the_image_is_the_whole_image(repo):
+    """RFC 9110 14.1.2: ``bytes=-k`` with k above the size selects the whole representation (206),
+    not 416 (found by hypothesis in a developer run: ``bytes=-300001``)."""
+    s, url, body = repo["node"], repo["url"], repo["data"]
+    r = s.get(f"{url}/images/a.img", headers={"Range": f"bytes=-{len(body) + 1}"}, timeout=10)
+    assert r.status_code == 206 and r.content == body
+    assert r.headers["Content-Range"] == f"bytes 0-{len(body) - 1}/{len(body)}"

@@ -117,7 +117,59 @@ def test_domain_xml(tmp_path):
     assert [s.get("path") for s in d.findall("devices/serial/source")] == \
         [str(tmp_path / "console.log"), str(tmp_path / "channel.out")]
     assert d.find("devices/disk/source").get("file") == str(tmp_path / "o.qcow2")
+    assert d.find("devices/disk/target").get("bus") == "virtio"
+    assert "vgrid.disk" in d.findtext("os/cmdline").split()     # the guest mounts /image
     assert d.findtext("on_poweroff") == "destroy"
+    bare = etree.fromstring(domain_xml("x", memory_mb=128, fraction=1, kernel=Path("/k"), initrd=Path("/i"),
+                                       files=tmp_path, kvm=False).encode())
+    assert bare.find("devices/disk") is None and "vgrid.disk" not in bare.findtext("os/cmdline")
+
+
+def _ko(tree: Path, name: str, depends: str) -> None:
+    """A stand-in kernel module: only its modinfo strings matter to ``disk_modules``."""
+    (tree / f"{name}.ko").write_bytes(b"\x7fELF...\0license=GPL\0depends=" + depends.encode() + b"\0vermagic=6.1\0")
+
+
+def test_disk_modules_come_in_dependency_order(tmp_path):
+    (tmp_path / "drivers" / "virtio").mkdir(parents=True)
+    (tmp_path / "drivers" / "block").mkdir()
+    for name, deps in (("virtio", ""), ("virtio_ring", ""), ("virtio_pci_modern_dev", ""),
+                       ("virtio_pci", "virtio_ring,virtio_pci_modern_dev,virtio")):
+        _ko(tmp_path / "drivers" / "virtio", name, deps)
+    _ko(tmp_path / "drivers" / "block", "virtio_blk", "virtio,virtio_ring")
+    names = [n for n, _ in guest.disk_modules(tmp_path)]
+    assert sorted(names) == ["virtio", "virtio_blk", "virtio_pci", "virtio_pci_modern_dev", "virtio_ring"]
+    assert names.index("virtio_pci") > max(names.index(n) for n in ("virtio", "virtio_ring", "virtio_pci_modern_dev"))
+    assert names.index("virtio_blk") > max(names.index("virtio"), names.index("virtio_ring"))
+    with pytest.raises(guest.GuestBuildError, match="virtio_scsi.ko"):
+        guest.disk_modules(tmp_path, ("virtio_scsi",))
+    _ko(tmp_path / "drivers" / "virtio", "virtio", "virtio_blk")   # a cycle is named, not recursed into
+    with pytest.raises(guest.GuestBuildError, match="dependency cycle"):
+        guest.disk_modules(tmp_path)
+
+
+def test_initramfs_carries_the_modules_and_their_order(tmp_path):
+    import zlib
+    mods = [("virtio", b"A" * 10), ("virtio_blk", b"B" * 7)]
+    (tmp_path / "i.cpio").write_bytes(zlib.decompressobj(31).decompress(guest.base_initramfs(mods)))
+    listing = subprocess.run(["busybox", "cpio", "-t", "-F", str(tmp_path / "i.cpio")],
+                             capture_output=True, text=True).stdout.split()
+    assert {"lib/modules/virtio.ko", "lib/modules/virtio_blk.ko", "lib/modules/order"} <= set(listing)
+    subprocess.run(["busybox", "cpio", "-i", "-d", "-F", str(tmp_path / "i.cpio")], cwd=tmp_path,
+                   capture_output=True, check=True)
+    assert (tmp_path / "lib/modules/order").read_text() == "virtio\nvirtio_blk\n"
+
+
+@pytest.mark.parametrize("line, disk", [("VGRID-DISK mounted", "mounted"), ("VGRID-DISK raw", "raw"),
+                                        ("VGRID-DISK absent", "absent"), ("VGRID-DISK bogus", None), ("", None)])
+def test_channel_says_what_the_guest_made_of_its_disk(line, disk):
+    assert guest.parse_channel(f"{line}\r\nVGRID-RUNNING\r\n".encode()).disk == disk
+
+
+def test_a_vwn_request_names_a_pool_image():
+    from vwn_agents.vwn_model import VWNRequest
+    assert VWNRequest("j", "k", "/bin/true", image="sl5-worker.img").validate() is None
+    assert "field 'image'" in VWNRequest("j", "k", "/bin/true", image="../etc/passwd").validate()
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -137,3 +189,26 @@ def test_cgroup_driver_says_what_it_uses(tmp_path):
     assert drv.kind == "cgroup" and not drv.runs_jobs
     assert drv.describe()["why"].startswith("cgroup none, uncapped: test: none")
     assert drv.read_cap("x") is None and drv.state("x") == "gone"
+
+
+@given(st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=1, max_size=12))
+def test_disk_modules_order_respects_every_dependency(deps):
+    """Any acyclic dependency graph (module i depends only on modules j < i): every module comes
+    after all it depends on, each once, and exactly the wanted ones and their dependencies."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = {f"m{i}": sorted({f"m{j}" for j in ds if j < i}) for i, ds in enumerate(deps)}
+        for name, ds in graph.items():
+            _ko(Path(tmp), name, ",".join(ds))
+        wanted = (f"m{len(deps) - 1}",)
+        names = [n for n, _ in guest.disk_modules(Path(tmp), wanted)]
+        assert len(names) == len(set(names))
+        for n in names:
+            assert all(names.index(d) < names.index(n) for d in graph[n])
+        closure, todo = set(), list(wanted)
+        while todo:
+            n = todo.pop()
+            if n not in closure:
+                closure.add(n)
+                todo += graph[n]
+        assert set(names) == closure

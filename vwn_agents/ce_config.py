@@ -60,6 +60,11 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "scheduler = leases: plan suspensions, resumptions and migrations with the rates the "
                 "node agents measured (GET /status driver; the slowest node's, smoothed), else the "
                 "lease configuration's (docs/leasing.md, \"Measured rates\")"})
+    vm_boot_lead_s: float = field(default=0.0, metadata={
+        "help": "scheduler = leases: an advance reservation's VMs start this many seconds before its "
+                "LeaseStart (its lease starts earlier and lasts as much longer) so that they have booted "
+                "at LeaseStart (libvirt nodes under TCG: 10-20 s); -1 = the longest boot the node agents "
+                "measured (GET /status driver.max_boot_s; 0 before any boot); docs/vwn.md"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})
@@ -122,6 +127,8 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
             return f"field 'cpus_per_node': must be >= 1, got {self.cpus_per_node}"
         if self.scheduler not in ("leases", "fair-share", "voc"):
             return f"field 'scheduler': must be 'leases', 'fair-share' or 'voc', got {self.scheduler!r}"
+        if self.vm_boot_lead_s < 0 and self.vm_boot_lead_s != -1:
+            return f"field 'vm_boot_lead_s': must be >= 0 (s) or -1 (measured), got {self.vm_boot_lead_s}"
         if self.voc_interval_s <= 0:
             return f"field 'voc_interval_s': must be > 0, got {self.voc_interval_s}"
         for name in ("voc_growth_limit", "voc_keep_warm_s", "voc_hysteresis"):

@@ -125,6 +125,7 @@ class LeaseScheduling:
         self.ram_mb = config.ram_mb
         self.default_memory_mb = max(1, config.ram_mb // self.k)
         self.max_wallclock_s = config.max_wallclock_s
+        self.boot_lead = float(getattr(config, "vm_boot_lead_s", 0.0))
         base = load_config(config.lease_config) if config.lease_config else LeaseConfig()
         suspend = self.suspend_vwns = bool(getattr(config, "suspend_vwns", True))
         migrate = self.migrate_vwns = suspend and bool(getattr(config, "migrate_vwns", False))
@@ -173,9 +174,12 @@ class LeaseScheduling:
         start = args.get("start_s")
         if start is not None and start < self.clock.now():
             raise _bad(desc, "LeaseStart", f"LeaseStart {desc.get('LeaseStart')!r} is in the past")
+        length = float(duration or self.max_wallclock_s)
+        if start is not None:                      # VMs booted at LeaseStart (vm_boot_lead_s)
+            early = max(self.clock.now(), start - self.boot_lead_s())
+            start, length = early, length + (start - early)
         preemptible = args.get("preemptible", False) and kind == "best-effort"
         restarts = preemptible and str(desc.get("PreemptionClass") or "").lower() in ("suspendable", "migratable")
-        length = float(duration or self.max_wallclock_s)
         deadline = args.get("deadline_s")
         if deadline is not None and deadline < (start if start is not None else self.clock.now()) + length:
             raise _bad(desc, "LeaseDeadline", f"LeaseDeadline {desc.get('LeaseDeadline')!r} is before the "
@@ -184,6 +188,14 @@ class LeaseScheduling:
                                "LeaseDuration" if duration is not None else "max_wallclock_s",
                                start, preemptible, args.get("image_id"), float(args.get("image_mb") or 0.0),
                                restarts, args.get("request_type"), bool(args.get("local")), deadline)
+
+    def boot_lead_s(self) -> float:
+        """How long before its LeaseStart an advance reservation's lease starts (s): the CE's
+        ``vm_boot_lead_s``, or with -1 the longest boot its node agents measured (their GET /status
+        ``driver.max_boot_s``; 0 before any)."""
+        if self.boot_lead >= 0 or self.engine is None:
+            return max(0.0, self.boot_lead)
+        return max(self.engine.enactment.boot_s.values(), default=0.0)
 
     def submit(self, key: str, body: dict, req: JobLeaseRequest, attempts: int = 0) -> dict:
         """Submit the job's lease (idempotent on key; ``attempts``: start attempts made before a

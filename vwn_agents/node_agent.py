@@ -42,7 +42,7 @@ from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_
 from .drivers import vm_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
-from .images import node_routes as node_images
+from .images import node_routes as node_images, vwn_disk
 from .node_config import NodeAgentConfig  # noqa: F401  (re-exported)
 from .node_store import NodeStore
 from .api_models import NODE_SPEC, install_openapi
@@ -160,6 +160,7 @@ class NodeAgent:
                 raise ApiError(503, f"node agent {self.config.node} is shutting down")
             if req.key in self.by_key:
                 return self.vwns[self.by_key[req.key]], False
+            vwn_disk.attach(self, req)           # the overlay of its VM image (409 until it arrived)
             name = f"vwn-{self.config.node}-{self._store_call(self.store.next_number)}"
             try:
                 jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
@@ -302,6 +303,7 @@ class NodeAgent:
             except (cgroups.CgroupError, OSError) as exc:
                 log.warning("%s: %s", v.vwn, exc)
             node_suspend.remove(self, v)
+            vwn_disk.detach(self, v)             # unpins its VM image
             self.conf.close(v.jail, self.config.keep_workdirs)
             v.to(final)
             v.ended = self.clock.now()

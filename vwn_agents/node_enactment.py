@@ -38,6 +38,7 @@ class NodeAgentEnactment:
         self.frozen: set[int] = set()     # leases whose VWNs are suspended (frozen) on their nodes
         self.resumed: set[int] = set()    # leases thawed by resume_vms, not yet "started" again
         self.freezers: dict[int, dict] = {}  # node -> its GET /status "freezer" {"version","reason"}
+        self.boot_s: dict[int, float] = {}   # node -> its GET /status driver.max_boot_s (s)
         self.node_urls = node_urls
         self.payload = payload
         self.session = session or new_session()
@@ -79,7 +80,7 @@ class NodeAgentEnactment:
             try:
                 body = self.payload(lease, vm)
                 if self.staging is not None:               # the VM's disk: an overlay on the pooled image
-                    self.staging.before_vm(self, lease, node, body["key"])
+                    body["image"] = self.staging.before_vm(self, lease, node, body["key"])
                 info = self.client(node).create_vwn(body)
             except NodeAgentError as exc:
                 self.answered(node, exc.answered, now)
@@ -109,6 +110,10 @@ class NodeAgentEnactment:
             self.freezers[node] = st["freezer"]
         if self.rates is not None:
             self.rates.observe_status(self.node_urls[node], st)
+        drv = (st.get("driver") or {}) if isinstance(st, dict) else {}
+        boot = drv.get("max_boot_s") or drv.get("last_boot_s")
+        if isinstance(boot, (int, float)):
+            self.boot_s[node] = float(boot)        # a libvirt node's measured boot (ce_leases lead)
         return True
 
     def can_freeze(self, node: int) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from vgrid_runtime.outcomes import Outcome
 
 from .confinement import Jail
+from .images.repository import NAME_RE as IMAGE_NAME
 from .jobpaths import PathError, check_plain, check_relative
 from .pool_accounts import Owner
 from .vwn_states import ACTIVE, VWN_STATES, VWNState
@@ -37,6 +38,7 @@ class VWNRequest:
     owner: dict | None = None        # {"dn", "vo", "fqans"}: who the job belongs to (pool account)
     memory_mb: int | None = None     # the job's memory requirement (MB), else the node's share
     heartbeat_url: str | None = None  # where the node heartbeats about this VWN (<ce>/node-heartbeats)
+    image: str | None = None         # a VM image of the node's pool: the VWN's disk is an overlay on it
 
     def validate(self) -> str | None:
         if not self.key:
@@ -58,6 +60,8 @@ class VWNRequest:
             return str(exc)
         if self.memory_mb is not None and self.memory_mb < 1:
             return f"field 'memory_mb': must be >= 1 (MB), got {self.memory_mb}"
+        if self.image is not None and not IMAGE_NAME.fullmatch(self.image):
+            return "field 'image': an image name of the node's pool, [A-Za-z0-9][A-Za-z0-9._-]*"
         if self.heartbeat_url is not None and not self.heartbeat_url.startswith(("http://", "https://")):
             return "field 'heartbeat_url': must be an http:// or https:// URL"
         return None

@@ -16,6 +16,15 @@ output files as a base64 tar between ``VGRID-FILES`` and ``VGRID-END``, and powe
 module, network or share is needed, and a saved/restored or migrated guest keeps its channel
 (qemu refuses to save a guest with a mounted 9p share). The job runs as the unprivileged guest
 account ``vgrid`` (uid 1000), never as root (busybox ``su``).
+
+Disk (``vgrid.disk`` on the kernel command line: the domain has a virtio disk, the qcow2 overlay
+of an image in the node's pool): the initramfs carries ``virtio_pci`` and ``virtio_blk`` from
+the same kernel package with the modules they depend on (``disk_modules``: read from each
+module's ``depends=`` modinfo, loaded in dependency order with busybox ``insmod``); the agent
+waits for ``/dev/vda`` (at most 10 s) and mounts it at ``/image`` (``nosuid,nodev``; ext2/3/4 are
+built into the cloud kernel). An image without a filesystem is left as the raw device, readable
+by the job (e.g. ``tar -xf /dev/vda``). It reports ``VGRID-DISK mounted|raw|absent`` on the
+channel before ``VGRID-RUNNING``. Writes go to the overlay, never to the pooled image.
 """
 from __future__ import annotations
 
@@ -36,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KERNEL_META = "linux-image-cloud-amd64"
+#: the kernel modules a guest with a disk needs (their dependencies are added, ``disk_modules``)
+DISK_MODULES = ("virtio_pci", "virtio_blk")
 BUSYBOX = "/bin/busybox"
 GUEST_UID = 1000
 
@@ -52,6 +63,14 @@ AGENT = r"""# vgrid guest agent (busybox sh): runs /job/run.sh, reports on ttyS1
 out=/dev/ttyS1
 stty -F $out raw -echo 2>/dev/null
 if grep -q vgrid.probe /proc/cmdline; then echo VGRID-PROBE-OK > $out; sync; poweroff -f; fi
+if grep -q vgrid.disk /proc/cmdline; then
+  for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko 2>/dev/null; done
+  n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+  mkdir -p /image
+  if [ ! -b /dev/vda ]; then echo "VGRID-DISK absent" > $out
+  elif mount -o nosuid,nodev /dev/vda /image 2>/dev/null; then echo "VGRID-DISK mounted" > $out
+  else chown 1000:1000 /dev/vda; echo "VGRID-DISK raw" > $out; fi
+fi
 chown -R 1000:1000 /job/work
 cd /job/work
 echo VGRID-RUNNING > $out
@@ -70,11 +89,12 @@ files=""
 while read -r f; do [ -e "$f" ] && files="$files $f"; done < /job/outputs
 if [ -n "$files" ]; then tar -cf - $files | base64 > $out; fi
 echo VGRID-END > $out
+umount /image 2>/dev/null
 sync
 poweroff -f
 """
 
-MARKERS = ("VGRID-RUNNING", "VGRID-PROGRESS", "VGRID-RESULT", "VGRID-FILES", "VGRID-END")
+MARKERS = ("VGRID-DISK", "VGRID-RUNNING", "VGRID-PROGRESS", "VGRID-RESULT", "VGRID-FILES", "VGRID-END")
 
 
 class GuestBuildError(Exception):
@@ -133,13 +153,46 @@ def cpio_newc(entries: list[tuple[str, int, bytes]]) -> bytes:
     return out.getvalue()
 
 
-def base_initramfs() -> bytes:
+def disk_modules(tree: Path, wanted=DISK_MODULES) -> list[tuple[str, bytes]]:
+    """``[(name, .ko bytes)]`` of the ``wanted`` kernel modules under ``tree`` (an unpacked
+    kernel package's ``lib/modules/<version>``) and of every module they depend on (each
+    module's ``depends=`` modinfo string), dependencies first: the ``insmod`` order.
+    GuestBuildError naming a module that is missing (compressed ``.ko.xz`` is not handled)."""
+    files = {p.name.removesuffix(".ko").replace("-", "_"): p for p in Path(tree).rglob("*.ko")}
+    order: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+
+    def add(name: str, path: tuple) -> None:
+        name = name.replace("-", "_")
+        if name in seen:
+            return
+        if name in path:
+            raise GuestBuildError(f"kernel module dependency cycle: {' -> '.join((*path, name))}")
+        if name not in files:
+            raise GuestBuildError(f"kernel module {name}.ko not in {tree}")
+        data = files[name].read_bytes()
+        m = re.search(rb"(?:^|\0)depends=([\w,-]*)\0", data)
+        for dep in (m.group(1).decode().split(",") if m and m.group(1) else []):
+            add(dep, (*path, name))
+        seen.add(name)
+        order.append((name, data))
+
+    for w in wanted:
+        add(w, ())
+    return order
+
+
+def base_initramfs(modules: list[tuple[str, bytes]] = ()) -> bytes:
     """The guest's initramfs (gzip'd newc cpio): busybox, /init, /agent.sh, the ``vgrid``
-    account. GuestBuildError without busybox-static."""
+    account, and ``modules`` (``disk_modules``) as ``/lib/modules/<name>.ko`` with their load
+    order in ``/lib/modules/order``. GuestBuildError without busybox-static."""
     if not os.path.exists(BUSYBOX):
         raise GuestBuildError(f"{BUSYBOX} missing: install busybox-static")
     d, x = stat.S_IFDIR | 0o755, stat.S_IFREG | 0o755
-    entries = [(n, d, b"") for n in ("bin", "dev", "proc", "sys", "tmp", "etc", "job", "sbin")]
+    entries = [(n, d, b"") for n in ("bin", "dev", "proc", "sys", "tmp", "etc", "job", "sbin",
+                                     "lib", "lib/modules")]
+    entries += [(f"lib/modules/{n}.ko", stat.S_IFREG | 0o644, data) for n, data in modules]
+    entries.append(("lib/modules/order", stat.S_IFREG | 0o644, "".join(f"{n}\n" for n, _ in modules).encode()))
     entries += [("dev/console", stat.S_IFCHR | 0o600, b"5,1"),
                 ("bin/busybox", x, Path(BUSYBOX).read_bytes()),
                 ("init", x, INIT.encode()), ("agent.sh", stat.S_IFREG | 0o644, AGENT.encode()),
@@ -155,7 +208,7 @@ def build_guest(cache_dir: str | Path) -> Guest:
     doc; about 30 MB downloaded once). GuestBuildError names the failing step."""
     package, version = kernel_package()
     bb = hashlib.sha256(Path(BUSYBOX).read_bytes()).hexdigest() if os.path.exists(BUSYBOX) else "-"
-    key = hashlib.sha256(f"{package}={version}|{bb}|{INIT}|{AGENT}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{package}={version}|{bb}|{INIT}|{AGENT}|{DISK_MODULES}".encode()).hexdigest()[:16]
     where = Path(cache_dir) / key
     kernel, initrd = where / "vmlinuz", where / "initrd.gz"
     if kernel.exists() and initrd.exists():
@@ -175,7 +228,10 @@ def build_guest(cache_dir: str | Path) -> Guest:
         out = tmp / "out"
         out.mkdir()
         shutil.copyfile(vmlinuz, out / "vmlinuz")
-        (out / "initrd.gz").write_bytes(base_initramfs())
+        trees = list((tmp / "x" / "lib" / "modules").glob("*"))
+        if not trees:
+            raise GuestBuildError(f"{debs[0].name}: no /lib/modules/<version>")
+        (out / "initrd.gz").write_bytes(base_initramfs(disk_modules(trees[0])))
         for f in out.iterdir():
             os.chmod(f, 0o644)
         os.chmod(out, 0o755)
@@ -239,10 +295,11 @@ def job_archive(spec: dict, workdir: Path, outputs: list[str]) -> bytes:
 @dataclass
 class ChannelState:
     """What the guest said so far on its channel (``parse_channel``): ``running``, ``progress``
-    (bytes of StdOutput), ``exit_code`` (None until VGRID-RESULT), ``files`` (name -> bytes,
+    (bytes of StdOutput), ``disk`` (what the guest made of its disk), ``exit_code`` (None until VGRID-RESULT), ``files`` (name -> bytes,
     once VGRID-END arrived), ``complete``."""
 
     running: bool = False
+    disk: str | None = None          # "mounted", "raw", "absent" (VGRID-DISK), None: no disk
     progress: int = 0
     exit_code: int | None = None
     files: dict | None = None
@@ -261,6 +318,8 @@ def parse_channel(data: bytes) -> ChannelState:
             body.append(line)
         elif line == "VGRID-RUNNING":
             st.running = True
+        elif line.startswith("VGRID-DISK ") and line.split()[1] in ("mounted", "raw", "absent"):
+            st.disk = line.split()[1]
         elif line.startswith("VGRID-PROGRESS "):
             st.progress = int(line.split()[1]) if line.split()[1].isdigit() else st.progress
         elif line.startswith("VGRID-RESULT "):

@@ -4,8 +4,8 @@ Domain (``domain_xml``, built with lxml): type ``kvm`` when KVM is usable, else 
 software emulation; ``probe_kvm`` decides with a bounded boot, see below), ``VMMemory`` MB of
 memory, one vCPU, direct kernel boot of the test guest (``guest``: Debian cloud kernel + busybox
 initramfs with the job appended), serial port 0 = the guest console (``console.log``), serial
-port 1 = the job channel (``channel.out``), optionally a disk (a qcow2 overlay from the node's
-image pool, issue 14's staging half), ``on_poweroff = destroy`` (transient domains: a powered-off
+port 1 = the job channel (``channel.out``), optionally a disk (the qcow2 overlay of a VM image
+in the node's pool, ``images.vwn_disk``; the guest mounts it at ``/image``), ``on_poweroff = destroy`` (transient domains: a powered-off
 VWN disappears from libvirt).
 
 CPU cap (seed 004, Section 5.1): ``<cputune><period>100000</period><quota>q</quota>`` with
@@ -76,7 +76,8 @@ def quota_us(fraction: float) -> int:
 def domain_xml(name: str, *, memory_mb: int, fraction: float, kernel: Path, initrd: Path,
                files: Path, kvm: bool, disk: Path | None = None, cmdline: str = "") -> str:
     """The libvirt domain XML of one VWN (module doc); ``files``: the VWN's directory (console.log,
-    channel.out); ``disk``: a qcow2 overlay attached as virtio disk vda, or None."""
+    channel.out); ``disk``: a qcow2 overlay attached as virtio disk vda (``vgrid.disk`` on the
+    kernel command line tells the guest agent to load virtio_blk and mount it), or None."""
     d = etree.Element("domain", type="kvm" if kvm else "qemu")
     etree.SubElement(d, "name").text = name
     etree.SubElement(d, "memory", unit="MiB").text = str(int(memory_mb))
@@ -85,6 +86,8 @@ def domain_xml(name: str, *, memory_mb: int, fraction: float, kernel: Path, init
     etree.SubElement(os_, "type", arch="x86_64", machine="pc").text = "hvm"
     etree.SubElement(os_, "kernel").text = str(kernel)
     etree.SubElement(os_, "initrd").text = str(initrd)
+    if disk is not None:                       # the guest agent loads virtio_blk, mounts /image
+        cmdline = f"{cmdline} vgrid.disk".strip()
     etree.SubElement(os_, "cmdline").text = f"console=ttyS0 quiet panic=-1 no_timer_check {cmdline}".strip()
     etree.SubElement(etree.SubElement(d, "features"), "acpi")
     tune = etree.SubElement(d, "cputune")

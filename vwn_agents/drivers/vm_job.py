@@ -6,7 +6,8 @@
 1. stage in the input sandbox into the VWN's work directory on the host (``confinement``);
 2. build the job archive (``guest.job_archive``: run.sh from Executable / Arguments /
    Environment / StdInput, the input files, the names to send back: StdOutput, StdError,
-   OutputSandbox) and start the domain with ``VMMemory`` MB (the request's ``memory_mb``, else
+   OutputSandbox) and start the domain, booting from the overlay of the request's ``image``
+   when it names one (``images.vwn_disk``), with ``VMMemory`` MB (the request's ``memory_mb``, else
    the node's ``vm_memory_mb``; at least ``MIN_MEMORY_MB``, what the guest needs to boot) and
    the cap the node agent computed; its qemu pid and start time are recorded (the "wrapper" of
    the VWN: a restarted agent adopts the domain, ``node_recovery``);
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from vgrid_runtime.outcomes import Outcome
 
+from ..images import vwn_disk
 from ..jobpaths import PathError, check_relative
 from ..vwn_process import stage_in_and_start, start_time, write_spec
 from ..vwn_states import VWNState
@@ -56,12 +58,21 @@ def _start(agent, v) -> None:
     cap = v.cpu_caps[-1][1] if v.cpu_caps else agent.config.capacity
     drv.vms.destroy(v.vwn)                         # a domain an earlier agent started unrecorded
     try:
-        pid = drv.vms.start(v.vwn, cpio, memory, cap)
+        pid = drv.vms.start(v.vwn, cpio, memory, cap, disk=_disk(agent, v))
     except VMError as exc:
         v.fail(Outcome.WRAPPER_ERROR, f"cannot start the VWN's VM: {exc}")
         return
     v.wrapper_pid, v.wrapper_start = pid, start_time(pid) if pid else None
     agent._save(v)
+
+
+def _disk(agent, v) -> Path | None:
+    """The VWN's overlay (``images.vwn_disk``), None without an image; VMError when its image
+    was named but the overlay is gone."""
+    path = vwn_disk.disk(agent, v)
+    if v.request.image and path is None:
+        raise VMError(f"{v.vwn}: the overlay of image {v.request.image!r} is missing")
+    return Path(path) if path else None
 
 
 def _write_outputs(agent, v, files: dict) -> None:
@@ -114,7 +125,7 @@ def run(agent, v) -> None:
         st = parse_channel(channel.read_bytes()) if size else parse_channel(b"")
         if st.running and v.state is VWNState.STARTING:
             if booted_at is not None:
-                drv.stats["last_boot_s"] = round(time.monotonic() - booted_at, 2)
+                drv.record_boot(time.monotonic() - booted_at)
             with agent._lock:
                 v.to(VWNState.RUNNING)
                 agent._emit(v, "running")

@@ -15,10 +15,12 @@ enacts it (CE agent side, driven by ``node_enactment.NodeAgentEnactment``):
 * ``sync_pins(enactment, pools)`` -- every node's pins, ``{image: [lease keys]}``, from the
   engine's pools (``leasing.imagepool``: the leases that use or will use each image), sent
   (``PUT /images/pins``) when they change: the node never evicts a pinned image.
-* ``before_vm`` / ``after_stop`` -- a VM of a lease with an image gets a qcow2 overlay on the
-  pool's image, named by its VWN key (``POST /images/<image>/overlays``), before its VWN is
-  created; a 409 (the image is not there yet: a late transfer) fails the start, which the
-  engine retries on the next tick. The overlay is removed when the lease's VMs stop.
+* ``before_vm`` / ``after_stop`` -- a VM of a lease with an image names it in its ``POST
+  /vwns`` (``image``); the node agent boots it from a qcow2 overlay on the pool's image, named
+  by its VWN key (``images.vwn_disk``); a 409 (the image is not there yet: a late transfer)
+  fails the start, which the engine retries on the next tick. The node removes the overlay
+  when the VWN ends; ``after_stop`` deletes it too (``DELETE /images/overlays/<key>``: a VWN
+  the node could not be told to delete).
 * ``records`` -- per transfer and node: scheduled start/end and MB, when the CE asked, the
   node's answer (``hit``, ``joined``); ``report(enactment)`` joins them with the nodes' own
   records (actual start/end, bytes, resumed offset): the model-vs-measured comparison.
@@ -118,13 +120,15 @@ class LiveStaging:
             except NodeAgentError as exc:
                 enactment.answered(node, exc.answered, now)
 
-    def before_vm(self, enactment, lease, node: int, vwn_key: str) -> None:
-        """Make the VM's qcow2 overlay on the node's pooled image (raises NodeAgentError: HTTP
-        409 when the image is not there yet; the engine retries the start)."""
+    def before_vm(self, enactment, lease, node: int, vwn_key: str) -> str | None:
+        """The pool image the VM's ``POST /vwns`` names (its ``image`` field), None for a lease
+        without a staged image. The node agent makes the VM's qcow2 overlay on it when it
+        creates the VWN (``images.vwn_disk``: HTTP 409 while the image has not arrived, and the
+        engine retries the start on its next tick) and removes it when the VWN ends."""
         if not has_image(lease):
-            return
-        enactment.client(node).make_overlay(lease.image_id, vwn_key)
+            return None
         self.disks.setdefault(lease.id, []).append((node, vwn_key))
+        return lease.image_id
 
     def after_stop(self, enactment, lease, now: float) -> None:
         """Remove the overlays of the lease's stopped VMs (their images may be evicted again)."""
