@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 from vgrid_runtime.job_states import JOB_STATES, JobState
 from vgrid_runtime.outcomes import PENDING, Outcome
 from vgrid_runtime.states import IllegalTransition, StateTable
+from vwn_agents import ce_reconcile
 from vwn_agents.ce_jobs import CE_JOB_STATES, CEJob, CEJobState, JobRequest
 from vwn_agents.leasing.model import LEASE_STATES, Lease, LeaseState, LeaseType, resource_vector
 from vwn_agents.vwn_states import VWN_STATES, VWNState
@@ -136,11 +137,11 @@ def test_requeue_and_abort_follow_the_code_whatever_the_words(agent, monkeypatch
     agent.leases = FakeLeases((Outcome.PREEMPTED, words))
     monkeypatch.setattr(agent, "_cancel_lease", lambda key: agent.leases.cancelled.append(key))
     requeued = _running_job(agent, "r1", restarts=True)
-    agent._reconcile(requeued)
+    ce_reconcile.reconcile(agent, requeued)
     assert requeued.state is CEJobState.SCHEDULED and requeued.outcome is Outcome.REQUEUED
     assert requeued.vwn is None and "restarts in a new VWN" in requeued.reason
     aborted = _running_job(agent, "a1", restarts=False)
-    agent._reconcile(aborted)
+    ce_reconcile.reconcile(agent, aborted)
     assert aborted.state is CEJobState.ABORTED and aborted.outcome is Outcome.PREEMPTED
     assert aborted.reason == words and agent.leases.cancelled == ["a1"]
     assert aborted.record()["outcome"] == "preempted"
@@ -149,12 +150,12 @@ def test_requeue_and_abort_follow_the_code_whatever_the_words(agent, monkeypatch
 @pytest.mark.parametrize("words", ["killed at its wall-clock limit", "time is up (reworded)"])
 def test_wallclock_limit_waits_for_the_vwn_event_whatever_the_words(agent, monkeypatch, words):
     agent.leases = FakeLeases((Outcome.WALLCLOCK_LIMIT, words))
-    monkeypatch.setattr(agent, "_vwn_finished", lambda job: True)
+    monkeypatch.setattr(ce_reconcile, "vwn_finished", lambda agent, job: True)
     job = _running_job(agent, "w1", restarts=False)
-    agent._reconcile(job)
+    ce_reconcile.reconcile(agent, job)
     assert job.state is CEJobState.RUNNING               # its own done/aborted event is on the way
-    monkeypatch.setattr(agent, "_vwn_finished", lambda job: False)
-    agent._reconcile(job)
+    monkeypatch.setattr(ce_reconcile, "vwn_finished", lambda agent, job: False)
+    ce_reconcile.reconcile(agent, job)
     assert job.state is CEJobState.ABORTED and job.outcome is Outcome.WALLCLOCK_LIMIT
 
 

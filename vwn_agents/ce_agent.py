@@ -36,7 +36,7 @@ from vgrid_runtime.authn import authorize, caller, install_authentication
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import ce_bulk, ce_site
+from . import ce_bulk, ce_reconcile, ce_site
 from .ce_config import CEAgentConfig
 from .ce_heartbeats import CEHeartbeats, loopback
 from .api_models import CE_SPEC, install_openapi
@@ -45,12 +45,11 @@ from .ce_publish import CEPublishing
 from .ce_recovery import recover
 from .ce_store import CEStore, open_outbox
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, CEJobState, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
-from .ce_leases import REQUEUED_REASON, LeaseScheduling
+from .ce_leases import LeaseScheduling
 from vgrid_runtime.httpjson import ApiError, install_error_handlers, json_body, parse_body
 from vgrid_runtime.outcomes import PENDING, Outcome
 from .node_client import NodeAgentClient, NodeAgentError
 from .placement import PLACEMENTS, NodeLoad
-from .vwn_states import VWNState
 from .voc.live import VOCScheduling
 
 __all__ = ["CEAgent", "CEAgentConfig", "create_app"]
@@ -182,7 +181,7 @@ class CEAgent(CEPublishing):
             with self._lock:
                 active = [j for j in self.jobs.values() if j.in_engine and j.state not in ENDED]
             for job in active:
-                self._reconcile(job)
+                ce_reconcile.reconcile(self, job)
 
     def _submit_lease(self, job: CEJob) -> None:
         key = job.request.key
@@ -196,66 +195,6 @@ class CEAgent(CEPublishing):
             cancelled = job.state is CEJobState.CANCELLED
         if known and cancelled:
             self._cancel_lease(key)
-
-    def _reconcile(self, job: CEJob) -> None:
-        key = job.request.key
-        view = self.leases.view(key)
-        if view is None:
-            return
-        if view["state"] == "Active" and view["nodes"] and job.node_url != view["nodes"][0]:
-            with self._lock:
-                job.node_url, job.lease_start = view["nodes"][0], view["start_s"]
-                self._save(job)
-        if view["start_error"] and view["nodes"] and not view["vwns"]:
-            with self._lock:
-                if job.state is CEJobState.SCHEDULED:        # the node agent did not take it
-                    job.note(Outcome.NOT_STARTED,
-                             f"not started yet: node agent {view['nodes'][0]} did not take the VWN "
-                             f"(retried every {self.config.lease_tick_s:g} s): {view['start_error']}")
-        ended = self.leases.outcome(job.lease_req, view)
-        if ended is None:
-            return
-        code, reason = ended
-        if code is Outcome.WALLCLOCK_LIMIT and self._vwn_finished(job):
-            return                          # it ended by itself at the limit: its event is on the way
-        if code is Outcome.PREEMPTED and job.lease_req.restarts:
-            self._requeued(job)             # suspendable/migratable: a new VWN when it starts again
-            return
-        if code in (Outcome.PREEMPTED, Outcome.MIGRATION_FAILED):
-            self._cancel_lease(key)         # cancellable, or its VM could not move: the job ends here
-        with self._lock:
-            if job.state in ENDED:
-                return
-            job.to(CEJobState.ABORTED)
-            job.note(code, reason)
-            self._save(job)
-            self._forward(job, "aborted", self.clock.now())
-        log.info("%s: %s", key, reason)
-
-    def _requeued(self, job: CEJob) -> None:
-        """The job's lease was stopped and waits to start again: the job is Scheduled without
-        a VWN (``Outcome.REQUEUED``) until its next VWN (key ``<key>-r2`` ...) reports running."""
-        with self._lock:
-            if job.state is not CEJobState.RUNNING:
-                return
-            job.to(CEJobState.SCHEDULED)
-            job.vwn, job.node, job.node_url, job.lease_node = None, None, None, None
-            job.cpu_caps, job.capped, job.cap_reason = [], None, None
-            job.lease_start = None
-            job.note(Outcome.REQUEUED, REQUEUED_REASON)
-            self._save(job)
-            self._forward(job, "requeued", self.clock.now())     # a history note at the broker
-        log.info("%s: %s", job.request.key, job.reason)
-
-    def _vwn_finished(self, job: CEJob) -> bool:
-        """Whether the job's VWN ended by itself (done/aborted) rather than being deleted."""
-        if not (job.vwn and job.node_url):
-            return False
-        try:
-            record = NodeAgentClient(job.node_url, self.http, self.config.node_timeout_s).vwn(job.vwn)
-            return record.get("state") in (VWNState.DONE.value, VWNState.ABORTED.value)
-        except NodeAgentError:
-            return False
 
     def _cancel_lease(self, key: str) -> None:
         try:
