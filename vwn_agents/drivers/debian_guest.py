@@ -40,7 +40,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .guest import BUSYBOX, GuestBuildError, _run, build_guest, cpio_newc, kernel_package
+from .guest import BUSYBOX, GuestBuildError, _run, build_guest, cpio_newc, kernel_package, publish
 
 SUITE = "bookworm"
 PACKAGES = ("python3", "systemd-sysv")
@@ -249,14 +249,7 @@ def build_debian_guest(cache_dir: str | Path, suite: str = SUITE, mirror: str | 
         progress("ext4 image")
         _run_long(["mkfs.ext4", "-q", "-F", "-L", "vgridroot", "-d", str(root), str(tmp / "root.img"), "600M"])
         _run_long(["qemu-img", "convert", "-O", "qcow2", str(tmp / "root.img"), str(out / "rootfs.qcow2")])
-        for f in out.iterdir():
-            os.chmod(f, 0o644)
-        os.chmod(out, 0o755)
-        try:
-            os.rename(out, where)
-        except OSError:                            # a concurrent build won the race
-            if not disk.exists():
-                raise
+        publish(out, where, disk)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return DebianGuest(kernel, initrd, disk, key, True)

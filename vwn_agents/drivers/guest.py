@@ -232,17 +232,24 @@ def build_guest(cache_dir: str | Path) -> Guest:
         if not trees:
             raise GuestBuildError(f"{debs[0].name}: no /lib/modules/<version>")
         (out / "initrd.gz").write_bytes(base_initramfs(disk_modules(trees[0])))
-        for f in out.iterdir():
-            os.chmod(f, 0o644)
-        os.chmod(out, 0o755)
-        try:
-            os.rename(out, where)
-        except OSError:                            # a concurrent build won the race
-            if not kernel.exists():
-                raise
+        publish(out, where, kernel)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return Guest(kernel, initrd, key, f"{package}={version}", True)
+
+
+def publish(out: Path, where: Path, marker: Path) -> None:
+    """Make a finished build directory ``out`` readable by the qemu account and move it to its
+    cache place ``where`` in one rename; a concurrent build that got there first (``marker``,
+    one of its files, exists) wins, else the OSError propagates."""
+    for f in out.iterdir():
+        os.chmod(f, 0o644)
+    os.chmod(out, 0o755)
+    try:
+        os.rename(out, where)
+    except OSError:
+        if not marker.exists():
+            raise
 
 
 def job_script(spec: dict) -> str:
