@@ -195,3 +195,14 @@ def test_stalled_is_dirac_s_detour_from_scheduled_and_running():
     assert JOB_STATES.allowed(S.STALLED) == {S.SCHEDULED, S.RUNNING, S.WAITING, S.ABORTED,
                                              S.CANCELLED, S.DONE}
     assert S.STALLED in AT_CE and S.STALLED not in JOB_STATES.terminal
+
+
+def test_a_lease_whose_vms_were_migrated_or_thawed_is_not_taken_for_preempted():
+    # between a cold migration (or a thaw) and the start of its resumption reservation the lease
+    # is still Suspended in the engine; its VMs run again, so the job must not be requeued
+    from vwn_agents.ce_leases import LeaseScheduling
+    req = FakeRequest(True)
+    view = {"state": "Suspended", "start_s": 10.0, "end_s": None, "reason": "", "frozen": False}
+    assert LeaseScheduling.outcome(req, {**view, "resumed": False})[0] is Outcome.PREEMPTED
+    assert LeaseScheduling.outcome(req, {**view, "resumed": True}) is None
+    assert LeaseScheduling.outcome(req, {**view, "frozen": True}) is None

@@ -348,7 +348,8 @@ class LeaseEngine:
                     "vwns": [v for _, v in vwns], "start_s": lease.start_s, "end_s": lease.end_s,
                     "reason": lease.reject_reason, "start_error": self.enactment.start_errors.get(lease.id),
                     "attempts": self.enactment.attempts.get(lease.id, 0),
-                    "frozen": lease.id in self.enactment.frozen}
+                    "frozen": lease.id in self.enactment.frozen,
+                    "resumed": lease.id in self.enactment.resumed}
 
     def slot_table(self, history_s: float = 600.0) -> dict:
         """The slot table and the run segments of the last ``history_s`` s as JSON, for the
