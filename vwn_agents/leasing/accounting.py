@@ -34,6 +34,12 @@ def reported(sched) -> list:
     return [l for l in sched.leases.values() if l.parent_id is None]
 
 
+def bounded_slowdown(lease) -> float:
+    """A finished lease's bounded slowdown: (end - submit) / max(time run, 10 s), at least 1
+    (dimensionless; the 10 s bound keeps very short leases from dominating the mean)."""
+    return max(1.0, (lease.end_s - lease.submit_s) / max(lease.time_run, 10.0))
+
+
 def lease_record(lease, nodes) -> dict:
     start, end = lease.start_s, lease.end_s
     used = sorted({nodes[n].name for seg in lease.segments for n in seg.nodes})
@@ -59,7 +65,7 @@ def lease_record(lease, nodes) -> dict:
         # (best-effort: (end - submit) / max(time run, 10 s), at least 1), why it was rejected
         "segments": [{"start_s": seg.start, "end_s": seg.end,
                       "nodes": [nodes[n].name for n in seg.nodes]} for seg in lease.segments],
-        "slowdown": (max(1.0, (end - lease.submit_s) / max(lease.time_run, 10.0))
+        "slowdown": (bounded_slowdown(lease)
                      if lease.is_be and end is not None and lease.state is LeaseState.DONE else None),
         "reject_reason": lease.reject_reason or None,
     }
@@ -155,7 +161,7 @@ def report(sched) -> dict:
     horizon = max(ends, default=0.0)
     total_cpu = sum(n.capacity[CPU] for n in nodes)
     used = sum(l.per_vm[CPU] * len(seg.nodes) * (seg.end - seg.start) for l in leases for seg in l.segments)
-    slow = [max(1.0, (l.end_s - l.submit_s) / max(l.time_run, 10.0)) for l in be_done]
+    slow = [bounded_slowdown(l) for l in be_done]
     ars = [l for l in leases if l.is_ar]
     sat = ar_satisfaction(sched)
     peak = {}

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, LeaseConfig
+from .config import OPTIONS, ConfigError, LeaseConfig
 
 #: Haizea 1.1's defaults for options whose vgrid default differs (used when the file omits them).
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
@@ -50,6 +50,7 @@ _DEFAULT_ONLY = {"mode": "simulated", "clock": "simulated", "mapper": "greedy",
 _READ = ("tracefile", "injectionfile", "resources", "starttime")
 _HAIZEA_VALUES = {"stop-when": {"best-effort-done": "besteffort-done"},
                   "migration": {"true": "yes", "false": "no"}}
+OPTION_TYPES = {o.name: o.type for o in OPTIONS}
 _RESOURCES = re.compile(r"^(\d+)\s+(.*)$")
 
 
@@ -104,23 +105,21 @@ def _line_of(lines: list[str], section: str, option: str) -> int:
 
 
 def _value(opt: str, text: str, where: str):
+    """A Haizea value of a mapped option as the type the lease engine's schema gives it
+    (``config.OPTIONS``); ConfigError naming ``where`` when it is not one."""
     text = _HAIZEA_VALUES.get(opt, {}).get(text.strip().lower(), text.strip())
-    if opt in ("suspend-rate", "resume-rate", "scheduling-threshold-factor", "runtime-slowdown-overhead",
-               "bootshutdown-overhead", "imagetransfer-bandwidth", "diskimage-cache-size"):
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(f"{where}: {opt} must be a number, got {text!r}") from None
-    if opt == "backfilling-reservations":
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{where}: {opt} must be an integer, got {text!r}") from None
-    if opt == "avoid-redundant-transfers":
+    kind = OPTION_TYPES[opt]
+    if kind is bool:
         low = text.lower()
         if low not in ("true", "false", "yes", "no", "1", "0"):
             raise ConfigError(f"{where}: {opt} must be True or False, got {text!r}")
         return low in ("true", "yes", "1")
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise ConfigError(f"{where}: {opt} must be {noun}, got {text!r}") from None
     return text
 
 
