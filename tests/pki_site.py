@@ -28,3 +28,9 @@ def site_pki(d: Path, hosts: dict[str, str], vos: tuple[str, ...] = ("dteam",)):
         cred.save(d / f"{name}.pem", d / f"{name}.key")
         dns[name] = cred.dn
     return ca, voms, dns, now
+
+
+def tls_fields(d: Path, name: str) -> dict:
+    """A service configuration's TLS options for host credential ``name`` of the site in ``d``."""
+    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
+            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}

@@ -27,6 +27,7 @@ from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
 from .pki_site import site_pki
+from .pki_site import tls_fields as fields
 from .waiting import wait_until
 
 ADDR = {"broker": "127.0.17.1", "ce": "127.0.17.2", "node": "127.0.17.3"}
@@ -54,11 +55,6 @@ def tls(d, name):
         return TLSFiles(cert=str(d / name), key=None, cert_dir=str(d / "certs"), voms_dir=str(d / "vomsdir"))
     return TLSFiles(cert=str(d / f"{name}.pem"), key=str(d / f"{name}.key"), cert_dir=str(d / "certs"),
                     voms_dir=str(d / "vomsdir"))
-
-
-def fields(d, name):
-    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
-            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}
 
 
 @pytest.fixture(scope="module")

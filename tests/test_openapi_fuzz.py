@@ -35,6 +35,7 @@ from vwn_agents.images.repository import ImageRepositoryConfig, create_app as re
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 
 from .pki_site import site_pki
+from .pki_site import tls_fields as fields
 from .waiting import wait_until
 
 ADDR = {"broker": "127.0.19.1", "ce": "127.0.19.2", "node": "127.0.19.3", "repo": "127.0.19.4"}
@@ -54,11 +55,6 @@ def pki(tmp_path_factory):
     stranger = create_ca(dn="/DC=org/DC=elsewhere/CN=other CA", now=now)
     issue_host(stranger, "intruder", ["127.0.19.9"], now=now).save(d / "intruder.pem", d / "intruder.key")
     return d, dns
-
-
-def fields(d, name):
-    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
-            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}
 
 
 def session(d, name) -> requests.Session:

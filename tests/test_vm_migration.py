@@ -36,16 +36,11 @@ from vwn_agents.drivers.libvirtd import LibvirtUnavailable, ensure_libvirtd
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 from vwn_agents.testing import Receiver
 
-from .pki_site import site_pki
+from .pki_site import site_pki, tls_fields
 from .waiting import wait_until
 
 ADDR = {"ce": "127.0.34.1", "node1": "127.0.34.2", "node2": "127.0.34.3", "rogue": "127.0.34.4",
         "broker": "127.0.34.5"}
-
-
-def tls_fields(d: Path, name: str) -> dict:
-    return {"tls_cert": str(d / f"{name}.pem"), "tls_key": str(d / f"{name}.key"),
-            "cert_dir": str(d / "certs"), "voms_dir": str(d / "vomsdir")}
 
 
 def session(d: Path, name: str):
