@@ -93,20 +93,7 @@ def run_live(work, cfg, tmp: Path, pool_mb: float) -> dict:
                 f'image_repository = "{repo.url}"', f"image_pool_mb = {pool_mb}", ""])) for i in range(2)])
             urls = [n.url for n in nodes]
             engine = LeaseEngine([(u, 1, 2048) for u in urls], cfg, staging=LiveStaging(None))
-            stop = threading.Event()
-
-            def tick():
-                seen = 0
-                while not stop.wait(0.1):
-                    events = list(receiver.events)
-                    try:                # as the CE agent: a start that fails is retried next tick
-                        for ev in events[seen:]:
-                            engine.job_event(ev)
-                        engine.tick()
-                    except Exception:  # noqa: BLE001
-                        pass
-                    seen = len(events)
-            ticker = threading.Thread(target=tick, daemon=True)
+            ticker, stop = engine_ticker(engine, receiver)
             t0 = engine.clock.now()
             for key, start, dur, img in work:
                 engine.submit_job(key, {"job_id": f"{receiver.url}/jobs/{key}", "key": key,
@@ -134,6 +121,26 @@ def run_live(work, cfg, tmp: Path, pool_mb: float) -> dict:
         receiver.close()
         shutil.rmtree(jobs, ignore_errors=True)
 
+
+
+def engine_ticker(engine, receiver) -> tuple[threading.Thread, threading.Event]:
+    """A thread (not started) that, every 0.1 s, feeds the receiver's new node events to the
+    live ``engine`` and ticks it, as the CE agent does (a start that fails is retried next tick);
+    set the returned event to stop it."""
+    stop = threading.Event()
+
+    def tick():
+        seen = 0
+        while not stop.wait(0.1):
+            events = list(receiver.events)
+            try:
+                for ev in events[seen:]:
+                    engine.job_event(ev)
+                engine.tick()
+            except Exception:  # noqa: BLE001
+                pass
+            seen = len(events)
+    return threading.Thread(target=tick, daemon=True), stop
 
 def main() -> int:
     if "--vms" in sys.argv[1:]:                    # the VM part: benchmarks/live_vs_sim_vms.py

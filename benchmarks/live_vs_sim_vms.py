@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -83,6 +82,7 @@ def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
     from vwn_agents.lease_engine import LeaseEngine
     from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
     from vwn_agents.testing import Receiver
+    from live_vs_sim import engine_ticker
     receiver = Receiver()
     servers = [BackgroundServer(repo_app(ImageRepositoryConfig.from_dict({"images_dir": str(images)})))]
     agents = []
@@ -96,26 +96,13 @@ def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
             agents.append(app.config["VGRID_AGENT"])
         urls = [s.url for s in servers[1:]]
         engine = LeaseEngine([(u, 1, 2048) for u in urls], cfg, staging=LiveStaging(None), suspend_vwns=True)
-        stop = threading.Event()
-
-        def tick():
-            seen = 0
-            while not stop.wait(0.1):
-                events = list(receiver.events)
-                try:                     # as the CE agent: a start that fails is retried next tick
-                    for ev in events[seen:]:
-                        engine.job_event(ev)
-                    engine.tick()
-                except Exception:  # noqa: BLE001
-                    pass
-                seen = len(events)
+        ticker, stop = engine_ticker(engine, receiver)
         t0 = engine.clock.now()
 
         def body(w):
             return {"job_id": f"{receiver.url}/jobs/{w['key']}", "key": w["key"], "executable": "/bin/sh",
                     "arguments": f"-c 'cat /image/marker.txt; sleep {w['job']}'", "memory_mb": MEMORY_MB,
                     "callback_url": f"{receiver.url}/events"}
-        ticker = threading.Thread(target=tick, daemon=True)
         for w in work:
             if w["kind"] == "best-effort":
                 engine.submit_job(w["key"], body(w), duration_s=w["duration"], image_id=w["image"],
