@@ -203,6 +203,6 @@ def test_a_lease_whose_vms_were_migrated_or_thawed_is_not_taken_for_preempted():
     from vwn_agents.ce_leases import LeaseScheduling
     req = FakeRequest(True)
     view = {"state": "Suspended", "start_s": 10.0, "end_s": None, "reason": "", "frozen": False}
-    assert LeaseScheduling.outcome(req, {**view, "resumed": False})[0] is Outcome.PREEMPTED
-    assert LeaseScheduling.outcome(req, {**view, "resumed": True}) is None
-    assert LeaseScheduling.outcome(req, {**view, "frozen": True}) is None
+    assert LeaseScheduling.outcome(req, {**view, "vms_kept": False})[0] is Outcome.PREEMPTED
+    assert LeaseScheduling.outcome(req, {**view, "vms_kept": True}) is None      # thawed or migrated
+    assert LeaseScheduling.outcome(req, {**view, "frozen": True, "vms_kept": True}) is None

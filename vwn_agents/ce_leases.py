@@ -248,7 +248,7 @@ class LeaseScheduling:
                 "end_s": st["end_s"], "nodes": st["nodes"], "vwns": st["vwns"],
                 "reason": st["reason"] or None, "start_error": st["start_error"],
                 "attempts": st["attempts"], "frozen": st.get("frozen", False),
-                "resumed": st.get("resumed", False),
+                "vms_kept": st.get("vms_kept", False),
                 "migration_failed": self.migration.failed.get(st["lease_id"]) if self.migration else None}
 
     @staticmethod
@@ -276,8 +276,7 @@ class LeaseScheduling:
         if state is LeaseState.CANCELLED and st["reason"]:   # the engine's, not the job's cancel (seed 002:
             return Outcome.PREEMPTED, f"{st['reason']}: its VWN was deleted"   # a local request, issue 15)
         if st["start_s"] is not None and state in (LeaseState.QUEUED, LeaseState.SCHEDULED,
-                                                  LeaseState.SUSPENDED) and not st.get("frozen") \
-                and not st.get("resumed"):    # VMs thawed or migrated, its resumption not yet started
+                                                  LeaseState.SUSPENDED) and not st.get("vms_kept"):
             return Outcome.PREEMPTED, "preempted by an advance reservation: its VWN was deleted"
         return None
 

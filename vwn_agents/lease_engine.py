@@ -164,7 +164,7 @@ class LeaseEngine:
             lease = self._by_key[job_key]
             current = (attempt == self.enactment.attempts.get(lease.id, 0)
                        and (lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED)
-                            or lease.id in self.enactment.frozen or lease.id in self.enactment.resumed))
+                            or self.enactment.keeps_vms(lease.id)))
             return job_key, current
 
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
@@ -349,7 +349,7 @@ class LeaseEngine:
                     "reason": lease.reject_reason, "start_error": self.enactment.start_errors.get(lease.id),
                     "attempts": self.enactment.attempts.get(lease.id, 0),
                     "frozen": lease.id in self.enactment.frozen,
-                    "resumed": lease.id in self.enactment.resumed}
+                    "vms_kept": self.enactment.keeps_vms(lease.id)}
 
     def slot_table(self, history_s: float = 600.0) -> dict:
         """The slot table and the run segments of the last ``history_s`` s as JSON, for the

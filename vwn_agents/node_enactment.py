@@ -164,6 +164,12 @@ class NodeAgentEnactment:
     def suspended(self, lease: Lease, now: float) -> None:
         pass                                       # frozen VWNs stay where they are
 
+    def keeps_vms(self, lease_id: int) -> bool:
+        """Whether the lease's VMs exist on nodes while the engine has it waiting (queued,
+        scheduled or suspended): frozen in place, or thawed or migrated before its resumption
+        reservation starts. Such a lease is not stopped: its VWNs' events are current."""
+        return lease_id in self.frozen or lease_id in self.resumed
+
     def holds_memory(self, lease: Lease) -> bool:
         """Whether the suspended lease's VWNs are frozen on their nodes (their memory in use)."""
         return lease.id in self.frozen
