@@ -345,26 +345,27 @@ class JobStore(BulkTransitions):
         ``(submitted_at, key)`` order strictly after ``after``, filtered like :meth:`list`
         (``since``: submitted at or after, s), with history; and the ``(submitted_at, key)``
         to continue after, None on the last page. Served by the ``ix_jobs_*_order`` indexes."""
-        with self._session() as s:
-            q = select(JobRow).order_by(JobRow.submitted_at, JobRow.key).limit(limit + 1)
-            if states is not None:
-                q = q.where(JobRow.state.in_([st.value for st in states]))
-            if owner_dn is not None:
-                q = q.where(JobRow.owner_dn == owner_dn)
-            if since is not None:
-                q = q.where(JobRow.submitted_at >= since)
-            if keys is not None:
-                q = q.where(JobRow.key.in_(list(keys)))
-            if after is not None:
-                t, k = after
-                q = q.where(or_(JobRow.submitted_at > t, and_(JobRow.submitted_at == t, JobRow.key > k)))
-            rows = list(s.scalars(q))
+        J = _JOBS.c       # Core rows, not ORM objects: the page's cost was the ORM (issue 12)
+        q = select(_JOBS).order_by(J.submitted_at, J.key).limit(limit + 1)
+        if states is not None:
+            q = q.where(J.state.in_([st.value for st in states]))
+        if owner_dn is not None:
+            q = q.where(J.owner_dn == owner_dn)
+        if since is not None:
+            q = q.where(J.submitted_at >= since)
+        if keys is not None:
+            q = q.where(J.key.in_(list(keys)))
+        if after is not None:
+            t, k = after
+            q = q.where(or_(J.submitted_at > t, and_(J.submitted_at == t, J.key > k)))
+        with self.engine.connect() as c:
+            rows = c.execute(q).all()
             more = len(rows) > limit
             rows = rows[:limit]
-            hist: dict[str, list[HistoryRow]] = {r.key: [] for r in rows}
+            hist: dict[str, list] = {r.key: [] for r in rows}
             if rows:              # one query for the page's history (ix on job_history.key)
-                for h in s.scalars(select(HistoryRow).where(HistoryRow.key.in_(list(hist)))
-                                   .order_by(HistoryRow.id)):
+                for h in c.execute(select(_HIST.c.key, _HIST.c.state, _HIST.c.time, _HIST.c.reason)
+                                   .where(_HIST.c.key.in_(list(hist))).order_by(_HIST.c.id)):
                     hist[h.key].append(h)
             jobs = [self._to_job(r, hist[r.key]) for r in rows]
         last = rows[-1] if more else None
