@@ -5,7 +5,6 @@ syntax error answers 400 with ``file``, ``line`` and ``column``; nothing is stor
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -23,6 +22,7 @@ from vgrid_runtime.tls import TLSFiles
 from . import authz, heartbeats, idempotency, listing, resubmission
 from .api_models import SPEC
 from .db import Job, UnknownJob
+from .records import RecordCache
 from .transfers import BrokerError
 from .service import Broker
 from vgrid_runtime.job_states import IllegalTransition
@@ -65,14 +65,17 @@ def jdl_error_json(exc: jdlmod.JDLError) -> dict[str, Any]:
             "line": getattr(exc, "line", None), "column": getattr(exc, "column", None)}
 
 
-def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = ()) -> Flask:
+def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = (),
+               records_size: int = 10_000) -> Flask:
     """The WMProxy-like Flask app over ``broker`` (routes and shapes: docs/architecture.md).
 
     ``tls``: the broker's credential and trust; every request then needs a client certificate
     (:mod:`vgrid_runtime.authn`) and the rules of :mod:`broker.authz` apply (``admins``: DNs
-    that see every job). Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL
+    that see every job); ``records_size``: job records kept rendered for status reads
+    (:mod:`broker.records`). Errors answer JSON ``{"error": {"message", ...}}``: 400 for a JDL
     error (with file, line, column) or bad request, 401/403 for a caller without a valid
-    certificate or not allowed, 404 for an unknown job, 409 for an illegal state change or an
+    certificate or not allowed, 404 for an unknown job (``GET /jobs/<key>``: also for
+    another user's job), 409 for an illegal state change or an
     output file written twice or an ``Idempotency-Key`` reused for another JDL, 507 when the state
     directory or database is full (nothing of the request stored), 503 when the database cannot
     be written, 500 (no traceback) for anything unexpected (:mod:`vgrid_runtime.storage`).
@@ -164,12 +167,24 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
         return jsonify({"jobs": [job_json(broker, j) for j in jobs],
                         "next": listing.encode_cursor(*last) if last else None})
 
+    records = RecordCache(broker.store, lambda job: app.json.dumps(
+        job_json(broker, job), separators=(",", ":")).encode() + b"\n", size=records_size)
+    app.config["VGRID_RECORDS"] = records
+
     @app.get("/jobs/<key>")
     def get_job(key: str):
-        """The job record with a strong ETag (a hash of the record): 304 on If-None-Match."""
-        resp = jsonify(job_json(broker, owned(key, "read")))
-        resp.set_etag(hashlib.sha256(resp.get_data()).hexdigest()[:32])
-        return resp.make_conditional(request)
+        """The job record with a strong ETag (a hash of the record): 304 on If-None-Match.
+        Rendered once per change of the job (broker.records); another user's job answers the
+        404 of an unknown job (its existence is not revealed, nor its tag)."""
+        record = records.read(key)
+        if not authz.may_see_owned(caller(), record.owner_dn, admins):
+            raise UnknownJob(key)
+        if record.etag in request.if_none_match:     # RFC 9110 13.1.2 (weak comparison)
+            resp = app.response_class(status=304)
+        else:
+            resp = app.response_class(record.body, mimetype="application/json")
+        resp.set_etag(record.etag)
+        return resp
 
     @app.post("/jobs/<key>/cancel")
     def cancel(key: str):

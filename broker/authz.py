@@ -59,7 +59,12 @@ def submitter(who: Caller, jdl_vo: str | None) -> Owner | None:
 
 def may_see(who: Caller, job: Job, admins: list[str]) -> bool:
     """The job's owner or an administrator (any caller in plain-HTTP mode)."""
-    return who.identity is None or who.dn == job.owner_dn or who.is_one_of(admins)
+    return may_see_owned(who, job.owner_dn, admins)
+
+
+def may_see_owned(who: Caller, owner_dn: str | None, admins: list[str]) -> bool:
+    """:func:`may_see` for a job owned by ``owner_dn`` (e.g. a cached record's owner)."""
+    return who.identity is None or who.dn == owner_dn or who.is_one_of(admins)
 
 
 def listing_owner(who: Caller, admins: list[str]) -> str | None:

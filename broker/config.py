@@ -76,6 +76,8 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                                        "never sent one; 0 = its jobs are never marked Stalled")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
+    record_cache_size: int = opt(10000, "job records kept rendered (JSON and ETag) for GET /jobs/<key>, "
+                                 "revalidated against the database on every read (broker.records); 0: none")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
     # federation (docs/federation.md): this broker as a gateway to peer brokers
     peers: list[PeerConfig] = field(default_factory=list, metadata={
@@ -115,7 +117,7 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         if self.blacklist_s < 0:
             return "field 'blacklist_s' must be >= 0"
         for name in ("max_retry_count", "max_shallow_retry_count", "stalled_resubmit_s",
-                     "default_ce_interval_s", "claim_lease_s"):
+                     "default_ce_interval_s", "claim_lease_s", "record_cache_size"):
             if getattr(self, name) < 0:
                 return f"field {name!r} must be >= 0"
         if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0:

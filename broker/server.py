@@ -81,7 +81,8 @@ def build_app(broker: Broker, config: BrokerConfig):
     """The broker's Flask app for ``config`` (with the gateway routes when it has peers)."""
     from .api import create_app
 
-    app = create_app(broker, tls=config.tls_files(), admins=config.admins)
+    app = create_app(broker, tls=config.tls_files(), admins=config.admins,
+                     records_size=config.record_cache_size)
     app.config["MAX_CONTENT_LENGTH"] = int(config.max_body_mb * 1_000_000)
     if broker.federation is not None:
         broker.federation.install(app)

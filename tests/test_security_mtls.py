@@ -186,7 +186,15 @@ def test_jobs_belong_to_their_submitter(pki, site):
     alice, bob, carol = user(d, "alice.proxy"), user(d, "bob.proxy"), user(d, "carol.proxy")
     job = alice.get(f"{site['broker']}/jobs/{key}", timeout=10).json()
     assert job["owner"] == {"dn": dns["alice"], "vo": "dteam", "fqans": ["/dteam"]}
-    assert bob.get(f"{site['broker']}/jobs/{key}", timeout=10).status_code == 403
+    # another user's job reads like an unknown one (status, body, no ETag): its existence is not told
+    theirs = bob.get(f"{site['broker']}/jobs/{key}", timeout=10)
+    tag = alice.get(f"{site['broker']}/jobs/{key}", timeout=10).headers["ETag"]
+    with_tag = bob.get(f"{site['broker']}/jobs/{key}", headers={"If-None-Match": tag}, timeout=10)
+    unknown = bob.get(f"{site['broker']}/jobs/{key[:-1]}X", timeout=10)
+    for r in (theirs, with_tag):
+        assert r.status_code == 404 and "ETag" not in r.headers
+        assert r.json() == {"error": {"message": f"unknown job {key}"}}
+    assert unknown.status_code == 404 and unknown.json() == {"error": {"message": f"unknown job {key[:-1]}X"}}
     assert bob.post(f"{site['broker']}/jobs/{key}/cancel", timeout=10).status_code == 403
     assert bob.get(f"{site['broker']}/jobs/{key}/output", timeout=10).status_code == 403
     assert key not in {j["key"] for j in bob.get(f"{site['broker']}/jobs", timeout=10).json()["jobs"]}
