@@ -21,7 +21,7 @@ from vgrid_runtime.tls import TLSFiles
 
 from . import authz, heartbeats, idempotency, listing, resubmission
 from .api_models import SPEC
-from .db import Job, UnknownJob
+from .db import Job, StaleState, UnknownJob
 from .records import RecordCache
 from .transfers import BrokerError
 from .service import Broker
@@ -78,7 +78,8 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     another user's job), 409 for an illegal state change or an
     output file written twice or an ``Idempotency-Key`` reused for another JDL, 507 when the state
     directory or database is full (nothing of the request stored), 503 when the database cannot
-    be written, 500 (no traceback) for anything unexpected (:mod:`vgrid_runtime.storage`).
+    be written or another broker process changed the job first (``reason: retry``),
+    500 (no traceback) for anything unexpected (:mod:`vgrid_runtime.storage`).
     """
     app = Flask("vgrid.broker")
     app.config["VGRID_BROKER"] = broker
@@ -122,6 +123,10 @@ def create_app(broker: Broker, tls: TLSFiles | None = None, admins: list[str] = 
     @app.errorhandler(authz.NotAllowed)
     def _not_allowed(exc):
         return refusal(403, f"{caller().dn} may not {exc}", "forbidden")
+
+    @app.errorhandler(StaleState)
+    def _stale(exc):   # another process changed the job first (broker.front_ends): retry
+        return error(str(exc), 503, reason="retry")
 
     @app.errorhandler(IllegalTransition)
     def _illegal(exc):

@@ -76,6 +76,8 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                                        "never sent one; 0 = its jobs are never marked Stalled")
     seed: int = opt(-1, "random seed for tie-breaks and Fuzzy Rank; -1 = from the OS")
     admins: list[str] = opt([], "DNs that see and may cancel every user's jobs (TLS mode)")
+    front_ends: int = opt(1, "processes serving this broker's port (SO_REUSEPORT) over one database: "
+                          "this one (the matcher) and front_ends - 1 request-only ones (broker.front_ends)")
     record_cache_size: int = opt(10000, "job records kept rendered (JSON and ETag) for GET /jobs/<key>, "
                                  "revalidated against the database on every read (broker.records); 0: none")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
@@ -111,7 +113,7 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):
             if getattr(self, name) <= 0:
                 return f"field {name!r} must be > 0"
-        for name in ("matcher_workers", "match_batch"):
+        for name in ("matcher_workers", "match_batch", "front_ends"):
             if getattr(self, name) < 1:
                 return f"field {name!r} must be >= 1"
         if self.blacklist_s < 0:
@@ -122,6 +124,8 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 return f"field {name!r} must be >= 0"
         if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0:
             return "fields 'federation_max_hops' (>= 1), 'federation_relay_s' and 'delegation_lifetime_s' (> 0)"
+        if self.front_ends > 1 and self.peers:
+            return "field 'front_ends': several processes are not supported with federation peers"
         for p in self.peers:
             if p.validate():
                 return f"field 'peers': {p.validate()}"

@@ -91,15 +91,21 @@ def build_app(broker: Broker, config: BrokerConfig):
     return app
 
 
-def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
-    """Run the broker in the foreground until SIGTERM/SIGINT."""
+def serve_broker(config: BrokerConfig, ready_file: str | None = None, reuse_port: bool = False) -> None:
+    """Run the broker in the foreground until SIGTERM/SIGINT; with ``front_ends`` > 1 its
+    front ends beside it on the same port (:mod:`broker.front_ends`; ``reuse_port``: bind
+    with SO_REUSEPORT, as they do)."""
     from vgrid_runtime.wsgi import serve
 
+    from . import front_ends
     broker = build_broker(config)
     app = build_app(broker, config)
+    children: list = []
 
     def on_bound(url: str) -> None:
         broker.settings.base_url = url
+        if config.front_ends > 1:
+            children.extend(front_ends.spawn(config, int(url.rsplit(":", 1)[1])))
         if config.matcher:
             broker.ism.start()
             broker.start()
@@ -107,6 +113,7 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
             broker.federation.start()
 
     def on_stop() -> None:
+        front_ends.stop(children)
         if broker.federation is not None:
             broker.federation.stop()
         broker.stop()
@@ -115,4 +122,5 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
 
     app.config["VGRID_ON_BOUND"] = on_bound
     serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop,
-          tls=config.tls_files(), limits=config.serve_limits())
+          tls=config.tls_files(), limits=config.serve_limits(),
+          reuse_port=reuse_port or config.front_ends > 1)

@@ -52,13 +52,15 @@ def _is_loopback(host: str) -> bool:
 class _Server(wsgi.Server):
     """cheroot's WSGI server with SO_REUSEADDR also on port-0 binds: a service restarted after
     ``kill -9`` on the port it was given must not fail on its old connections in TIME_WAIT
-    (Linux never lets two listeners share a port through SO_REUSEADDR alone)."""
+    (Linux never lets two listeners share a port through SO_REUSEADDR alone); SO_REUSEPORT
+    when asked, port 0 included (broker front ends, :mod:`broker.front_ends`)."""
 
     @classmethod
     def prepare_socket(cls, bind_addr, family, type, proto, nodelay, ssl_adapter, reuse_port=False):
-        sock = super().prepare_socket(bind_addr, family, type, proto, nodelay, ssl_adapter,
-                                      reuse_port=reuse_port)
+        sock = super().prepare_socket(bind_addr, family, type, proto, nodelay, ssl_adapter)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:   # set here: cheroot refuses it on port 0, which the first process binds
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         return sock
 
     def error_log(self, msg="", level=logging.INFO, traceback=False):
@@ -79,13 +81,13 @@ def _limits(threads: int | None, timeout_s: float | None, limits: ServeLimits | 
 
 
 def _server(app, host: str, port: int, tls: TLSFiles | None,
-            limits: ServeLimits) -> tuple[wsgi.Server, str]:
+            limits: ServeLimits, reuse_port: bool = False) -> tuple[wsgi.Server, str]:
     if tls is None and not _is_loopback(host):
         raise ServeError(f"refusing to serve plain HTTP on {host}: configure TLS (tls_cert, "
                          "tls_key, cert_dir) or bind to 127.0.0.1")
     server = _Server((host, port), app, numthreads=limits.threads,
                      timeout=max(1, math.ceil(limits.idle_timeout_s)), server_name="vgrid",
-                     request_queue_size=128, shutdown_timeout=5)
+                     request_queue_size=128, shutdown_timeout=5, reuse_port=reuse_port)
     if tls is not None:
         server.ssl_adapter = GridSSLAdapter(tls)
     try:
@@ -121,7 +123,8 @@ def _bound(app, url: str) -> None:
 
 def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = None,
           threads: int | None = None, on_stop=None, tls: TLSFiles | None = None,
-          timeout_s: float | None = None, limits: ServeLimits | None = None) -> None:
+          timeout_s: float | None = None, limits: ServeLimits | None = None,
+          reuse_port: bool = False) -> None:
     """Serve ``app`` until SIGTERM/SIGINT.
 
     ``port=0`` takes a free port. Once the socket is bound, ``ready_file`` (if given) is written
@@ -130,12 +133,14 @@ def serve(app, host: str = "127.0.0.1", port: int = 0, ready_file: str | None = 
     given, ``app.config["VGRID_ON_STOP"]`` is used (the node and CE agents set it to their
     shutdown). ``tls``: serve HTTPS with client certificates. ``limits``: threads, deadlines and
     the connection limit (:class:`vgrid_runtime.serving.ServeLimits`, default its defaults);
-    ``threads`` and ``timeout_s`` (the idle timeout, seconds) override them when given. Raises
-    ServeError when it cannot listen.
+    ``threads`` and ``timeout_s`` (the idle timeout, seconds) override them when given.
+    ``reuse_port``: bind with SO_REUSEPORT, so that other processes of the same user binding
+    the same address with it share the port (the kernel spreads new connections over them).
+    Raises ServeError when it cannot listen.
     """
     if on_stop is None:
         on_stop = app.config.get("VGRID_ON_STOP")
-    server, url = _server(app, host, port, tls, _limits(threads, timeout_s, limits))
+    server, url = _server(app, host, port, tls, _limits(threads, timeout_s, limits), reuse_port)
     _bound(app, url)
     if ready_file:
         tmp = Path(ready_file).with_suffix(".tmp")
