@@ -23,10 +23,10 @@ processes. Reads need no rule: ``GET /jobs/<key>`` revalidates its cached record
 row on every request (:mod:`broker.records`). Only the first process runs the matcher, the
 Stalled scans and restart recovery (claims are atomic anyway).
 
-The front ends are the broker's children in its process group: stopping the broker (SIGTERM
-to the group, as ``vgrid demo`` and the tests do) stops them; each also asks the kernel to
-send it SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so a broker killed with -9
-leaves no front end behind. Not combined with federation peers (validation refuses it).
+The front ends (``python -m broker.server <broker pid>``) are the broker's children in its
+process group: stopping the broker (SIGTERM to the group, as ``vgrid demo`` and the tests do)
+stops them; each also asks the kernel to send it SIGTERM when its parent dies
+(``PR_SET_PDEATHSIG``), so a broker killed with -9 leaves no front end behind. Not combined with federation peers (validation refuses it).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def spawn(config, port: int) -> list[subprocess.Popen]:
     text = json.dumps(dataclasses.asdict(front_end_config(config, port)))
     procs = []
     for i in range(1, config.front_ends):
-        p = subprocess.Popen([sys.executable, "-m", "broker.front_ends", str(os.getpid())],
+        p = subprocess.Popen([sys.executable, "-m", "broker.server", str(os.getpid())],
                              stdin=subprocess.PIPE, close_fds=True)
         p.stdin.write(text.encode())
         p.stdin.close()
@@ -79,7 +79,7 @@ def stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
             p.wait()
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """SIGTERM to this process when its parent dies (Linux prctl; ignored elsewhere); exit at
     once if the parent ``parent`` died before this was set."""
     try:
@@ -88,17 +88,3 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:
         sys.exit(0)
-
-
-def main() -> None:
-    """A front end (argument: the broker's pid): the JSON configuration on standard input,
-    served with SO_REUSEPORT."""
-    _die_with_parent(int(sys.argv[1]))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from .config import BrokerConfig
-    from .server import serve_broker
-    serve_broker(BrokerConfig.from_dict(json.loads(sys.stdin.read()), "front end"), reuse_port=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -124,3 +124,19 @@ def serve_broker(config: BrokerConfig, ready_file: str | None = None, reuse_port
     serve(app, host=config.bind, port=config.port, ready_file=ready_file, on_stop=on_stop,
           tls=config.tls_files(), limits=config.serve_limits(),
           reuse_port=reuse_port or config.front_ends > 1)
+
+
+def front_end_main() -> None:
+    """A front end (:mod:`broker.front_ends`; argument: the broker's pid): the JSON
+    configuration on standard input, served with SO_REUSEPORT."""
+    import json
+    import sys
+
+    from . import front_ends
+    front_ends.die_with_parent(int(sys.argv[1]))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve_broker(BrokerConfig.from_dict(json.loads(sys.stdin.read()), "front end"), reuse_port=True)
+
+
+if __name__ == "__main__":
+    front_end_main()

@@ -44,7 +44,7 @@ def _children(pid: int) -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"broker.front_ends" in cmd:
+        if int(fields[1]) == pid and fields[0] != "Z" and b"broker.server" in cmd:
             out.append(int(entry))
     return out
 
