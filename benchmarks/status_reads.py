@@ -1,0 +1,236 @@
+"""100 clients reading job status over mutual TLS (issue 12: >= 1,000 requests/s, p99 <= 100 ms;
+docs/benchmarks.md, "session 6: reads").
+
+Starts a real ``vgrid serve broker`` on loopback over mutual TLS (a demo CA, the broker's host
+certificate and a VOMS proxy of the demo user, made at run time) with ``matcher = false`` and
+``--front-ends`` processes on its port (:mod:`broker.front_ends`), submits ``--jobs`` jobs, then
+``--clients`` clients read ``GET /jobs/<random key>`` ``--reads`` times each. Each client is a
+thread holding one kept-alive TLS connection (``--client http``: ``http.client`` over the
+client context of :mod:`vgrid_runtime.tls`, the lean client; ``--client requests``: a
+``requests`` session from :func:`vgrid_runtime.httpclient.new_session`, as ``broker.client``),
+the threads spread over ``--procs`` client processes. ``--etag``: each client sends the ETag
+it saw last for that job (a poller; the broker answers 304 without a body).
+
+Timed from the moment every client holds its connection (a barrier across the client
+processes) to the last answer. CPU from /proc: ``broker_cpu_ms_per_read`` sums every broker
+process (the front ends too), ``client_cpu_ms_per_read`` every client process;
+``machine_share`` is the share of the machine's cores each side used over the run. Prints one
+JSON line ``{"benchmark": "status_reads", "front_ends", "client", "clients", "reads", "errors",
+"per_s", "p50_ms", "p99_ms", "wall_s", "broker_cpu_ms_per_read", "client_cpu_ms_per_read",
+"broker_cores", "client_cores", "cpus", "load_avg_1m_start", "load_avg_1m_end"}``. Exit 1 when
+the broker does not start or every read failed.
+
+    .venv/bin/python benchmarks/status_reads.py [--front-ends 1] [--clients 100] [--reads 50]
+        [--procs 4] [--client http|requests] [--etag] [--jobs 500]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from vgrid_cli.demo_pki import make_demo_pki  # noqa: E402
+from vgrid_cli.services import ServiceError, ServiceGroup  # noqa: E402
+from vgrid_runtime.clock import WallClock  # noqa: E402
+
+JDL = '[ Executable = "/bin/true"; ]'
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User+system CPU seconds of process ``pid`` (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def broker_pids(main: int) -> list[int]:
+    """The broker process and its front ends (children running ``broker.server``)."""
+    out = [main]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if ppid == main and b"broker.server" in cmd:
+                out.append(int(entry))
+    return out
+
+
+class _Lean:
+    """One kept-alive mutual-TLS connection through ``http.client`` (no requests machinery)."""
+
+    def __init__(self, url: str, ctx) -> None:
+        import http.client
+        u = urlsplit(url)
+        self.conn = http.client.HTTPSConnection(u.hostname, u.port, context=ctx, timeout=300)
+
+    def get(self, path: str, headers: dict) -> tuple[int, dict]:
+        self.conn.request("GET", path, headers=headers)
+        r = self.conn.getresponse()
+        body = r.read()
+        return r.status, {"etag": r.getheader("ETag"), "body": body}
+
+
+class _Requests:
+    """One ``requests`` session (what ``broker.client.BrokerClient`` uses)."""
+
+    def __init__(self, url: str, tls) -> None:
+        from vgrid_runtime.httpclient import new_session
+        self.url, self.s = url, new_session(tls)
+
+    def get(self, path: str, headers: dict) -> tuple[int, dict]:
+        r = self.s.get(f"{self.url}{path}", headers=headers, timeout=300)
+        return r.status_code, {"etag": r.headers.get("ETag"), "body": r.content}
+
+
+def _client_proc(url: str, creds: dict, kind: str, etag: bool, threads: int, per: int,
+                 keys: list[str], seed: int, start, out) -> None:
+    """``threads`` client threads, one connection each; after the barrier ``per`` reads each.
+    Puts ((ms, status) per read, CPU seconds after the barrier, monotonic end) on ``out``."""
+    from vgrid_runtime.tls import TLSFiles, client_context
+    tls = TLSFiles(**creds)
+    ctx = client_context(tls)
+    results: list[tuple[float, int]] = []
+    lock = threading.Lock()
+    cpu0: list[float] = []
+    local = threading.Barrier(threads)
+
+    def worker(i: int) -> None:
+        rng, mine, tags = random.Random(seed * 1000 + i), [], {}
+        client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+        for _attempt in range(5):        # the handshake, not timed
+            try:
+                client.get("/health", {})
+                break
+            except Exception:   # noqa: BLE001 - its reads fail and are counted
+                client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+        if local.wait() == 0:
+            start.wait()
+            cpu0.append(time.process_time())
+        local.wait()
+        for _ in range(per):
+            key = rng.choice(keys)
+            headers = {"If-None-Match": tags[key]} if etag and key in tags else {}
+            t = time.perf_counter()
+            try:
+                status, got = client.get(f"/jobs/{key}", headers)
+                if got["etag"]:
+                    tags[key] = got["etag"]
+            except Exception:   # noqa: BLE001 - counted as an error; a new connection follows
+                status = 0
+                client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+            mine.append(((time.perf_counter() - t) * 1000, status))
+        with lock:
+            results.extend(mine)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out.put((results, time.process_time() - cpu0[0], time.monotonic()))
+
+
+def pct(sorted_ms: list[float], q: float) -> float:
+    return round(sorted_ms[min(len(sorted_ms) - 1, int(q * (len(sorted_ms) - 1) + 0.5))], 1)
+
+
+def run(url: str, creds: dict, args, keys: list[str], pids: list[int]) -> dict:
+    nprocs = max(1, min(args.procs, args.clients))
+    split = [args.clients // nprocs + (1 if i < args.clients % nprocs else 0) for i in range(nprocs)]
+    ctx = mp.get_context("fork")
+    start, out = ctx.Barrier(nprocs + 1), ctx.Queue()
+    ps = [ctx.Process(target=_client_proc, args=(url, creds, args.client, args.etag, n, args.reads,
+                                                 keys, i, start, out)) for i, n in enumerate(split)]
+    for p in ps:
+        p.start()
+    start.wait(timeout=900)
+    c0, t0 = sum(cpu_s(p) for p in pids), time.monotonic()
+    parts = [out.get(timeout=1800) for _ in ps]
+    cpu, wall = sum(cpu_s(p) for p in pids) - c0, max(end for _, _, end in parts) - t0
+    for p in ps:
+        p.join()
+    rows = [r for part, _, _ in parts for r in part]
+    client_cpu = sum(c for _, c, _ in parts)
+    good = sorted(ms for ms, status in rows if status in (200, 304))
+    if not good:
+        raise SystemExit("status_reads: every read failed")
+    n, cores = len(rows), os.cpu_count() or 1
+    return {"reads": n, "errors": n - len(good), "per_s": round(len(good) / wall, 1),
+            "p50_ms": round(statistics.median(good), 1), "p99_ms": pct(good, 0.99),
+            "wall_s": round(wall, 3), "broker_cpu_ms_per_read": round(cpu * 1000 / n, 3),
+            "client_cpu_ms_per_read": round(client_cpu * 1000 / n, 3),
+            "broker_cores": round(cpu / wall, 2), "client_cores": round(client_cpu / wall, 2),
+            "statuses": {str(s): sum(1 for _, x in rows if x == s) for s in sorted({x for _, x in rows})},
+            "cpus": cores}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--front-ends", type=int, default=1, help="broker processes on the port")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--reads", type=int, default=50, help="reads per client")
+    ap.add_argument("--procs", type=int, default=4, help="client processes the client threads share")
+    ap.add_argument("--client", choices=("http", "requests"), default="http")
+    ap.add_argument("--etag", action="store_true", help="send If-None-Match (pollers; 304 answers)")
+    ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=16, help="worker threads of each broker process")
+    ap.add_argument("--record-cache-size", type=int, default=10_000,
+                    help="the broker's record_cache_size (0: render every read, as before session 6)")
+    args = ap.parse_args(argv)
+    out = {"benchmark": "status_reads", "front_ends": args.front_ends, "client": args.client,
+           "etag": args.etag, "clients": args.clients, "record_cache_size": args.record_cache_size,
+           "load_avg_1m_start": round(os.getloadavg()[0], 2)}
+    with tempfile.TemporaryDirectory(prefix="vgrid-reads-") as tmp:
+        d = Path(tmp)
+        pki = make_demo_pki(d / "pki", ["broker"], WallClock().now())
+        user = pki.user_credentials()
+        creds = {"cert": user.cert, "key": user.key, "cert_dir": user.cert_dir, "voms_dir": user.voms_dir}
+        try:
+            with ServiceGroup(d) as group:
+                svc = group.start("broker", "broker",
+                                  f'port = 0\nstate_dir = "{d / "broker"}"\nce_urls = []\nmatcher = false\n'
+                                  f'threads = {args.threads}\nidle_timeout_s = 600\n'
+                                  f'front_ends = {args.front_ends}\n'
+                                  f'record_cache_size = {args.record_cache_size}\n' + pki.toml("broker"))
+                from vgrid_runtime.httpclient import new_session
+                from vgrid_runtime.tls import TLSFiles
+                s = new_session(TLSFiles(**creds))
+                keys = [s.post(f"{svc.url}/jobs", data={"jdl": JDL, "filename": "r.jdl"}, timeout=300).json()["key"]
+                        for _ in range(args.jobs)]
+                deadline = time.monotonic() + 120
+                while len(broker_pids(svc.pids()[0])) < args.front_ends:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("status_reads: the front ends did not start")
+                    time.sleep(0.2)
+                time.sleep(1.0)                      # the front ends bind after they start
+                out.update(run(svc.url, creds, args, keys, broker_pids(svc.pids()[0])))
+        except ServiceError as exc:
+            print(f"status_reads: the broker did not start: {exc}", file=sys.stderr)
+            return 1
+    out["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
