@@ -26,7 +26,8 @@ Stalled scans and restart recovery (claims are atomic anyway).
 The front ends (``python -m broker.server <broker pid>``) are the broker's children in its
 process group: stopping the broker (SIGTERM to the group, as ``vgrid demo`` and the tests do)
 stops them; each also asks the kernel to send it SIGTERM when its parent dies
-(``PR_SET_PDEATHSIG``), so a broker killed with -9 leaves no front end behind. Not combined with federation peers (validation refuses it).
+(``PR_SET_PDEATHSIG``), so a broker killed with -9 leaves no front end behind. Not combined
+with federation peers (validation refuses it).
 """
 from __future__ import annotations
 
