@@ -21,7 +21,7 @@ JSON line ``{"benchmark": "status_reads", "front_ends", "client", "clients", "re
 the broker does not start or every read failed.
 
     .venv/bin/python benchmarks/status_reads.py [--front-ends 1] [--clients 100] [--reads 50]
-        [--procs 4] [--client http|requests] [--etag] [--jobs 500]
+        [--procs 4] [--client http|requests] [--etag] [--jobs 500] [--threads 16] [--quick]
 """
 from __future__ import annotations
 
@@ -196,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=16, help="worker threads of each broker process")
     ap.add_argument("--record-cache-size", type=int, default=10_000,
                     help="the broker's record_cache_size (0: render every read, as before session 6)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the lead's re-run in < 2 min: --clients 100 --reads 20 --jobs 300")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.clients, args.reads, args.jobs = 100, 20, 300
     out = {"benchmark": "status_reads", "front_ends": args.front_ends, "client": args.client,
+           "threads": args.threads,
            "etag": args.etag, "clients": args.clients, "record_cache_size": args.record_cache_size,
            "load_avg_1m_start": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="vgrid-reads-") as tmp:
