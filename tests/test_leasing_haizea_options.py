@@ -325,3 +325,20 @@ def test_decision_log_is_off_by_default_and_the_file_must_be_writable(tmp_path):
     res = CliRunner().invoke(simulate_cmd, [str(tmp_path / "trace.lwf"), "--decision-log",
                                             str(tmp_path / "no-such-dir" / "d.jsonl")])
     assert res.exit_code == 2 and "cannot write" in res.output
+
+
+# the option names of Haizea 1.1's core/configfile.py (names only)
+HAIZEA_11_OPTIONS = """loglevel logfile mode lease-preparation lease-failure-handling persistence-file mapper
+policy-admission policy-preemption policy-host-selection policy-pricing wakeup-interval backfilling
+backfilling-reservations suspension suspend-rate resume-rate suspendresume-exclusion
+scheduling-threshold-factor override-suspend-time override-resume-time force-scheduling-threshold
+migration non-schedulable-interval shutdown-time enactment-overhead clock starttime resources
+imagetransfer-bandwidth stop-when stop-when-time status-message-interval sanity-check datafile probes
+attributes transfer-mechanism avoid-redundant-transfers force-imagetransfer-time diskimage-reuse
+diskimage-cache-size tracefile annotationfile injectionfile runtime-slowdown-overhead add-overhead
+bootshutdown-overhead override-memory host port stop-when-no-more-leases dry-run""".split()
+
+
+def test_every_haizea_11_option_is_known():
+    from vwn_agents.leasing.haizeaconf import KNOWN_OPTIONS
+    assert sorted(set(HAIZEA_11_OPTIONS) - KNOWN_OPTIONS) == []

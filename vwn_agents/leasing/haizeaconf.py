@@ -49,7 +49,9 @@ _IGNORE = {"loglevel": "logging", "logfile": "logging", "persistence-file": "liv
            "use --out DIR / --json", "probes": "every metric is computed", "attributes": "output labels",
            "sanity-check": "SimulatedNodes always checks that no node is over-committed",
            "non-schedulable-interval": "Haizea 1.1 uses it with the real clock only: no effect on a "
-           "simulation", "policy-pricing": "pricing applies to negotiated leases, which traces lack"}
+           "simulation", "policy-pricing": "pricing applies to negotiated leases, which traces lack",
+           "host": "OpenNebula mode only", "port": "OpenNebula mode only", "dry-run": "OpenNebula mode only",
+           "stop-when-no-more-leases": "OpenNebula mode only"}
 #: ignored options whose value is still checked (Haizea 1.1 reads them as integers)
 _IGNORED_INT = ("wakeup-interval", "non-schedulable-interval")
 #: option -> the only value vgrid supports (strings compared case-insensitively; None: absent)
@@ -58,6 +60,8 @@ _READ = ("tracefile", "injectionfile", "annotationfile", "resources", "starttime
 _HAIZEA_VALUES = {"stop-when": {"best-effort-done": "besteffort-done"},
                   "migration": {"true": "yes", "false": "no"}, "policy-admission": {"no-ars": "no-ARs"}}
 OPTION_TYPES = {o.name: o.type for o in OPTIONS}
+#: every option name this reader knows (all of Haizea 1.1's)
+KNOWN_OPTIONS = frozenset(_MAP) | frozenset(_IGNORE) | frozenset(_DEFAULT_ONLY) | frozenset(_READ)
 _RESOURCES = re.compile(r"^(\d+)\s+(.*)$")
 
 
