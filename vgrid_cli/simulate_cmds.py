@@ -123,6 +123,8 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
         leases = list(workload.leases)
         if inject:
             offset = max((l.id for l in leases), default=0)
+            if haizea is not None and offset < 1_000_000:
+                offset = 1_000_000      # Haizea's tracefile frontend: injected ids + 1,000,000
             leases += read_trace(inject, id_offset=offset).leases
         if annotation_file:
             leases = _annotate(leases, annotation_file)
