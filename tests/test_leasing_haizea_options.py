@@ -343,3 +343,20 @@ bootshutdown-overhead override-memory host port stop-when-no-more-leases dry-run
 def test_every_haizea_11_option_is_known():
     from vwn_agents.leasing.haizeaconf import KNOWN_OPTIONS
     assert sorted(set(HAIZEA_11_OPTIONS) - KNOWN_OPTIONS) == []
+
+
+def test_runtime_slowdown_follows_haizea_in_haizea_files_and_vgrid_in_toml(tmp_path):
+    trace = lwf(1, dict(arrival="00:00:00", n=1, dur="01:00:00", real="00:30:00"),
+                dict(arrival="00:00:00", n=1, dur="01:00:00"))
+    over = "add-overhead: all\nruntime-slowdown-overhead: 10\nbootshutdown-overhead: 20"
+    leases = run(tmp_path, trace, tracefile=over)
+    # Haizea 1.1: requested = round(real x 1.1) + 20 = 2000 s, the real run only + 20 s
+    assert segs(leases[1]) == [(0.0, 1820.0)] and segs(leases[2]) == [(1820.0, 1820.0 + 3980.0)]
+    toml = tmp_path / "c.toml"
+    toml.write_text('[general]\nlease-preparation = "unmanaged"\n[tracefile]\nadd-overhead = "all"\n'
+                    'runtime-slowdown-overhead = 10.0\nbootshutdown-overhead = 20.0\n')
+    res = CliRunner().invoke(simulate_cmd, [str(tmp_path / "trace.lwf"), "--config", str(toml), "--json"])
+    assert res.exit_code == 0, res.output
+    leases = {l["id"]: l for l in json.loads(res.output)["leases"]}
+    # vgrid: the VM runs 10 % slower, so the real run is 1980 + 20 s too
+    assert segs(leases[1]) == [(0.0, 2000.0)] and segs(leases[2]) == [(2000.0, 2000.0 + 3980.0)]

@@ -186,6 +186,12 @@ OPTIONS: tuple[Option, ...] = (
            "Percent by which a VM runs slower than the bare machine: requested and real durations "
            "grow by this percentage, rounded to the second (HPDC'08: 5). Haizea 1.1 scales only "
            "the requested duration (docs/leasing.md).", minimum=0.0),
+    Option("runtime-slowdown-rule", "tracefile", str, "vm-slower",
+           "vgrid: how `runtime-slowdown-overhead` applies: `vm-slower` (vgrid: requested and real "
+           "durations both grow, the VM runs slower) or `haizea` (Haizea 1.1's `incr_by_percent`: "
+           "the requested duration becomes round(real x (1 + pct)) when the real one is known, "
+           "round(requested x (1 + pct)) otherwise; the real one stays). Haizea files default "
+           "to `haizea`.", ("vm-slower", "haizea")),
     Option("bootshutdown-overhead", "tracefile", float, 0.0,
            "Seconds added to every lease's requested and real duration for booting and shutting "
            "down its VMs (HPDC'08: 20).", minimum=0.0),

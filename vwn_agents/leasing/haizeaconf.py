@@ -10,8 +10,7 @@ Haizea 1.1 defines (its ``core/configfile.py``) is classified here (:data:`RULES
 - ``ignore``: no effect on a simulation's results (logging, output files, probes, the real
   clock's wake-up interval); listed in :attr:`HaizeaFile.notes`;
 - ``default-only``: the only value vgrid (and, for ``mapper``, Haizea 1.1 itself) has; another
-  value is an error naming the file, line and option (``mode``, ``clock``, ``mapper``,
-  ``imagefile``);
+  value is an error naming the file, line and option (``mode``, ``clock``, ``mapper``);
 - a few are read into :class:`HaizeaFile` (``tracefile``, ``injectionfile``, ``annotationfile``,
   ``resources``, ``starttime``).
 
@@ -33,7 +32,8 @@ from .traces import parse_time
 #: Haizea 1.1's defaults for options whose vgrid default differs (used when the file omits them).
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
                    "lease-preparation": "unmanaged", "backfilling": "off", "transfer-mechanism": "unicast",
-                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0}
+                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
+                   "runtime-slowdown-rule": "haizea"}
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",
         "backfilling-reservations", "suspension", "suspend-rate", "resume-rate",
@@ -51,11 +51,12 @@ _IGNORE = {"loglevel": "logging", "logfile": "logging", "persistence-file": "liv
            "non-schedulable-interval": "Haizea 1.1 uses it with the real clock only: no effect on a "
            "simulation", "policy-pricing": "pricing applies to negotiated leases, which traces lack",
            "host": "OpenNebula mode only", "port": "OpenNebula mode only", "dry-run": "OpenNebula mode only",
-           "stop-when-no-more-leases": "OpenNebula mode only"}
+           "stop-when-no-more-leases": "OpenNebula mode only", "imagefile": "Haizea 1.1 defines it "
+           "but never reads it (images come from the trace or an annotation file)"}
 #: ignored options whose value is still checked (Haizea 1.1 reads them as integers)
 _IGNORED_INT = ("wakeup-interval", "non-schedulable-interval")
 #: option -> the only value vgrid supports (strings compared case-insensitively; None: absent)
-_DEFAULT_ONLY = {"mode": "simulated", "clock": "simulated", "mapper": "greedy", "imagefile": None}
+_DEFAULT_ONLY = {"mode": "simulated", "clock": "simulated", "mapper": "greedy"}
 _READ = ("tracefile", "injectionfile", "annotationfile", "resources", "starttime")
 _HAIZEA_VALUES = {"stop-when": {"best-effort-done": "besteffort-done"},
                   "migration": {"true": "yes", "false": "no"}, "policy-admission": {"no-ars": "no-ARs"}}
