@@ -360,3 +360,16 @@ def test_runtime_slowdown_follows_haizea_in_haizea_files_and_vgrid_in_toml(tmp_p
     leases = {l["id"]: l for l in json.loads(res.output)["leases"]}
     # vgrid: the VM runs 10 % slower, so the real run is 1980 + 20 s too
     assert segs(leases[1]) == [(0.0, 2000.0)] and segs(leases[2]) == [(2000.0, 2000.0 + 3980.0)]
+
+
+def test_decision_log_host_scores_prefer_a_node_with_the_image(tmp_path):
+    trace = lwf(3, dict(arrival="00:00:00", n=1, dur="00:10:00", image="a.img"),
+                dict(arrival="00:20:00", n=1, dur="00:10:00", image="a.img"))
+    log = tmp_path / "d.jsonl"
+    run(tmp_path, trace, "--decision-log", str(log), prep="imagetransfer",
+        deploy="diskimage-reuse: image-caches")
+    placed = [json.loads(l) for l in log.read_text().splitlines()]
+    first, second = placed
+    assert first["hosts"][0]["score"] == [0, 1]            # no node has a.img yet
+    assert second["nodes"] == first["nodes"] and second["start"] == 1200.0
+    assert second["hosts"][0]["score"] == [1, 1]           # reuse: the image is in that node's pool
