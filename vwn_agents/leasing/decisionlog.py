@@ -30,7 +30,7 @@ import json
 
 import numpy as np
 
-from .slottable import INF
+from .slottable import INF, ResKind
 
 
 class DecisionLog:
@@ -77,7 +77,7 @@ class DecisionLog:
 
     def placed(self, sched, lease, now: float, start: float, end: float, mapping, explained: dict,
                resuming: bool, threshold, allow_future: bool) -> None:
-        vm_end = max((r.end for r in sched.st.of_lease(lease) if r.kind.name == "VM"), default=end)
+        vm_end = max((r.end for r in sched.st.of_lease(lease) if r.kind is ResKind.VM), default=end)
         self.write(now, lease, "placed", start=start, end=end, nodes=self._nodes(mapping),
                    suspend_at_end=vm_end < start + lease.remaining_s - 1e-6, resuming=resuming,
                    threshold_s=threshold, future=start > now, allow_future=allow_future, **explained)
