@@ -373,3 +373,13 @@ def test_decision_log_host_scores_prefer_a_node_with_the_image(tmp_path):
     assert first["hosts"][0]["score"] == [0, 1]            # no node has a.img yet
     assert second["nodes"] == first["nodes"] and second["start"] == 1200.0
     assert second["hosts"][0]["score"] == [1, 1]           # reuse: the image is in that node's pool
+
+
+def test_a_shutdown_time_past_a_deadline_is_a_clear_error(tmp_path):
+    (tmp_path / "t.lwf").write_text(lwf(1, dict(arrival="00:00:00", n=1, dur="01:00:00")).replace(
+        '<lease id="1" preemptible="true">', '<lease id="1" preemptible="true" deadline="01:00:00">'))
+    toml = tmp_path / "c.toml"
+    toml.write_text("[scheduling]\nshutdown-time = 60.0\n")
+    res = CliRunner().invoke(simulate_cmd, [str(tmp_path / "t.lwf"), "--config", str(toml)])
+    assert res.exit_code == 2 and "shutdown-time" in res.output and "deadline" in res.output
+    assert "Traceback" not in res.output

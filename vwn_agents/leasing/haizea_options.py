@@ -41,7 +41,8 @@ def shutdown_s(lease: Lease, cfg: LeaseConfig) -> float:
 
 def frontend(leases: list[Lease], cfg: LeaseConfig) -> list[Lease]:
     """The leases as Haizea's tracefile frontend hands them to the scheduler (see module doc);
-    new objects where something changes, the input is not modified."""
+    new objects where something changes, the input is not modified. ConfigError when the
+    shutdown time pushes a lease's duration past its (seed 002) deadline."""
     leases = apply_overheads(leases, cfg)
     mem = cfg.override_memory
     shut = cfg.shutdown_time > 0 or cfg.enactment_overhead > 0
@@ -57,7 +58,10 @@ def frontend(leases: list[Lease], cfg: LeaseConfig) -> list[Lease]:
         extra = shutdown_s(lease, cfg) if shut else 0.0
         if extra > 0:
             changes["duration_s"] = lease.duration_s + extra
-        out.append(dataclasses.replace(lease, **changes) if changes else lease)
+        try:
+            out.append(dataclasses.replace(lease, **changes) if changes else lease)
+        except ValueError as exc:    # a seed 002 deadline the longer reservation cannot meet
+            raise ConfigError(f"[scheduling] shutdown-time / enactment-overhead: {exc}") from None
     return out
 
 
