@@ -61,10 +61,10 @@ OPTIONS: tuple[Option, ...] = (
            "(suspend [+ resume] time) x (1 + factor).", minimum=0.0),
     # Haizea 1.1 options (issue 16; their effects: vwn_agents/leasing/haizea_options.py)
     Option("override-suspend-time", "scheduling", float, -1.0,
-           "Seconds to suspend one VM, instead of ceil(memory / suspend-rate); negative = computed "
+           "Seconds to suspend one VM, instead of ceil(memory / suspend-rate); -1 = computed "
            "(Haizea 1.1: also the whole lease's estimate for the scheduling threshold).", minimum=-1.0),
     Option("override-resume-time", "scheduling", float, -1.0,
-           "Seconds to resume one VM, instead of ceil(memory / resume-rate); negative = computed "
+           "Seconds to resume one VM, instead of ceil(memory / resume-rate); -1 = computed "
            "(Haizea 1.1: also the whole lease's estimate when it is placed).", minimum=-1.0),
     Option("enactment-overhead", "scheduling", float, 0.0,
            "Seconds to send one enactment command: added to every VM's suspend and resume time "
@@ -75,7 +75,7 @@ OPTIONS: tuple[Option, ...] = (
            minimum=0.0),
     Option("force-scheduling-threshold", "scheduling", float, -1.0,
            "Seconds: the scheduling threshold of a lease that will be suspended, instead of one "
-           "computed from its overheads; negative = computed. Never below its suspension time "
+           "computed from its overheads; -1 = computed. Never below its suspension time "
            "+ 1 s (Haizea 1.1 would raise an inconsistent-schedule error there).", minimum=-1.0),
     Option("policy-admission", "scheduling", str, "accept-all",
            "Lease admission before scheduling: `accept-all`, or `no-ARs` (advance reservations "
@@ -85,7 +85,7 @@ OPTIONS: tuple[Option, ...] = (
            "image size / bandwidth (Haizea 1.1, for tests).", minimum=-1.0),
     Option("override-memory", "tracefile", float, -1.0,
            "MB of memory per VM given to every lease when a simulation starts, instead of the "
-           "trace's; negative = the trace's (Haizea 1.1's tracefile frontend).", minimum=-1.0),
+           "trace's; -1 = the trace's (Haizea 1.1's tracefile frontend).", minimum=-1.0),
     Option("stop-when-time", "simulation", float, -1.0,
            "Seconds after the trace's start at which `stop-when = exact` stops the simulation "
            "(Haizea files: DD:HH:MM:SS).", minimum=-1.0),
