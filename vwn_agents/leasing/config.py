@@ -81,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
            "Lease admission before scheduling: `accept-all`, or `no-ARs` (advance reservations "
            "are rejected; Haizea 1.1's two built-in policies).", ("accept-all", "no-ARs")),
     Option("force-imagetransfer-time", "deploy-imagetransfer", float, -1.0,
-           "Seconds every image transfer takes, whatever its size and bandwidth; negative = "
+           "Seconds every image transfer takes, whatever its size and bandwidth; -1 = "
            "image size / bandwidth (Haizea 1.1, for tests).", minimum=-1.0),
     Option("override-memory", "tracefile", float, -1.0,
            "MB of memory per VM given to every lease when a simulation starts, instead of the "
