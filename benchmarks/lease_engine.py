@@ -5,7 +5,11 @@ simulate 144 nodes of 1 CPU and 1024 MB, best-effort only, aggressive backfillin
 of all leases at 50 MB/s, no image transfers; report wall time, CPU time and peak RSS of the
 whole process (import + trace reading + simulation), and the run's metrics.
 
-    .venv/bin/python benchmarks/lease_engine.py [--days 30 60] [--repeat 3] [--inject NAME] [--json]
+    .venv/bin/python benchmarks/lease_engine.py [--days 30 60] [--repeat 3] [--inject NAME]
+        [--decision-log] [--json]
+
+``--decision-log`` runs with the per-decision log on (written to /dev/null; ``decision_records``
+counts its lines): its cost beside a run without it.
 
 Inputs are the bundled traces (examples/traces, names in vgrid_runtime/traces.py): blue-15days,
 blue-30days, blue-60days, and for --inject an AR set of the 30-day trace (or an LWF file). A
@@ -38,8 +42,13 @@ if sys.argv[3]:
     leases += read_trace(sys.argv[3], id_offset=10**6).leases
 cfg = LeaseConfig({"backfilling": "aggressive", "suspension": "all", "suspend-rate": 50.0,
                    "resume-rate": 50.0, "lease-preparation": "unmanaged"})
+site = uniform_site(144, 1, 1024)
+log = None
+if sys.argv[4] == "1":
+    from vwn_agents.leasing.decisionlog import DecisionLog
+    log = DecisionLog(open("/dev/null", "w"), site)
 t1 = time.perf_counter()
-r = simulate(leases, uniform_site(144, 1, 1024), cfg)
+r = simulate(leases, site, cfg, decisions=log)
 t2 = time.perf_counter()
 m = r.report()["metrics"]
 print(json.dumps({"leases": len(leases), "ar_accepted": m["ar_accepted"], "ar_rejected": m["ar_rejected"], "wall_s": t2 - t0, "simulate_s": t2 - t1,
@@ -48,7 +57,7 @@ print(json.dumps({"leases": len(leases), "ar_accepted": m["ar_accepted"], "ar_re
                   "all_best_effort_s": m["all_best_effort_s"], "mean_wait_s": m["mean_wait_s"],
                   "utilization": m["utilization"], "mean_bounded_slowdown": m["mean_bounded_slowdown"],
                   "suspensions": sum(l.suspensions for l in r.scheduler.leases.values()),
-                  "events": r.events}))
+                  "events": r.events, "decision_records": log.records if log else 0}))
 """
 
 
@@ -67,9 +76,10 @@ def inputs(days: int, inject: str = "") -> tuple[str, str]:
     return str(trace), str(inj or "")
 
 
-def run_once(days: int, inject: str = "") -> dict:
+def run_once(days: int, inject: str = "", decision_log: bool = False) -> dict:
     trace, inj = inputs(days, inject)
-    out = subprocess.run([sys.executable, "-c", CHILD, trace, str(ROOT), inj], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", CHILD, trace, str(ROOT), inj, "1" if decision_log else "0"],
+                         capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout)
 
@@ -81,6 +91,8 @@ def main() -> None:
     ap.add_argument("--inject", default="", metavar="NAME",
                     help="also inject the ARs of NAME, a bundled AR set of the 30-day trace "
                          "(e.g. work_30-dur_4h-size_3large) or an LWF file")
+    ap.add_argument("--decision-log", action="store_true",
+                    help="run with the per-decision log on (to /dev/null)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     for days in args.days:
@@ -88,7 +100,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     results = []
     for days in args.days:
-        runs = [run_once(days, args.inject) for _ in range(args.repeat)]
+        runs = [run_once(days, args.inject, args.decision_log) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["wall_s"])
         best["days"] = days
         best["wall_s_all"] = [round(r["wall_s"], 2) for r in runs]

@@ -95,7 +95,20 @@ def test_toml_files_are_not_taken_for_haizea_files(tmp_path):
 
 @pytest.mark.parametrize("line, message", [
     ("mapper: deadline", "[scheduling] mapper = 'deadline': vgrid supports only 'greedy'"),
-    ("enactment-overhead: 2", "enactment-overhead = '2': vgrid supports only '0'"),
+    ("mapper: deadline", "(Haizea 1.1 has no other mapper)"),
+    ("enactment-overhead: soon", "enactment-overhead must be a number, got 'soon'"),
+    ("override-memory: -5", "[tracefile] override-memory must be >= -1.0"),
+    ("policy-admission: vip-only", "policy-admission = 'vip-only'; expected one of accept-all, no-ARs"),
+    ("non-schedulable-interval: 1.5", "non-schedulable-interval: must be a whole number of seconds"),
+    ("stop-when: exact", "'exact' needs stop-when-time"),
+    ("stop-when-time: tomorrow", "stop-when-time: expected DD:HH:MM:SS"),
+    ("shutdown-time: -3", "[scheduling] shutdown-time must be >= 0.0"),
+    ("override-suspend-time: quick", "override-suspend-time must be a number, got 'quick'"),
+    ("override-resume-time: -2", "[scheduling] override-resume-time must be >= -1.0"),
+    ("force-scheduling-threshold: 1h", "force-scheduling-threshold must be a number, got '1h'"),
+    ("force-imagetransfer-time: none", "force-imagetransfer-time must be a number, got 'none'"),
+    ("status-message-interval: often", "status-message-interval must be a number, got 'often'"),
+    ("bootshutdown-overhead: -20", "[tracefile] bootshutdown-overhead must be >= 0.0"),
     ("shape: round", "unknown option 'shape'"),
     ("suspend-rate: fast", "suspend-rate must be a number"),
 ])

@@ -3,8 +3,11 @@
 A thin click adapter over ``vwn_agents.leasing``: read the trace (Haizea LWF XML or text, or
 SWF; a file or a bundled trace's name, see ``vgrid_runtime.traces``), build the site (``--site`` file, ``--nodes``/``--cpus-per-node``/``--mem-per-node``, or
 the site embedded in an LWF), read the TOML configuration, optionally inject advance
-reservations from an LWF, simulate with a progress bar on a TTY, and report a table, or
-``--json``, and with ``--out DIR`` the per-lease CSV and PNG plots.
+reservations (or any lease type) from an LWF, apply a Haizea annotation file (``--annotations``),
+simulate with a progress bar on a TTY, and report a table, or ``--json``, and with ``--out DIR``
+the per-lease CSV and PNG plots. ``--decision-log FILE`` writes why each lease went where it did
+(JSON lines, ``vwn_agents.leasing.decisionlog``); ``status-message-interval`` prints status lines
+on standard error.
 
 Exit codes: 0 ok; 1 the engine failed an internal check (over-commit); 2 usage or input error.
 """
@@ -77,14 +80,19 @@ def _haizea_path(name: str, config_file: str) -> str:
                    "read unchanged (its [tracefile] and resources then give TRACE and the site); "
                    "see docs/leasing.md")
 @click.option("--inject-ar", "inject", type=click.Path(dir_okay=False), default=None,
-              help="LWF (file or bundled name) with advance reservations to add to the trace")
+              help="LWF (file or bundled name) with leases (advance reservations, best-effort or "
+                   "immediate) to add to the trace")
+@click.option("--annotations", "annotation_file", type=click.Path(dir_okay=False), default=None,
+              help="Haizea lease annotation file (.lwfa): per-lease start, image overrides")
+@click.option("--decision-log", "decision_log", type=click.Path(dir_okay=False), default=None,
+              help="write one JSON line per scheduling decision (why a lease went where it did)")
 @click.option("--preemption-policy", "preemption_policy", default=None,
               help="override [scheduling] policy-preemption (e.g. nop, mov, mlip, moml: seed 002)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write leases.csv and PNG plots (utilization, Gantt, disk) into DIR")
 def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_per_node, config_file, inject,
-                 preemption_policy, as_json, out_dir) -> None:
+                 annotation_file, decision_log, preemption_policy, as_json, out_dir) -> None:
     """Simulate the lease engine on TRACE (Haizea LWF or SWF file, or a bundled trace's name, see
     --list-traces) and report leases and metrics."""
     from vwn_agents.leasing.haizeaconf import is_haizea_file, load_haizea
@@ -99,6 +107,8 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
                 trace = _haizea_path(haizea.tracefile, config_file)
             if inject is None and haizea.injectionfile:
                 inject = _haizea_path(haizea.injectionfile, config_file)
+            if annotation_file is None and haizea.annotationfile:
+                annotation_file = _haizea_path(haizea.annotationfile, config_file)
             if not site_file and not nodes and haizea.nodes:
                 nodes, cpus_per_node, mem_per_node = haizea.nodes, haizea.cpus_per_node, haizea.mem_per_node
         else:
@@ -113,7 +123,11 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
         leases = list(workload.leases)
         if inject:
             offset = max((l.id for l in leases), default=0)
+            if haizea is not None and offset < 1_000_000:
+                offset = 1_000_000      # Haizea's tracefile frontend: injected ids + 1,000,000
             leases += read_trace(inject, id_offset=offset).leases
+        if annotation_file:
+            leases = _annotate(leases, annotation_file)
         if site_file:
             site = read_site(site_file)
         elif nodes:
@@ -126,7 +140,18 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
         _fail(str(exc), 2)
     except OSError as exc:
         _fail(f"{exc.filename}: {exc.strerror}", 2)
-    result = _run(leases, site, config, show_progress=sys.stderr.isatty() and not as_json)
+    log_file = None
+    if decision_log:
+        try:
+            log_file = open(decision_log, "w", encoding="utf-8")
+        except OSError as exc:
+            _fail(f"{decision_log}: cannot write: {exc.strerror}", 2)
+    try:
+        result = _run(leases, site, config, show_progress=sys.stderr.isatty() and not as_json,
+                      log_file=log_file)
+    finally:
+        if log_file is not None:
+            log_file.close()
     report = result.report()
     if out_dir:
         from vwn_agents.leasing.plots import write_outputs
@@ -142,16 +167,36 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
     _print_tables(report, len(site))
 
 
-def _run(leases, site, config, show_progress: bool):
+def _annotate(leases, annotation_file):
+    from vwn_agents.leasing.annotations import apply_annotations, read_annotations
+    ann = read_annotations(annotation_file)
+    leases = apply_annotations(leases, ann)
+    if ann.unused or ann.ignored_extras:
+        err_console.print(f"{annotation_file}: {ann.unused} annotations match no lease; "
+                          f"{ann.ignored_extras} <extra> attributes ignored")
+    return leases
+
+
+def _status(now: float, counts: dict) -> None:
+    """Haizea's status message (``status-message-interval``), on standard error."""
+    err_console.print(f"t = {now:,.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+def _run(leases, site, config, show_progress: bool, log_file=None):
+    from vwn_agents.leasing.decisionlog import DecisionLog
+    extra = {"status": _status, "decisions": DecisionLog(log_file, site) if log_file else None}
     try:
         if not show_progress:
-            return simulate(leases, site, config)
+            return simulate(leases, site, config, **extra)
         with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as progress:
             task = progress.add_task("leases", total=len(leases))
-            return simulate(leases, site, config, progress=lambda done, total: progress.update(task, completed=done))
+            return simulate(leases, site, config, progress=lambda done, total: progress.update(task, completed=done),
+                            **extra)
     except OverCommitError as exc:
         _fail(f"internal check failed: {exc}", 1)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
 
 
 def _print_tables(report: dict, n_nodes: int) -> None:

@@ -28,6 +28,8 @@ def schedule_ar(sched, lease, now: float) -> bool:
     st = sched.st
     t_s = lease.requested_start_s
     t_e = t_s + lease.duration_s
+    if sched.cfg.policy_admission == "no-ARs":     # Haizea 1.1's admission policy, before scheduling
+        return _reject(sched, lease, "not admitted: policy-admission = no-ARs")
     if t_s < now:
         return _reject(sched, lease, f"requested start {t_s:g} s is in the past (now {now:g} s)")
     tx = st.begin()
@@ -44,10 +46,13 @@ def schedule_ar(sched, lease, now: float) -> bool:
     if not sched.staging.stage_ar(lease, mapping, t_s, t_e, now):
         st.rollback(tx)
         return _reject(sched, lease, "image transfers cannot complete by the requested start")
+    hosts = sched.decisions.hosts(sched, lease, mapping, t_s, t_e) if sched.decisions is not None else None
     st.add(Reservation(ResKind.VM, lease, t_s, t_e, use=vm_use(mapping, lease.per_vm), mapping=mapping))
     st.set(lease, "mapping", mapping)
     st.set(lease, "state", lease.checked(LeaseState.SCHEDULED))
     st.commit(tx)
+    if sched.decisions is not None:
+        sched.decisions.accepted(sched, lease, now, mapping, t_s, t_e, hosts)
     for other in requeue:
         sched.requeue(other)
     return True
@@ -59,11 +64,12 @@ def _reject(sched, lease, reason: str) -> bool:
     return False
 
 
-def _candidates(sched, t_s: float, t_e: float, now: float):
+def _candidates(sched, t_s: float, t_e: float, now: float, protected: list | None = None):
     """Preemptible best-effort leases holding resources in [t_s, t_e) that the preemption
     policy scores (None: never preempted), highest score first -- or earliest submitted first
     with ``preemption-order = oldest-submission``; with ``preemption-horizon`` H > 0, leases
-    submitted at or before t_s - H are left out (Haizea 1.1's 7-day aging)."""
+    submitted at or before t_s - H are left out (Haizea 1.1's 7-day aging; appended to
+    ``protected`` when it is a list)."""
     found = {}
     for res in sched.st.reservations():
         lease = res.lease
@@ -75,6 +81,8 @@ def _candidates(sched, t_s: float, t_e: float, now: float):
     scored = []
     for lease in found.values():
         if horizon > 0 and lease.submit_s <= t_s - horizon:
+            if protected is not None:
+                protected.append(lease)
             continue            # Haizea 1.1's aging: too old to be preempted by this AR
         vm = sched.vm_reservation(lease)
         score = sched.policy.score(lease, vm, now) if vm is not None else None
@@ -93,11 +101,17 @@ def _with_preemption(sched, lease, t_s, t_e, now, score, requeue):
     for freeze in ((True, False) if frozenhold.in_place(sched) else (True,)):
         tx = sched.st.begin()
         mark = len(requeue)
-        for victim in _candidates(sched, t_s, t_e, now):
+        protected: list = []
+        cands = _candidates(sched, t_s, t_e, now, protected)
+        chosen = []
+        for victim in cands:
             if preempt(sched, victim, t_s, now, requeue, freeze):
+                chosen.append(victim)
                 mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
                 if mapping is not None:
                     sched.st.commit(tx)
+                    if sched.decisions is not None:
+                        sched.decisions.preempted(sched, lease, now, cands, chosen, protected)
                     return mapping
         sched.st.rollback(tx)
         del requeue[mark:]

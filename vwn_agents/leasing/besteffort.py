@@ -13,7 +13,8 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from . import frozenhold
-from .preemption import (can_suspend, migration_estimate, migration_time, op_time, resume_reservations, scheduling_threshold,
+from .preemption import (can_suspend, lease_op_estimate, migration_estimate, migration_time, resume_reservations,
+                         scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
 
@@ -29,8 +30,9 @@ def _estimates(sched, lease, resuming: bool):
     if seed002_timing(cfg):  # eq. (5)-(6) do not depend on the mapping
         r_est = resume_time(lease, (), cfg) if resuming else 0.0
         return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
-    r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
-    s_est = op_time(mem, sched.suspend_rate) * n
+    r_est = lease_op_estimate(lease, sched.resume_rate, cfg.override_resume_time, cfg.enactment_overhead) \
+        if resuming else 0.0
+    s_est = lease_op_estimate(lease, sched.suspend_rate, cfg.override_suspend_time, cfg.enactment_overhead)
     m_est = migration_estimate(lease, cfg) if migrating else 0.0
     return r_est, s_est, m_est
 
@@ -52,7 +54,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
     r_est, s_est, m_est = _estimates(sched, lease, resuming)
     min_dur = None
     if suspendable:
-        min_dur = scheduling_threshold(s_est + r_est, sched.threshold_factor)
+        min_dur = scheduling_threshold(s_est + r_est, sched.threshold_factor, cfg.force_scheduling_threshold)
     need, n = lease.per_vm, lease.n_vms
     base = r_est + remaining
     ready = None if resuming else sched.staging.be_ready(lease, now, len(sched.nodes))
@@ -74,10 +76,14 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
                 found = other
     else:
         found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    explained = None
     for _attempt in range(4):
         if found is None:
             return False
         s, e, mapping = found
+        if sched.decisions is not None:      # the per-decision log (decisionlog), off by default
+            explained = sched.decisions.explain(sched, lease, now, found, base if min_dur is None else
+                                                min(base, min_dur), ready, allow_future)
         tx = sched.st.begin()
         ok, retry_at = _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining)
         if ok and lease.deadline_s is not None and _planned_end(sched, lease) > lease.deadline_s + 1e-9:
@@ -88,6 +94,8 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
             in_future = s > now and (ready is None or s > max(ready[m] for m in mapping))
             if in_future:
                 sched.st.set(sched, "future", sched.future | {lease.id})
+            if explained is not None:
+                sched.decisions.placed(sched, lease, now, s, e, mapping, explained, resuming, min_dur, allow_future)
             return True
         sched.st.rollback(tx)
         if retry_at is None or retry_at == INF:
@@ -190,8 +198,10 @@ def min_slot_length(sched, lease) -> float:
     length = lease.remaining_s
     if can_suspend(lease, sched.cfg):
         s_est = (suspend_time(lease, (), sched.cfg) if seed002_timing(sched.cfg)
-                 else op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms)
-        length = min(length, scheduling_threshold(s_est, sched.threshold_factor))
+                 else lease_op_estimate(lease, sched.suspend_rate, sched.cfg.override_suspend_time,
+                                        sched.cfg.enactment_overhead))
+        length = min(length, scheduling_threshold(s_est, sched.threshold_factor,
+                                                  sched.cfg.force_scheduling_threshold))
     sched.slot_length_cache[lease.id] = (lease.time_run, length)
     return length
 

@@ -59,6 +59,39 @@ OPTIONS: tuple[Option, ...] = (
     Option("scheduling-threshold-factor", "scheduling", float, 1.0,
            "A lease that will be suspended is only started if it can run for at least "
            "(suspend [+ resume] time) x (1 + factor).", minimum=0.0),
+    # Haizea 1.1 options (issue 16; their effects: vwn_agents/leasing/haizea_options.py)
+    Option("override-suspend-time", "scheduling", float, -1.0,
+           "Seconds to suspend one VM, instead of ceil(memory / suspend-rate); -1 = computed "
+           "(Haizea 1.1: also the whole lease's estimate for the scheduling threshold).", minimum=-1.0),
+    Option("override-resume-time", "scheduling", float, -1.0,
+           "Seconds to resume one VM, instead of ceil(memory / resume-rate); -1 = computed "
+           "(Haizea 1.1: also the whole lease's estimate when it is placed).", minimum=-1.0),
+    Option("enactment-overhead", "scheduling", float, 0.0,
+           "Seconds to send one enactment command: added to every VM's suspend and resume time "
+           "and, per VM, to the shutdown time (Haizea 1.1).", minimum=0.0),
+    Option("shutdown-time", "scheduling", float, 0.0,
+           "Seconds reserved at the end of every lease's VM reservation to shut its VMs down "
+           "(plus `enactment-overhead` per VM); a lease that ends early skips it (Haizea 1.1).",
+           minimum=0.0),
+    Option("force-scheduling-threshold", "scheduling", float, -1.0,
+           "Seconds: the scheduling threshold of a lease that will be suspended, instead of one "
+           "computed from its overheads; -1 = computed. Never below its suspension time "
+           "+ 1 s (Haizea 1.1 would raise an inconsistent-schedule error there).", minimum=-1.0),
+    Option("policy-admission", "scheduling", str, "accept-all",
+           "Lease admission before scheduling: `accept-all`, or `no-ARs` (advance reservations "
+           "are rejected; Haizea 1.1's two built-in policies).", ("accept-all", "no-ARs")),
+    Option("force-imagetransfer-time", "deploy-imagetransfer", float, -1.0,
+           "Seconds every image transfer takes, whatever its size and bandwidth; -1 = "
+           "image size / bandwidth (Haizea 1.1, for tests).", minimum=-1.0),
+    Option("override-memory", "tracefile", float, -1.0,
+           "MB of memory per VM given to every lease when a simulation starts, instead of the "
+           "trace's; -1 = the trace's (Haizea 1.1's tracefile frontend).", minimum=-1.0),
+    Option("stop-when-time", "simulation", float, -1.0,
+           "Seconds after the trace's start at which `stop-when = exact` stops the simulation "
+           "(Haizea files: DD:HH:MM:SS).", minimum=-1.0),
+    Option("status-message-interval", "simulation", float, 0.0,
+           "Minutes of simulated time between status messages (leases queued, running, done) on "
+           "`vgrid simulate`'s standard error; 0 = none (Haizea 1.1).", minimum=0.0),
     Option("migration", "scheduling", str, "yes",
            "Resuming a suspended lease on other nodes: `no`, `yes` (transfer memory and disk "
            "image), `yes-notransfer` (no transfer time).", ("no", "yes", "yes-notransfer")),
@@ -141,8 +174,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("imagetransfer-bandwidth-be", "simulation", float, 0.0,
            "vgrid: bandwidth in Mb/s for best-effort transfers (0 = imagetransfer-bandwidth).", minimum=0.0),
     Option("stop-when", "simulation", str, "all-leases-done",
-           "`all-leases-done` or `besteffort-done` (stop when the queue and all best-effort leases "
-           "are done).", ("all-leases-done", "besteffort-done")),
+           "`all-leases-done`, `besteffort-done` (stop when the queue and all best-effort leases "
+           "are done), `besteffort-submitted` (when every best-effort lease has been submitted) "
+           "or `exact` (at `stop-when-time`); Haizea 1.1's four.",
+           ("all-leases-done", "besteffort-done", "besteffort-submitted", "exact")),
     Option("add-overhead", "tracefile", str, "none",
            "Which leases get `runtime-slowdown-overhead` and `bootshutdown-overhead` added to their "
            "durations when a simulation starts: `none`, `besteffort` or `all` (Haizea's tracefile "
@@ -151,6 +186,12 @@ OPTIONS: tuple[Option, ...] = (
            "Percent by which a VM runs slower than the bare machine: requested and real durations "
            "grow by this percentage, rounded to the second (HPDC'08: 5). Haizea 1.1 scales only "
            "the requested duration (docs/leasing.md).", minimum=0.0),
+    Option("runtime-slowdown-rule", "tracefile", str, "vm-slower",
+           "vgrid: how `runtime-slowdown-overhead` applies: `vm-slower` (vgrid: requested and real "
+           "durations both grow, the VM runs slower) or `haizea` (Haizea 1.1's `incr_by_percent`: "
+           "the requested duration becomes round(real x (1 + pct)) when the real one is known, "
+           "round(requested x (1 + pct)) otherwise; the real one stays). Haizea files default "
+           "to `haizea`.", ("vm-slower", "haizea")),
     Option("bootshutdown-overhead", "tracefile", float, 0.0,
            "Seconds added to every lease's requested and real duration for booting and shutting "
            "down its VMs (HPDC'08: 20).", minimum=0.0),
@@ -236,7 +277,10 @@ def load_config(path: str | Path) -> LeaseConfig:
             if opt is not None and opt.section != section:
                 raise ConfigError(f"{p}: option {name!r} belongs in [{opt.section}], not [{section}]")
             flat[name] = value
-    return LeaseConfig(flat, str(p))
+    cfg = LeaseConfig(flat, str(p))
+    if cfg.stop_when == "exact" and cfg.stop_when_time < 0:
+        raise ConfigError(f"{p}: [simulation] stop-when = 'exact' needs stop-when-time (seconds)")
+    return cfg
 
 
 def options_markdown() -> str:

@@ -9,10 +9,12 @@ Haizea 1.1 defines (its ``core/configfile.py``) is classified here (:data:`RULES
   migration, no image reuse, no backfilling);
 - ``ignore``: no effect on a simulation's results (logging, output files, probes, the real
   clock's wake-up interval); listed in :attr:`HaizeaFile.notes`;
-- ``default-only``: vgrid implements only Haizea's default; another value is an error naming
-  the file, line and option (e.g. ``mapper``, ``enactment-overhead``);
-- a few are read into :class:`HaizeaFile` (``tracefile``, ``injectionfile``, ``resources``,
-  ``starttime``).
+- ``default-only``: the only value vgrid (and, for ``mapper``, Haizea 1.1 itself) has; another
+  value is an error naming the file, line and option (``mode``, ``clock``, ``mapper``);
+- a few are read into :class:`HaizeaFile` (``tracefile``, ``injectionfile``, ``annotationfile``,
+  ``resources``, ``starttime``).
+
+Every value is checked where it is read: a bad one is an error naming file:line and the option.
 
 An option Haizea does not define is an error naming it, as for vgrid's TOML files.
 """
@@ -25,45 +27,56 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import OPTIONS, ConfigError, LeaseConfig
+from .traces import parse_time
 
 #: Haizea 1.1's defaults for options whose vgrid default differs (used when the file omits them).
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
                    "lease-preparation": "unmanaged", "backfilling": "off", "transfer-mechanism": "unicast",
-                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0}
+                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
+                   "runtime-slowdown-rule": "haizea"}
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",
         "backfilling-reservations", "suspension", "suspend-rate", "resume-rate",
         "suspendresume-exclusion", "scheduling-threshold-factor", "migration",
         "imagetransfer-bandwidth", "stop-when", "transfer-mechanism", "avoid-redundant-transfers",
         "diskimage-reuse", "diskimage-cache-size", "runtime-slowdown-overhead", "add-overhead",
-        "bootshutdown-overhead")
+        "bootshutdown-overhead", "override-suspend-time", "override-resume-time", "enactment-overhead",
+        "shutdown-time", "force-scheduling-threshold", "policy-admission", "force-imagetransfer-time",
+        "override-memory", "stop-when-time", "status-message-interval")
 _IGNORE = {"loglevel": "logging", "logfile": "logging", "persistence-file": "live mode only",
            "lease-failure-handling": "simulated enactment never fails", "wakeup-interval":
-           "the real clock's period", "status-message-interval": "progress messages", "datafile":
-           "use --out DIR / --json", "probes": "every metric is computed", "attributes": "output labels"}
+           "the real clock's period", "datafile":
+           "use --out DIR / --json", "probes": "every metric is computed", "attributes": "output labels",
+           "sanity-check": "SimulatedNodes always checks that no node is over-committed",
+           "non-schedulable-interval": "Haizea 1.1 uses it with the real clock only: no effect on a "
+           "simulation", "policy-pricing": "pricing applies to negotiated leases, which traces lack",
+           "host": "OpenNebula mode only", "port": "OpenNebula mode only", "dry-run": "OpenNebula mode only",
+           "stop-when-no-more-leases": "OpenNebula mode only", "imagefile": "Haizea 1.1 defines it "
+           "but never reads it (images come from the trace or an annotation file)"}
+#: ignored options whose value is still checked (Haizea 1.1 reads them as integers)
+_IGNORED_INT = ("wakeup-interval", "non-schedulable-interval")
 #: option -> the only value vgrid supports (strings compared case-insensitively; None: absent)
-_DEFAULT_ONLY = {"mode": "simulated", "clock": "simulated", "mapper": "greedy",
-                 "policy-admission": "accept-all", "override-suspend-time": None,
-                 "override-resume-time": None, "force-scheduling-threshold": None,
-                 "non-schedulable-interval": "10", "shutdown-time": "0", "enactment-overhead": "0",
-                 "force-imagetransfer-time": None, "override-memory": "-1", "imagefile": None}
-_READ = ("tracefile", "injectionfile", "resources", "starttime")
+_DEFAULT_ONLY = {"mode": "simulated", "clock": "simulated", "mapper": "greedy"}
+_READ = ("tracefile", "injectionfile", "annotationfile", "resources", "starttime")
 _HAIZEA_VALUES = {"stop-when": {"best-effort-done": "besteffort-done"},
-                  "migration": {"true": "yes", "false": "no"}}
+                  "migration": {"true": "yes", "false": "no"}, "policy-admission": {"no-ars": "no-ARs"}}
 OPTION_TYPES = {o.name: o.type for o in OPTIONS}
+#: every option name this reader knows (all of Haizea 1.1's)
+KNOWN_OPTIONS = frozenset(_MAP) | frozenset(_IGNORE) | frozenset(_DEFAULT_ONLY) | frozenset(_READ)
 _RESOURCES = re.compile(r"^(\d+)\s+(.*)$")
 
 
 @dataclass
 class HaizeaFile:
     """A Haizea configuration as vgrid reads it: ``config`` (LeaseConfig), ``tracefile`` and
-    ``injectionfile`` (as written, None if absent), ``nodes``/``cpus_per_node``/``mem_per_node``
+    ``injectionfile`` and ``annotationfile`` (as written, None if absent), ``nodes``/``cpus_per_node``/``mem_per_node``
     from ``resources`` (None: ``in-tracefile``), ``starttime`` (datetime or None: vgrid's
     times are relative to the trace's start), ``notes`` [(option, why ignored)]."""
 
     config: LeaseConfig
     tracefile: str | None = None
     injectionfile: str | None = None
+    annotationfile: str | None = None
     nodes: int | None = None
     cpus_per_node: int = 1
     mem_per_node: int = 1024
@@ -108,6 +121,11 @@ def _value(opt: str, text: str, where: str):
     """A Haizea value of a mapped option as the type the lease engine's schema gives it
     (``config.OPTIONS``); ConfigError naming ``where`` when it is not one."""
     text = _HAIZEA_VALUES.get(opt, {}).get(text.strip().lower(), text.strip())
+    if opt == "stop-when-time":        # Haizea: DD:HH:MM:SS after the start
+        try:
+            return parse_time(text)
+        except ValueError:
+            raise ConfigError(f"{where}: expected DD:HH:MM:SS, got {text!r}") from None
     kind = OPTION_TYPES[opt]
     if kind is bool:
         low = text.lower()
@@ -142,20 +160,26 @@ def load_haizea(path: str | Path) -> HaizeaFile:
         raise ConfigError(f"{p}:{line}: not a Haizea configuration file: "
                           f"{type(exc).__name__.replace('Error', '').lower() or 'error'}") from None
     values: dict = dict(HAIZEA_DEFAULTS)
+    lines_of: dict = {}
     out = HaizeaFile(LeaseConfig())
     for section in parser.sections():
         for opt, raw in parser.items(section):
             where = f"{p}:{_line_of(lines, section, opt)}: [{section}] {opt}"
             if opt in _MAP:
                 values[opt] = _value(opt, raw, where)
+                LeaseConfig({opt: values[opt]}, where.rsplit(": [", 1)[0])  # the value's own check
+                lines_of[opt] = where
             elif opt in _IGNORE:
+                if opt in _IGNORED_INT and not re.fullmatch(r"\s*\d+\s*", raw):
+                    raise ConfigError(f"{where}: must be a whole number of seconds, got {raw.strip()!r}")
                 out.notes.append((opt, _IGNORE[opt]))
             elif opt in _DEFAULT_ONLY:
                 only = _DEFAULT_ONLY[opt]
                 if only is None or raw.strip().lower() != only:
+                    why = " (Haizea 1.1 has no other mapper)" if opt == "mapper" else ""
                     raise ConfigError(f"{where} = {raw.strip()!r}: vgrid supports only "
-                                      f"{'leaving it out' if only is None else repr(only)} (docs/leasing.md, "
-                                      f"'Haizea configuration files')")
+                                      f"{'leaving it out' if only is None else repr(only)}{why} "
+                                      f"(docs/leasing.md, 'Haizea configuration files')")
             elif opt == "resources":
                 _resources(out, raw.strip(), where)
             elif opt == "starttime":
@@ -163,10 +187,12 @@ def load_haizea(path: str | Path) -> HaizeaFile:
                     out.starttime = _dt.datetime.strptime(raw.strip(), "%Y-%m-%d %H:%M:%S")
                 except ValueError:
                     raise ConfigError(f"{where}: expected YYYY-MM-DD HH:MM:SS, got {raw.strip()!r}") from None
-            elif opt in ("tracefile", "injectionfile"):
+            elif opt in ("tracefile", "injectionfile", "annotationfile"):
                 setattr(out, opt, raw.strip())
             else:
                 raise ConfigError(f"{where}: unknown option {opt!r} (not a Haizea 1.1 option)")
+    if values.get("stop-when") == "exact" and "stop-when-time" not in values:
+        raise ConfigError(f"{lines_of['stop-when']}: 'exact' needs stop-when-time (DD:HH:MM:SS)")
     try:
         out.config = LeaseConfig(values, str(p))
     except ConfigError as exc:

@@ -31,14 +31,29 @@ from .requesttypes import RequestType
 from .slottable import Reservation, ResKind
 
 
-def op_time(memory_mb: float, rate_mbs: float) -> float:
-    """Seconds to suspend or resume one VM: ceil(memory / rate)."""
-    return float(math.ceil(memory_mb / rate_mbs)) if memory_mb > 0 else 0.0
+def op_time(memory_mb: float, rate_mbs: float, override_s: float = -1.0, enactment_s: float = 0.0) -> float:
+    """Seconds to suspend or resume one VM: ceil(memory / rate) -- or ``override_s`` when it is
+    >= 0 (Haizea 1.1's ``override-suspend-time`` / ``override-resume-time``) -- plus
+    ``enactment_s`` (``enactment-overhead``, Haizea 1.1 ``__compute_susprem_times``)."""
+    if override_s >= 0:
+        return override_s + enactment_s
+    return (float(math.ceil(memory_mb / rate_mbs)) if memory_mb > 0 else 0.0) + enactment_s
 
 
-def per_node_times(lease: Lease, mapping: tuple, rate: float, exclusion: str) -> tuple[dict, float]:
-    """({node: seconds busy}, total seconds S) for suspending/resuming ``lease`` on ``mapping``."""
-    one = op_time(lease.per_vm[MEM], rate)
+def lease_op_estimate(lease: Lease, rate_mbs: float, override_s: float, enactment_s: float) -> float:
+    """Haizea 1.1's estimate (s) of a whole lease's suspension or resumption before its mapping
+    is known (``Lease.estimate_suspend_time``): the override itself when set (>= 0), else the
+    sum over its VMs of ceil(memory / rate) + ``enactment_s``."""
+    if override_s >= 0:
+        return override_s
+    return op_time(lease.per_vm[MEM], rate_mbs, -1.0, enactment_s) * lease.n_vms
+
+
+def per_node_times(lease: Lease, mapping: tuple, rate: float, exclusion: str, override_s: float = -1.0,
+                   enactment_s: float = 0.0) -> tuple[dict, float]:
+    """({node: seconds busy}, total seconds S) for suspending/resuming ``lease`` on ``mapping``
+    (one VM: ``op_time(memory, rate, override_s, enactment_s)``)."""
+    one = op_time(lease.per_vm[MEM], rate, override_s, enactment_s)
     counts: dict = {}
     for node in mapping:
         counts[node] = counts.get(node, 0) + 1
@@ -60,7 +75,8 @@ def suspend_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
     a seed 002 policy, else Haizea's (``per_node_times``)."""
     if seed002_timing(cfg):
         return OverheadModel.from_config(cfg).suspension(lease)
-    return per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion)[1]
+    return per_node_times(lease, mapping, cfg.suspend_rate, cfg.suspendresume_exclusion,
+                          cfg.override_suspend_time, cfg.enactment_overhead)[1]
 
 
 def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
@@ -68,7 +84,8 @@ def resume_time(lease: Lease, mapping: tuple, cfg: LeaseConfig) -> float:
     Haizea's (``per_node_times``)."""
     if seed002_timing(cfg):
         return OverheadModel.from_config(cfg).resumption(lease)
-    return per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion)[1]
+    return per_node_times(lease, mapping, cfg.resume_rate, cfg.suspendresume_exclusion,
+                          cfg.override_resume_time, cfg.enactment_overhead)[1]
 
 
 def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
@@ -84,7 +101,7 @@ def can_suspend(lease: Lease, cfg: LeaseConfig) -> bool:
     return mode == "all" or (mode == "serial-only" and lease.n_vms == 1)
 
 
-def scheduling_threshold(overhead_s: float, factor: float) -> float:
+def scheduling_threshold(overhead_s: float, factor: float, forced_s: float = -1.0) -> float:
     """Haizea's scheduling threshold: the shortest time (s) a lease that will be suspended
     must run before its suspension, max(overhead_s x (1 + factor), overhead_s + 1 s).
 
@@ -92,7 +109,11 @@ def scheduling_threshold(overhead_s: float, factor: float) -> float:
     ``factor``: ``scheduling-threshold-factor`` (>= 0). Source: Haizea 1.1's
     ``scheduling-threshold-factor`` (not in seed 000); the extra second keeps a zero overhead
     from allowing zero-length slots. The one implementation, used by best-effort placement.
+    ``forced_s`` >= 0 (``force-scheduling-threshold``, Haizea 1.1) replaces the computed value,
+    but never below ``overhead_s`` + 1 s (a shorter slot could not hold its own suspension).
     """
+    if forced_s >= 0:
+        return max(forced_s, overhead_s + 1.0)
     return max(overhead_s * (1.0 + factor), overhead_s + 1.0)
 
 

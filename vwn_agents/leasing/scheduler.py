@@ -54,6 +54,7 @@ class LeaseScheduler:
             self.policy, self.set_policy = preemption_policy(config.policy_preemption), None
         self.suspend_batches: dict[int, frozenset] = {}  # lease id -> ids suspended for one local request
         self.preemption_log: list[tuple] = []  # (s, local request id, preempted ids, h(C) s, policy)
+        self.decisions = None  # a decisionlog.DecisionLog: why each lease went where it did (None: off)
         self.host_selection = host_selection_policy(config.policy_host_selection, self.pools,
                                                     self.staging)
         self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
@@ -90,6 +91,8 @@ class LeaseScheduler:
         if self._site_slots(lease.per_vm) < lease.n_vms:
             lease.to(LeaseState.REJECTED)
             lease.reject_reason = "the site cannot host that many VMs even when empty"
+            if self.decisions is not None:
+                self.decisions.rejected(lease, now)
             return lease
         if lease.type is LeaseType.ADVANCE_RESERVATION:
             schedule_ar(self, lease, now)
@@ -106,6 +109,8 @@ class LeaseScheduler:
         else:
             lease.to(LeaseState.QUEUED)
             self.requeue(lease)
+        if self.decisions is not None and lease.state is LeaseState.REJECTED:
+            self.decisions.rejected(lease, now)
         return lease
 
     def adopt(self, lease: Lease, mapping: tuple, start_s: float) -> Lease:

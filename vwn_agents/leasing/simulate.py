@@ -17,7 +17,7 @@ from .enactment import SimulatedNodes
 from .model import Lease, Node
 from .scheduler import LeaseScheduler
 from .slottable import INF
-from .tracefile import apply_overheads
+from .haizea_options import StatusTicker, StopRule, frontend
 
 
 @dataclass
@@ -31,21 +31,29 @@ class SimulationResult:
 
 
 def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None = None,
-             progress=None, max_events: int = 50_000_000) -> SimulationResult:
+             progress=None, max_events: int = 50_000_000, status=None,
+             decisions=None) -> SimulationResult:
     """Run ``leases`` on ``nodes``; ``progress(done_leases, total)`` is called now and then.
-    The configuration's VM overheads (``add-overhead``) are applied to copies of the leases first.
+    The configuration's VM overheads (``add-overhead``), ``override-memory`` and shutdown time
+    are applied to copies of the leases first (``haizea_options.frontend``); the run stops as
+    ``stop-when`` says; ``status(now_s, {state: count})`` is called every
+    ``status-message-interval`` simulated minutes; ``decisions`` (a ``decisionlog.DecisionLog``
+    or None) records why each lease went where it did.
 
-    Raises RuntimeError if the simulation does not finish in ``max_events`` steps.
+    Raises RuntimeError if the simulation does not finish in ``max_events`` steps, ConfigError
+    for ``stop-when = exact`` without ``stop-when-time``.
     """
     config = config or LeaseConfig()
-    leases = apply_overheads(leases, config)
+    leases = frontend(leases, config)
     clock = SimulatedClock(0.0)
     nodes_enact = SimulatedNodes(nodes)
     sched = LeaseScheduler(nodes, config, clock, nodes_enact)
+    sched.decisions = decisions
     pending = sorted(leases, key=lambda l: (l.submit_s, l.id))
     i, steps = 0, 0
-    be_total = sum(1 for l in pending if l.is_be)
-    stop_be = config.stop_when == "besteffort-done"
+    stop = StopRule(config, pending)
+    ticker = StatusTicker(config, status)
+    be_left = stop.be_total
     while steps < max_events:
         t_sub = pending[i].submit_s if i < len(pending) else INF
         t = min(t_sub, sched.next_event_time())
@@ -56,14 +64,15 @@ def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None 
         now = clock.now()
         sched.process(now, ends_only=True)
         while i < len(pending) and pending[i].submit_s <= now:
+            be_left -= pending[i].is_be
             sched.submit(pending[i])
             i += 1
         sched.process(now)
         steps += 1
         if progress is not None and steps % 500 == 0:
             progress(sum(1 for l in sched.leases.values() if l.done), len(pending))
-        if stop_be and i == len(pending) and not sched.queue and be_total and all(
-                l.done for l in sched.leases.values() if l.is_be):
+        ticker.tick(sched, now)
+        if stop.done(sched, now, i == len(pending), be_left):
             break
     else:
         raise RuntimeError(f"simulation did not finish in {max_events} steps")

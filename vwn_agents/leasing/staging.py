@@ -53,7 +53,9 @@ class Staging:
 
     # ------------------------------------------------------------ helpers
     def transfer_time(self, mb: float, link: str) -> float:
-        return mb / self.cfg.link_bandwidth_mbs(link)
+        """Seconds to transfer ``mb`` MB over ``link``, or ``force-imagetransfer-time`` (>= 0)."""
+        forced = self.cfg.force_imagetransfer_time
+        return forced if forced >= 0 else mb / self.cfg.link_bandwidth_mbs(link)
 
     def copy_time(self, lease: Lease) -> float:
         if not self.enabled or self.cfg.diskimage_copy == "cow":
