@@ -31,8 +31,10 @@ class SimulationResult:
 
 
 def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None = None,
-             progress=None, max_events: int = 50_000_000) -> SimulationResult:
-    """Run ``leases`` on ``nodes``; ``progress(done_leases, total)`` is called now and then.
+             progress=None, max_events: int = 50_000_000, on_step=None) -> SimulationResult:
+    """Run ``leases`` on ``nodes``; ``progress(done_leases, total)`` is called now and then;
+    ``on_step(scheduler, now_s)``, if given, after every step's scheduling pass (an observer,
+    e.g. for when each lease was placed; it must not change the schedule).
     The configuration's VM overheads (``add-overhead``) are applied to copies of the leases first.
 
     Raises RuntimeError if the simulation does not finish in ``max_events`` steps.
@@ -59,6 +61,8 @@ def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None 
             sched.submit(pending[i])
             i += 1
         sched.process(now)
+        if on_step is not None:
+            on_step(sched, now)
         steps += 1
         if progress is not None and steps % 500 == 0:
             progress(sum(1 for l in sched.leases.values() if l.done), len(pending))
