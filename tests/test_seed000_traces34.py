@@ -127,6 +127,6 @@ def test_report_only_8_2_splices_the_section_into_an_existing_page(tmp_path):
     assert page.endswith("## Section 8.3: mixed\nkept\n") and page.count("## Section 8.2") == 1
     assert "| VW submissions | 62 | 62 |" in page and "| IV | image pools (1.8 GB per node) |" in page
     doc = json.loads((tmp_path / "seed000_runs.json").read_text())
-    assert doc["section_8_3"] == [1] and len(doc["section_8_2"]) == 4 * (len(be.VARIANTS) + 10)
+    assert doc["section_8_3"] == [1] and len(doc["section_8_2"]) == 4 * (len(be.VARIANTS) + 10) + 2 * len(be.MIXED)
     for png in ("seed000_fig8_5.png", "seed000_fig8_6_8_7.png"):
         assert (tmp_path / png).stat().st_size > 10_000
