@@ -287,6 +287,7 @@ VARIANTS = {
     "no-piggyback": ("no piggybacking on scheduled transfers (cache only, as SGE)", {"piggyback": False}),
     "8x2": ("8 nodes x 2 VM slots (the testbed; a lease's VMs on one node share a transfer)",
             {"nodes": 8, "vms_per_node": 2}),
+    "bw-1000": ("a 1 Gb/s link (stated: 100 Mb/s)", {"bandwidth_mbps": 1000.0}),
     "with-21665": ("jobs up to #21665 inclusive (63 submissions, 148 VMs)", {"last_job": 21665}),
     "attempts-4": ("the engine's default besteffort-staging-attempts = 4", {"staging_attempts": 4}),
 }
