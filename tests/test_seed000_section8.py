@@ -74,6 +74,8 @@ def test_report_command_writes_the_page(tmp_path, monkeypatch):
     for png in ("seed000_ratios.png", "seed000_fig8_2_8_3.png", "seed000_fig8_4.png"):
         assert (tmp_path / png).stat().st_size > 10_000
     assert "| I | EDF (scheduled) |" in page and "| EDF-JIT |" in page
+    assert page.index("## Section 8.2: image reuse") < page.index("## Section 8.3:")
+    assert len(doc["section_8_2"]) > 4 and (tmp_path / "seed000_fig8_6_8_7.png").stat().st_size > 10_000
 
 
 def test_report_command_refuses_an_unknown_duration(tmp_path):

@@ -23,7 +23,7 @@ def bundled_files() -> set[str]:
 
 def test_every_name_has_its_file_and_every_file_a_name():
     assert set(traces.CATALOGUE.values()) == bundled_files()
-    assert len(traces.AR_SETS) == 72 and len(traces.CATALOGUE) == 91
+    assert len(traces.AR_SETS) == 72 and len(traces.CATALOGUE) == 92
     assert all(traces.bundled(name).is_file() for name in traces.CATALOGUE)
 
 
@@ -86,7 +86,7 @@ def test_list_traces():
     r = CliRunner().invoke(simulate_cmd, ["--list-traces"])
     assert r.exit_code == 0
     lines = r.output.splitlines()
-    assert len(lines) == 91
+    assert len(lines) == 92
     assert any(line.split() == ["lcg-2005-1", "examples/traces/swf/LCG-2005-1.swf.gz"] for line in lines)
 
 

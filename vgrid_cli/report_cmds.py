@@ -29,7 +29,8 @@ REPORTS = {
     "sfete": ("seed 004 (SFETE grid scheduling): Figures 8a, 8b, 9, 10, 11 and the refresh ablation", "gridsim"),
     "sfete-table1": ("seed 004 Section 6.1: SFETE against FCFS/ECT, EDF/ECT, LLF/ECT (Table I, "
                      "Figures 4-6)", "offline"),
-    "seed000": ("seed 000 Sections 4 and 8: AR staging accuracy (Figures 8.2-8.4), VMs as jobs (Tables "
+    "seed000": ("seed 000 Sections 4 and 8: AR staging accuracy (Figures 8.2-8.4), image reuse for "
+                "best-effort VMs on the DataStar Traces III/IV (Figures 8.5-8.7), VMs as jobs (Tables "
                 "4.1, 4.2), best-effort and ARs mixed with and without VMs, prefetching and reuse "
                 "(Tables 8.3-8.7)", "seed000"),
     "hpdc08": ("Sotomayor, Keahey, Foster, HPDC 2008: Table 1 and the all-best-effort / AR acceptance "

@@ -1,15 +1,20 @@
-"""``vgrid report seed000``: seed 000 Sections 8.1 and 8.3 regenerated (issue 16).
+"""``vgrid report seed000``: seed 000 Sections 8.1, 8.2 and 8.3 regenerated (issue 16).
 
 Runs Traces I/II under the four staging strategies and Figure 8.4's trace under EDF and EDF/JIT
-(:mod:`vwn_agents.leasing.seed000_ar`), and the 36 traces x 4 configurations of
-:mod:`vwn_agents.leasing.seed000`, for ``--seeds`` seeds on ``--workers`` processes; writes
-``seed000.md``, ``seed000_ratios.png``, ``seed000_fig8_2_8_3.png``, ``seed000_fig8_4.png`` and
-``seed000_runs.json`` into ``--out``. Exit codes: 0 ok; 2 a bad option or a missing input.
+(:mod:`vwn_agents.leasing.seed000_ar`), Traces III/IV from the bundled DataStar excerpt with
+and without image pools (:mod:`vwn_agents.leasing.seed000_be`, ``--only 8.2`` runs just
+these), and the 36 traces x 4 configurations of :mod:`vwn_agents.leasing.seed000`, for
+``--seeds`` seeds on ``--workers`` processes; writes ``seed000.md``, ``seed000_ratios.png``,
+``seed000_fig8_2_8_3.png``, ``seed000_fig8_4.png``, ``seed000_fig8_5.png``,
+``seed000_fig8_6_8_7.png`` and ``seed000_runs.json`` into ``--out`` (``--only 8.2``
+replaces only Section 8.2 in ``seed000.md`` and ``seed000_runs.json`` and writes its PNGs). Exit codes: 0 ok;
+2 a bad option or a missing input.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -25,6 +30,52 @@ PAPER_CSV = TRACES_DIR.parent / "papers" / "seed000_section8_3.csv"
 def _one(args):
     from vwn_agents.leasing.seed000 import run
     return run(*args)
+
+
+def _section82(out_dir: Path) -> tuple[str, list]:
+    """Traces III/IV (seed 000 Section 8.2): run every variant, write the two PNGs, return the
+    Markdown and the rows (without their per-VM series). ClickException if the input is missing."""
+    from vgrid_runtime.traces import TraceNameError, bundled
+    from vwn_agents.leasing import seed000_be, seed000bedoc
+
+    try:
+        jobs = seed000_be.read_jobs(bundled("datastar-express"))
+    except TraceNameError as exc:
+        raise click.ClickException(str(exc)) from None
+    cpu0 = time.process_time()
+    rows = seed000_be.run_all(jobs)
+    cpu = time.process_time() - cpu0
+    traces = {t: seed000_be.build(t, jobs)[0] for t in seed000_be.TABLE_8_2}
+    seed000bedoc.figure_submissions(traces["III"], out_dir)
+    seed000bedoc.figure_deployed(rows, out_dir)
+    text = seed000bedoc.section(rows, traces, cpu)
+    return text, [{k: v for k, v in r.items() if k != "deployed"} for r in rows]
+
+
+def splice_82(page: str, section: str) -> str:
+    """``page`` (seed000.md) with its Section 8.2 replaced by ``section``, or inserted before
+    Section 8.3 (at the end when there is none)."""
+    start = page.find("## Section 8.2:")
+    nxt = page.find("## Section 8.3:")
+    if start >= 0:
+        end = nxt if nxt > start else len(page)
+        return page[:start] + section.rstrip("\n") + "\n\n" + page[end:]
+    if nxt >= 0:
+        return page[:nxt] + section.rstrip("\n") + "\n\n" + page[nxt:]
+    return page.rstrip("\n") + "\n\n" + section
+
+
+def _only_82(out_dir: Path) -> None:
+    """``--only 8.2``: rerun Section 8.2 and splice it into ``out_dir``/seed000.md and
+    seed000_runs.json (created when missing), leaving the other sections as they are."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text, rows82 = _section82(out_dir)
+    md, runs = out_dir / "seed000.md", out_dir / "seed000_runs.json"
+    md.write_text(splice_82(md.read_text(encoding="utf-8") if md.is_file() else "", text), encoding="utf-8")
+    data = json.loads(runs.read_text(encoding="utf-8")) if runs.is_file() else {}
+    data["section_8_2"] = rows82
+    runs.write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
+    click.echo(f"wrote Section 8.2 into {md} ({len(rows82)} runs)")
 
 
 def _one81(args):
@@ -80,8 +131,13 @@ thesis's shape; the absolute peak depends on how many ARs a node holds.
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="processes (default: every core)")
 @click.option("--durations", default="long,medium,short", show_default=True,
               help="best-effort duration classes to run (a reduced input for tests)")
-def seed000_cmd(out, seeds, workers, durations) -> None:
-    """Seed 000 Section 8.3: best-effort and AR workloads mixed (Tables 8.3-8.7)."""
+@click.option("--only", type=click.Choice(["8.2"]), default=None,
+              help="rerun only Section 8.2 (Traces III/IV) and replace it in seed000.md")
+def seed000_cmd(out, seeds, workers, durations, only) -> None:
+    """Seed 000 Sections 8.1-8.3: AR staging, image reuse (Traces III/IV), mixed workloads."""
+    if only == "8.2":
+        _only_82(Path(out))
+        return
     from vwn_agents.leasing.seed000 import CONFIGS, DURATIONS, cells, paper_tables
     from vwn_agents.leasing.seed000_ar import STRATEGIES
     from vwn_agents.leasing.seed000ardoc import (disk_figure, disk_table, satisfaction_figure,
@@ -118,8 +174,9 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
     rows = [r for r in rows if r["config"] not in JOB_CONFIGS]
     sat_rows = [r for r in rows81 if "trace" in r]
     disk_rows = sorted((r for r in rows81 if "peak_mb" in r), key=lambda r: (r["strategy"], r["seed"]))
+    section82, rows82 = _section82(out_dir)
     (out_dir / "seed000_runs.json").write_text(json.dumps(
-        {"section_8_3": rows, "section_4": rows4, "section_8_1": sat_rows,
+        {"section_8_3": rows, "section_4": rows4, "section_8_1": sat_rows, "section_8_2": rows82,
          "figure_8_4": [{k: v for k, v in r.items() if k != "series"} for r in disk_rows]},
         indent=0) + "\n", encoding="utf-8")
     figure(rows, paper, out_dir)
@@ -127,6 +184,6 @@ def seed000_cmd(out, seeds, workers, durations) -> None:
     disk_figure(disk_rows, out_dir)
     section81 = SECTION81.format(sat_table=satisfaction_table(sat_rows), disk_table=disk_table(disk_rows))
     command = f"vgrid report seed000 --seeds {seeds}" + (f" --durations {durations}" if len(wanted) < 3 else "")
-    section81 += "\n" + table4_markdown(rows + rows4)
+    section81 += "\n" + table4_markdown(rows + rows4) + "\n\n" + section82
     (out_dir / "seed000.md").write_text(page(rows, paper, command, section81, len(rows81)), encoding="utf-8")
     click.echo(f"wrote {out_dir / 'seed000.md'} ({len(rows)} runs)")

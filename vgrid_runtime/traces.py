@@ -9,7 +9,9 @@
   advance-reservation LWF sets for the 30-day trace (the file stem);
 - the stems of Haizea's unit-test LWFs (``migrate``, ``preemption``, ``reuse1``, ...);
 - ``haizea-blue-60days-inj-work_{20,25,30}-dur_1h-size_1small``: old-format LWF, 60 days + ARs;
-- ``lcg-2005-1``, ``lublin-256``: Parallel Workloads Archive SWF logs (gzipped).
+- ``lcg-2005-1``, ``lublin-256``: Parallel Workloads Archive SWF logs (gzipped);
+- ``datastar-express``: the SDSC DataStar log's express queue (queue 1), jobs #21543-#21665 (an
+  80-minute stretch; seed 000 Section 8.2, Traces III and IV), header kept verbatim.
 
 Files are found relative to this package's location (vgrid is installed editable from its
 repository); sources and licence terms are in ``examples/traces/README.md``.
@@ -32,6 +34,7 @@ CATALOGUE: dict[str, str] = {
     **{f"blue-{days}days": f"haizea/blue/{days}days.swf" for days in (15, 30, 60)},
     "lcg-2005-1": "swf/LCG-2005-1.swf.gz",
     "lublin-256": "swf/lublin_256.swf.gz",
+    "datastar-express": "swf/SDSC-DS-2004-2.1-cln-express-21543-21665.swf",
     **{name: f"lwf/haizea-tests/{name}.lwf" for name in HAIZEA_TESTS},
     **{name: f"haizea/injected_leases/30days/{name}.lwf" for name in AR_SETS},
     **{name: f"lwf/{name}.lwf" for name in BLUE_60DAYS_INJ},
@@ -44,7 +47,7 @@ class TraceNameError(ValueError):
 
 def known_names() -> str:
     """The bundled names on one line, the 72 AR sets as their pattern."""
-    return ("blue-15days, blue-30days, blue-60days, lcg-2005-1, lublin-256, "
+    return ("blue-15days, blue-30days, blue-60days, lcg-2005-1, lublin-256, datastar-express, "
             + ", ".join(HAIZEA_TESTS) + ", " + ", ".join(BLUE_60DAYS_INJ)
             + ", work_RR-dur_Dh-size_S (RR 05-30 by 5, D 1-4, S 1small/2medium/3large)")
 

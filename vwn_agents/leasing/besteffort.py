@@ -77,7 +77,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
     else:
         found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     explained = None
-    for _attempt in range(4):
+    for _attempt in range(cfg.besteffort_staging_attempts or len(sched.nodes) + 1):
         if found is None:
             return False
         s, e, mapping = found

@@ -130,7 +130,7 @@ def disk_and_transfers(rows) -> str:
     return "\n".join(lines)
 
 
-INTRO = """# Seed 000 Section 8: AR staging accuracy and mixed workloads (Figures 8.2-8.4, Tables 8.3-8.7)
+INTRO = """# Seed 000 Section 8: AR staging accuracy, image reuse and mixed workloads (Figures 8.2-8.7, Tables 8.1-8.7)
 
 Made by
 

@@ -32,13 +32,15 @@ class SimulationResult:
 
 def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None = None,
              progress=None, max_events: int = 50_000_000, status=None,
-             decisions=None) -> SimulationResult:
+             decisions=None, on_step=None) -> SimulationResult:
     """Run ``leases`` on ``nodes``; ``progress(done_leases, total)`` is called now and then.
     The configuration's VM overheads (``add-overhead``), ``override-memory`` and shutdown time
     are applied to copies of the leases first (``haizea_options.frontend``); the run stops as
     ``stop-when`` says; ``status(now_s, {state: count})`` is called every
     ``status-message-interval`` simulated minutes; ``decisions`` (a ``decisionlog.DecisionLog``
-    or None) records why each lease went where it did.
+    or None) records why each lease went where it did; ``on_step(scheduler, now_s)``, if given,
+    is called after every step's scheduling pass (an observer, e.g. for when each lease was
+    placed; it must not change the schedule).
 
     Raises RuntimeError if the simulation does not finish in ``max_events`` steps, ConfigError
     for ``stop-when = exact`` without ``stop-when-time``.
@@ -68,6 +70,8 @@ def simulate(leases: list[Lease], nodes: list[Node], config: LeaseConfig | None 
             sched.submit(pending[i])
             i += 1
         sched.process(now)
+        if on_step is not None:
+            on_step(sched, now)
         steps += 1
         if progress is not None and steps % 500 == 0:
             progress(sum(1 for l in sched.leases.values() if l.done), len(pending))
