@@ -43,6 +43,67 @@ def chunks(items: Sequence, size: int = CHUNK):
         yield items[i:i + size]
 
 
+def _placeholder(dialect) -> str | None:
+    """The DB-API driver's positional parameter mark ("?" or "%s"), None for another style."""
+    return {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(dialect.paramstyle)
+
+
+def _update_from_supported(dialect) -> bool:
+    """``UPDATE ... FROM`` is in PostgreSQL and in SQLite from 3.33 (2020)."""
+    if dialect.name == "sqlite":
+        return getattr(dialect.dbapi, "sqlite_version_info", (0,)) >= (3, 33)
+    return dialect.name == "postgresql"
+
+
+def keyed_update(conn, table, sets: list[tuple[list[str], dict[str, Any]]], new: JobState, now: float,
+                 expect: JobState, reason: str | None, increment: Iterable[str]) -> list[list[str]] | None:
+    """The sets of :meth:`BulkTransitions.transition_sets` in **one** ``UPDATE ... FROM`` a
+    ``VALUES`` list per :data:`CHUNK` jobs, in key order: each row of the list carries a job's
+    key and its own set's field values (``WITH v(k, f0, ..) AS (VALUES ..) UPDATE jobs SET
+    ce_id = CAST(v.f0 AS ...), .. FROM v WHERE jobs.key = v.k AND <state guard> RETURNING
+    jobs.key``). Same meaning as one guarded UPDATE per set (a key named by two sets belongs
+    to the first); returns the moved keys of each set, in the order given, or None when it
+    does not apply (sets with different field names, a driver of another parameter style,
+    SQLite < 3.33): the caller then runs one UPDATE per set.
+
+    Why: a matcher pass records its jobs Scheduled per CE, so each per-CE UPDATE visits keys
+    spread over the whole table (and over both state indexes); 324 such statements for 10,000
+    jobs cost ~21 us per job in SQLite alone, the same rows visited in key order ~5 us
+    (``benchmarks/broker_match.py``, docs/benchmarks.md "session 6")."""
+    dialect = conn.dialect
+    mark = _placeholder(dialect)
+    names = sorted(sets[0][1])
+    if mark is None or not _update_from_supported(dialect) or any(sorted(v) != names for _, v in sets):
+        return None
+    owner: dict[str, int] = {}
+    for i, (keys, _) in enumerate(sets):
+        for k in keys:
+            owner.setdefault(k, i)
+    q = dialect.identifier_preparer.quote
+    name = q(table.name)
+    assign = [f"{q('state')} = {mark}", f"{q('updated_at')} = {mark}"]
+    fixed: list[Any] = [new.value, now]
+    if reason is not None:
+        assign.append(f"{q('reason')} = {mark}")
+        fixed.append(reason)
+    assign += [f"{q(c)} = {name}.{q(c)} + 1" for c in increment]
+    assign += [f"{q(c)} = CAST(v.f{j} AS {table.c[c].type.compile(dialect=dialect)})" for j, c in enumerate(names)]
+    columns = ", ".join(["k"] + [f"f{j}" for j in range(len(names))])
+    row = "(" + ", ".join([mark] * (1 + len(names))) + ")"
+    tail = (f" UPDATE {name} SET {', '.join(assign)} FROM v WHERE {name}.{q('key')} = v.k"
+            f" AND {name}.{q('state')} || {mark} = {mark} RETURNING {name}.{q('key')}")
+    per_set = [[v[c] for c in names] for _, v in sets]
+    moved: set[str] = set()
+    for part in chunks(sorted(owner)):
+        params: list[Any] = []
+        for k in part:
+            params.append(k)
+            params += per_set[owner[k]]
+        sql = f"WITH v({columns}) AS (VALUES {', '.join([row] * len(part))}){tail}"
+        moved.update(r[0] for r in conn.exec_driver_sql(sql, tuple(params + fixed + ["", expect.value])))
+    return [[k for k in keys if k in moved and owner[k] == i] for i, (keys, _) in enumerate(sets)]
+
+
 class BulkTransitions:
     """Set-wise state changes of a job store (``self.Row``, ``self.History``, ``self._session``,
     ``self._values``, ``self._to_job`` come from :class:`broker.db.JobStore`)."""
@@ -78,6 +139,11 @@ class BulkTransitions:
             common["reason"] = reason
         out: list[list[str]] = []
         with self.engine.begin() as c:     # Core statements: compiled once, cached
+            if len(sets) > 1:
+                keyed = keyed_update(c, table, sets, new, now, expect, reason, increment)
+                if keyed is not None:
+                    self._history(c, [k for moved in keyed for k in moved], new, now, reason)
+                    return keyed
             for keys, values in sets:
                 moved: set[str] = set()
                 for part in chunks(keys):
