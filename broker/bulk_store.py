@@ -24,6 +24,8 @@ from sqlalchemy import and_, bindparam, insert, or_, select, update
 
 from vgrid_runtime.job_states import JobState, check_transition
 
+from .job_reader import row_reader
+
 #: Keys per UPDATE / INSERT statement (5 bound parameters per history row).
 CHUNK = 500
 
@@ -104,6 +106,14 @@ def keyed_update(conn, table, sets: list[tuple[list[str], dict[str, Any]]], new:
     return [[k for k in keys if k in moved and owner[k] == i] for i, (keys, _) in enumerate(sets)]
 
 
+def _claim_statement(table):
+    """Waiting -> Ready of the keys ``:keys`` (an expanding parameter: built and compiled
+    once, not per chunk), returning every column."""
+    return (update(table).where(table.c.key.in_(bindparam("keys", expanding=True)), _guard(table, JobState.WAITING))
+            .values(state=JobState.READY.value, updated_at=bindparam("now"), claimed_by=bindparam("owner"))
+            .returning(*table.c))
+
+
 class BulkTransitions:
     """Set-wise state changes of a job store (``self.Row``, ``self.History``, ``self._session``,
     ``self._values``, ``self._to_job`` come from :class:`broker.db.JobStore`)."""
@@ -159,9 +169,16 @@ class BulkTransitions:
         """One INSERT statement for the history rows of ``keys`` (executemany of one
         prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
         gains from it)."""
-        if keys:
-            conn.execute(insert(self.History.__table__),
-                         [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
+        if not keys:
+            return
+        table = self.History.__table__
+        if conn.dialect.paramstyle == "qmark":   # SQLite: the driver's executemany of tuples,
+            q = conn.dialect.identifier_preparer.quote   # without per-row parameter processing
+            conn.exec_driver_sql(f"INSERT INTO {q(table.name)} ({q('key')}, {q('state')}, {q('time')}, "
+                                 f"{q('reason')}) VALUES (?, ?, ?, ?)",
+                                 [(k, state.value, now, reason) for k in keys])
+            return
+        conn.execute(insert(table), [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
 
     def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
               after: tuple[float, str] | None = None, owner: str | None = None) -> list:
@@ -186,20 +203,17 @@ class BulkTransitions:
             pick = pick.where(or_(Row.submitted_at > after[0],
                                   and_(Row.submitted_at == after[0], Row.key > after[1])))
         table = Row.__table__
+        claim_rows = _claim_statement(table)
         with self.engine.begin() as c:
             # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
             # may take more than n rows on PostgreSQL (the subquery is re-run per row)
             keys = list(c.scalars(pick))
-            rows: list[dict] = []
+            jobs: list = []
             for part in chunks(keys):
-                res = c.execute(update(table).where(table.c.key.in_(part),
-                                                    _guard(table, JobState.WAITING))
-                                .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
-                                .returning(*table.c))
-                names = tuple(res.keys())          # once per statement, not per row
-                rows += [dict(zip(names, r)) for r in res]
-            self._history(c, [r["key"] for r in rows], JobState.READY, now, None)
-            jobs = [self._to_job(r, ()) for r in rows]
+                res = c.execute(claim_rows, {"keys": part, "now": now, "owner": owner})
+                read = row_reader(self.JobClass, tuple(res.keys()))   # by position, not by name
+                jobs += [read(r) for r in res.all()]
+            self._history(c, [j.key for j in jobs], JobState.READY, now, None)
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
 
