@@ -111,6 +111,7 @@ def match_batch(broker, store, jobs: list) -> int:
     queues = broker.queues
     aware = class_aware(queues)
     groups: dict[Target, list] = defaultdict(list)
+    targets: dict[str, Target] = {}                    # feedback key -> its Target, once a batch
     retry, done, backfill = [], 0, []
     parsed: dict[tuple[str, str], object] = {}         # equal JDL texts are parsed once a batch
     for job in jobs:
@@ -146,7 +147,10 @@ def match_batch(broker, store, jobs: list) -> int:
                 retry.append(job)
             continue
         feedback.increment(chosen.ce_id)
-        groups[Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))].append((job, payload))
+        target = targets.get(chosen.ce_id)
+        if target is None:
+            target = targets[chosen.ce_id] = Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))
+        groups[target].append((job, payload))
     if backfill:
         store.store_classes(backfill)
     if retry:

@@ -22,6 +22,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import jdl as jdlmod
@@ -57,8 +58,11 @@ def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(str(r).lower() for r in ([rules] if isinstance(rules, str) else rules))
 
 
+@lru_cache(maxsize=8192)
 def rules_allow(rules: tuple[str, ...] | None, vo: str | None, fqans: tuple[str, ...] | None = None) -> bool:
-    """:func:`vo_allowed` over rules already lower-cased by :func:`acl_rules`."""
+    """:func:`vo_allowed` over rules already lower-cased by :func:`acl_rules`. Memoized (a
+    pure function of hashable arguments): a class filtered against N CEs asks it N times for
+    a handful of distinct ACLs."""
     if not vo:
         return True
     if rules is None:

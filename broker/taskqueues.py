@@ -193,7 +193,9 @@ class TaskQueue:
         and the front looked at again). A refresh or reset (``changed_since`` answers None) or
         feedback without a version re-reads every counter."""
         version = getattr(feedback, "version", None)
-        full = self.version is None or version is None or feedback.changed_since(self.version) is None
+        known = getattr(feedback, "known_since", None)
+        full = self.version is None or version is None or not (
+            known(self.version) if known is not None else feedback.changed_since(self.version) is not None)
         self.version = version
         get, keys, order = feedback.get, self.keys, self.order
         if full:

@@ -49,6 +49,12 @@ class FeedbackCounters:
                 return None
             return self._log[version - self._log_base:]
 
+    def known_since(self, version: int) -> bool:
+        """Whether :meth:`changed_since` ``(version)`` would name the changed keys (not None),
+        without copying them: the cheap check of a reader that only needs to know if it must
+        re-read every count."""
+        return version >= self._log_base
+
     def get(self, ce_id: str) -> int:
         """Jobs dispatched to ``ce_id`` since the last reset (0 if none)."""
         return self._counts.get(ce_id, 0)
