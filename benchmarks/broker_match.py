@@ -202,6 +202,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     broker = Broker(store, ism, mm, clock, tmp / f"{prefix}sandboxes",
                     BrokerSettings(base_url="https://broker.example.org:8440", match_expiry_s=3600,
                                    match_batch=batch, matcher_workers=workers))
+    matcher_worker.tune_gc(broker.settings)   # as the broker does when it starts its workers
     if path == "per_job":
         broker.queues = PerJob(mm)
     timer = Timer()   # per batch, per POST, per class: never per job (its own cost would be measured)

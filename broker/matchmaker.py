@@ -227,7 +227,7 @@ class Matchmaker:
         self._lock = threading.Lock()
         self._snapshot: tuple | None = None            # (ads, blacklist) the groups belong to
         self._groups: dict[str, _Group] = {}           # JDL text -> its group on that snapshot
-        self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j)
+        self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j, record)
         self._memo: dict[str, dict[int, list]] = {}    # JDL text -> id(ad dict) -> its
         #                           [dict, ok, rank, published jobs, C_j, last candidate or None]
 
@@ -306,13 +306,13 @@ class Matchmaker:
             if rec is None or rec[0] is not raw:
                 # what does not depend on the job, once per ad object (not per class and ad)
                 f = facts.get(id(ad))
-                if f is None or f[0] is not ad:
+                if f is None or f[0] is not ad:   # f[5]: the ad as a record, its case index built once
                     f = facts[id(ad)] = (ad, isinstance(ad_value(ad, CE_ID), str), acl_rules(ad),
-                                         published_jobs(raw), ce_capacity(raw))
+                                         published_jobs(raw), ce_capacity(raw), jdlmod.as_ad(ad))
                 if not f[1]:
                     continue
-                ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, ad, now)
-                rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None, f[3], f[4], None]
+                ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, f[5], now)
+                rec = [raw, ok, jdlmod.rank_value(job, f[5], now) if ok else None, f[3], f[4], None]
             elif rec[1] and rank_reads_feedback:
                 rec = [raw, True, jdlmod.rank_value(job, ad, now), rec[3], rec[4], None]
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key
