@@ -109,3 +109,34 @@ def test_property_keyed_update_equals_one_update_per_set(tmp_path_factory, state
         finally:
             store.close()
     assert results[0] == results[1]
+
+
+def test_agreement_holds_across_change_log_restarts(monkeypatch):
+    """The task queues no longer re-read every count when the feedback change log restarts
+    (only at a reset): with a log of 3 entries (it restarts every few choices) their choices
+    still equal the per-job matcher's, refreshes (resets) included."""
+    from infosys.feedback import FeedbackCounters
+
+    from .test_taskqueues import POOL, VOS, run
+    monkeypatch.setattr(FeedbackCounters, "LOG_LIMIT", 3)
+    for seed in range(40):
+        r = random.Random(seed)
+        steps = [(r.randrange(len(POOL)), r.randrange(4), r.choice([None] + VOS), r.random() < 0.5,
+                  [r.randrange(12)] if r.random() < 0.2 else [], r.randrange(60)) for _ in range(80)]
+        work = (seed, r.randint(1, 12), r.choice(["sfete", "max", "fuzzy"]), steps)
+        assert run("classes", *work) == run("per-job", *work)
+
+
+def test_grown_only_since_tells_a_reset_from_a_restarted_log():
+    from infosys.feedback import FeedbackCounters
+    fc = FeedbackCounters()
+    v0 = fc.version
+    for i in range(FeedbackCounters.LOG_LIMIT + 5):
+        fc.increment(f"ce{i % 7}")
+    assert fc.changed_since(v0) is None and fc.grown_only_since(v0)   # the log restarted; nothing fell
+    v1 = fc.version
+    fc.subtract({"ce1": 1})
+    assert not fc.grown_only_since(v1) and fc.grown_only_since(fc.version)
+    v2 = fc.version
+    fc.reset()
+    assert not fc.grown_only_since(v2)
