@@ -140,3 +140,30 @@ def test_grown_only_since_tells_a_reset_from_a_restarted_log():
     v2 = fc.version
     fc.reset()
     assert not fc.grown_only_since(v2)
+
+
+def test_service_sessions_read_the_environment_once_per_host(monkeypatch):
+    """vgrid's sessions answer what requests answers for the proxy environment (a proxy, a
+    host it bypasses), but read the environment once per scheme and host, not per request."""
+    import requests
+    import requests.sessions
+
+    from vgrid_runtime.httpclient import new_session
+    monkeypatch.setenv("http_proxy", "http://proxy.example.org:3128")
+    monkeypatch.setenv("no_proxy", "ce-direct.example.org")
+    plain, ours = requests.Session(), new_session()
+    urls = ["http://ce1.example.org:8443/jobs/bulk", "http://ce1.example.org:8443/jobs/x",
+            "http://ce-direct.example.org/jobs", "https://ce1.example.org:8443/glue"]
+    for url in urls:
+        assert ours.merge_environment_settings(url, {}, None, True, None) == \
+            plain.merge_environment_settings(url, {}, None, True, None)
+    calls = []
+    real = requests.sessions.get_environ_proxies
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", lambda *a, **k: calls.append(a) or real(*a, **k))
+    fresh = new_session()
+    for _ in range(5):
+        for url in urls[:2]:
+            got = fresh.merge_environment_settings(url, {}, None, True, None)
+            assert got["proxies"]["http"] == "http://proxy.example.org:3128"
+            got["proxies"].clear()                  # a caller's change does not reach the memo
+    assert len(calls) == 1                          # one scheme and host: read once
