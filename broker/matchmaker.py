@@ -47,7 +47,7 @@ def vo_allowed(ad: Mapping[str, Any], vo: str | None, fqans: tuple[str, ...] | N
     gLite WMS matchmaking."""
     if not vo:
         return True
-    return rules_allow(acl_rules(ad), vo, fqans)
+    return rules_allow(acl_rules(ad), vo, None if fqans is None else tuple(fqans))   # hashable: memoized
 
 
 def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -296,7 +296,7 @@ class Matchmaker:
         group = _Group(job, self.policy_for(job), rank_reads_feedback)
         memo = self._memo.get(key, {}) if reusable else {}
         seen: dict[int, list] = {}
-        access = (vo, fqans) if vo is not None else (job.virtual_organisation, None)
+        access = (vo, tuple(fqans)) if vo is not None else (job.virtual_organisation, None)
         facts = self._facts
         if len(facts) > 2 * len(ads) + 1024:     # at most about one older snapshot kept alive
             facts.clear()
