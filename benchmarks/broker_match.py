@@ -17,13 +17,15 @@ equal) are stored in a real JobStore (SQLite file, or ``--store postgresql``: a 
 PostgreSQL server from tests/pg_server.py), then ``--workers`` matcher workers
 (``broker.matcher_worker.match_pass``, each in a thread with its own JobStore) run one pass:
 claim ``--batch`` jobs at once, parse, choose a CE (task queues), one POST per CE per batch,
-record Scheduled in one UPDATE per CE. Checked: every matched job is Scheduled, the receiver
+record Scheduled (one keyed UPDATE per 500 jobs, each row with its CE). Checked: every matched job is Scheduled, the receiver
 got each dispatch key exactly once (``duplicates`` 0).
 
 CPU = ``time.process_time()`` of the broker process (all its threads; the receiver excluded);
 the split (``claim``, ``parse`` of the JDL, ``choose`` (of which ``class_matching``, the
 filtering of each class once), ``dispatch`` = building the bodies + HTTP, ``record``) is
-thread CPU inside each step. The per-job matcher (``Matchmaker.match`` + ``select`` per job,
+thread CPU inside each step, timed per batch, per POST and per class, never per job (session
+6: timing every job's choice cost ~10 µs/job itself); ``choose`` = the batch loop minus
+parse, dispatch and record (class matching, the per-job loop and selection). The per-job matcher (``Matchmaker.match`` + ``select`` per job,
 the matcher before task queues) runs the same pipeline on the first ``--per-job-jobs`` jobs
 (1 worker, first repeat) and its choices must equal the task queues' (``same_choices``, exit 1
 otherwise). Prints one JSON line per run; ``--out DIR`` also writes ``broker_match.csv`` and
@@ -174,36 +176,45 @@ class Timer:
 
 
 def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers: int, batch: int, url: str,
-        receiver: str, prefix: str, tmp: Path, legacy: bool = False) -> dict:
+        receiver: str, prefix: str, tmp: Path, legacy: bool = False, warm: bool = False) -> dict:
     """One pass over ``jobs`` Waiting jobs by ``workers`` matcher workers; its figures.
     The jobs carry the class id and input sandbox the submission path stores
     (``broker.taskqueues.match_fields``, its CPU reported as ``submit_class_us``: the part
-    added to a submission, the parse excluded), unless ``legacy`` (rows of an older broker)."""
+    added to a submission, the parse excluded), unless ``legacy`` (rows of an older broker). ``warm``: then store as many jobs again (key
+    prefix ``W``) and run a second pass on the same ISM snapshot, whose classes are matched
+    already: ``warm_cpu_per_job_us`` and ``warm_split_us_per_job``."""
     clock = SimulatedClock(1_700_000_000.0)
     store = JobStore(url)
-    specs, class_cpu = [], 0.0
-    for i in range(jobs):
-        text, vo = class_jdl(i % classes, i, classes >= jobs)
-        spec = {"jdl": text, "filename": "job.jdl", "key": f"{prefix}{i:07d}", "state": JobState.WAITING,
-                "owner": {"dn": f"/DC=org/CN=user{i % classes % 7}", "vo": vo, "fqans": [f"/{vo}"]}}
-        if not legacy:
-            desc = jdl.parse_jdl(text, "job.jdl", local_files=False)
-            t = time.process_time()
-            spec.update(match_fields(desc, text))
-            class_cpu += time.process_time() - t
-        specs.append(spec)
-    for k in range(0, jobs, 1000):
-        store.create_many(specs[k:k + 1000], clock.now())
+
+    def queue(key_prefix: str) -> float:
+        specs, class_cpu = [], 0.0
+        for i in range(jobs):
+            text, vo = class_jdl(i % classes, i, classes >= jobs)
+            spec = {"jdl": text, "filename": "job.jdl", "key": f"{key_prefix}{i:07d}", "state": JobState.WAITING,
+                    "owner": {"dn": f"/DC=org/CN=user{i % classes % 7}", "vo": vo, "fqans": [f"/{vo}"]}}
+            if not legacy:
+                desc = jdl.parse_jdl(text, "job.jdl", local_files=False)
+                t = time.process_time()
+                spec.update(match_fields(desc, text))
+                class_cpu += time.process_time() - t
+            specs.append(spec)
+        for k in range(0, jobs, 1000):
+            store.create_many(specs[k:k + 1000], clock.now())
+        return class_cpu
+
+    class_cpu = queue(prefix)
     ism = ISM([StaticSource(ads)], refresh_s=3600, clock=clock)
     ism.refresh()
     mm = Matchmaker(ism.feedback, rng=random.Random(seed))
     broker = Broker(store, ism, mm, clock, tmp / f"{prefix}sandboxes",
                     BrokerSettings(base_url="https://broker.example.org:8440", match_expiry_s=3600,
                                    match_batch=batch, matcher_workers=workers))
+    matcher_worker.tune_gc(broker.settings)   # as the broker does when it starts its workers
     if path == "per_job":
         broker.queues = PerJob(mm)
-    timer = Timer()
-    broker.queues.choose = timer.wrap("choose", broker.queues.choose)
+    timer = Timer()   # per batch, per POST, per class: never per job (its own cost would be measured)
+    real_batch = matcher_worker.match_batch
+    matcher_worker.match_batch = timer.wrap("batch", real_batch)
     mm.filtered = timer.wrap("class_matching", mm.filtered)
     broker.dispatcher.dispatch = timer.wrap("dispatch", broker.dispatcher.dispatch)
     broker.dispatcher.record_all = timer.wrap("record", broker.dispatcher.record_all)
@@ -212,33 +223,53 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     stores = [JobStore(url) for _ in range(workers)]
     for s in stores:
         s.claim = timer.wrap("claim", s.claim)
+    def one_pass() -> tuple[float, float]:
+        threads = [threading.Thread(target=matcher_worker.match_pass, args=(broker, s)) for s in stores]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    def split(spent: dict[str, float]) -> dict[str, float]:
+        # the choose step: what the batch loop spent outside parse, dispatch and record (it
+        # includes class matching and the per-job loop: signature lookup, selection, grouping)
+        sp = dict(spent, choose=spent.get("batch", 0.0) - sum(spent.get(k, 0.0) for k in ("parse", "dispatch", "record")))
+        return {k: round(1e6 * sp.get(k, 0.0) / jobs, 1)
+                for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")}
+
     before = requests.get(f"{receiver}/stats", timeout=30).json()
-    threads = [threading.Thread(target=matcher_worker.match_pass, args=(broker, s)) for s in stores]
-    wall, cpu = time.perf_counter(), time.process_time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    matcher_worker.jdlmod.parse_jdl = real_parse
+    wall, cpu = one_pass()
     after = requests.get(f"{receiver}/stats", timeout=30).json()
-    scheduled = store.list(states=[JobState.SCHEDULED], history=False)
+    first = dict(timer.spent)
+    warm_figures = {}
+    if warm:
+        queue("W" + prefix)
+        timer.spent.clear()
+        w_wall, w_cpu = one_pass()
+        w_after = requests.get(f"{receiver}/stats", timeout=30).json()
+        warm_figures = {"warm_jobs_per_s": round(jobs / w_wall, 1), "warm_cpu_per_job_us": round(1e6 * w_cpu / jobs, 1),
+                        "warm_split_us_per_job": split(timer.spent),
+                        "warm_received": w_after["jobs"] - after["jobs"],
+                        "warm_duplicates": w_after["duplicates"] - after["duplicates"]}
+    matcher_worker.jdlmod.parse_jdl = real_parse
+    matcher_worker.match_batch = real_batch
+    scheduled = [j for j in store.list(states=[JobState.SCHEDULED], history=False) if j.key.startswith(prefix)]
     chosen = sorted((j.key, j.ce_id) for j in scheduled)
     for s in stores:
         s.close()
     store.close()
-    sp = timer.spent
     return {"path": path, "workers": workers, "jobs": jobs, "scheduled": len(scheduled),
             "rows": "legacy (no class stored)" if legacy else "class stored at submission",
             "submit_class_us": round(1e6 * class_cpu / jobs, 1),
             "jobs_per_s": round(jobs / wall, 1), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "cpu_per_job_us": round(1e6 * cpu / jobs, 1),
-            "split_us_per_job": {k: round(1e6 * sp.get(k, 0.0) / jobs, 1)
-                                 for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")},
+            "split_us_per_job": split(first),
             "posts": after["posts"] - before["posts"], "received": after["jobs"] - before["jobs"],
             "duplicates": after["duplicates"] - before["duplicates"],
             "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen,
-            "peak_rss_mb": peak_rss_mb()}
+            "peak_rss_mb": peak_rss_mb(), **warm_figures}
 
 
 def peak_rss_mb() -> float:
@@ -294,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="directory for broker_match.csv and .png")
     ap.add_argument("--legacy", action="store_true",
                     help="store the jobs without their class id (rows of an older broker: parsed once, written back)")
+    ap.add_argument("--warm", action="store_true",
+                    help="after each pass, as many jobs again on the same ISM snapshot (classes matched): warm_* figures")
     ap.add_argument("--quick", action="store_true",
                     help="the lead's re-run in < 3 min: --ces 100,1000 --workers 1,2 --repeat 1 --per-job-jobs 100")
     a = ap.parse_args(argv)
@@ -310,13 +343,14 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(a.repeat):
                         prefix = f"c{n}w{workers}r{rep}-"
                         res = run("classes", ads, a.jobs, a.classes, a.seed, workers, batch, fresh(prefix), receiver, prefix, tmp,
-                                  a.legacy)
+                                  a.legacy, a.warm)
                         out = {"benchmark": "broker_match", "ces": n, "jobs": a.jobs,
                                "classes": min(a.classes, a.jobs), "store": a.store, "workers": workers,
                                "batch": batch, "repeat": rep + 1, "dispatch": "POST /jobs/bulk to one loopback receiver (HTTP)",
                                "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
                                **{k: v for k, v in res.items() if not k.startswith("_") and k != "path"}}
-                        ok = res["received"] == res["scheduled"] and res["duplicates"] == 0
+                        ok = res["received"] == res["scheduled"] and res["duplicates"] == 0 and \
+                            res.get("warm_duplicates", 0) == 0
                         if a.per_job_jobs > 0 and workers == 1 and rep == 0:
                             pj = run("per_job", ads, a.per_job_jobs, a.classes, a.seed, 1, batch, fresh(prefix + "pj"),
                                      receiver, prefix + "pj", tmp)

@@ -24,6 +24,8 @@ from sqlalchemy import and_, bindparam, insert, or_, select, update
 
 from vgrid_runtime.job_states import JobState, check_transition
 
+from .job_reader import row_reader
+
 #: Keys per UPDATE / INSERT statement (5 bound parameters per history row).
 CHUNK = 500
 
@@ -41,6 +43,75 @@ def chunks(items: Sequence, size: int = CHUNK):
     """``items`` in consecutive slices of at most ``size``."""
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _placeholder(dialect) -> str | None:
+    """The DB-API driver's positional parameter mark ("?" or "%s"), None for another style."""
+    return {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(dialect.paramstyle)
+
+
+def _update_from_supported(dialect) -> bool:
+    """``UPDATE ... FROM`` is in PostgreSQL and in SQLite from 3.33 (2020)."""
+    if dialect.name == "sqlite":
+        return getattr(dialect.dbapi, "sqlite_version_info", (0,)) >= (3, 33)
+    return dialect.name == "postgresql"
+
+
+def keyed_update(conn, table, sets: list[tuple[list[str], dict[str, Any]]], new: JobState, now: float,
+                 expect: JobState, reason: str | None, increment: Iterable[str]) -> list[list[str]] | None:
+    """The sets of :meth:`BulkTransitions.transition_sets` in **one** ``UPDATE ... FROM`` a
+    ``VALUES`` list per :data:`CHUNK` jobs, in key order: each row of the list carries a job's
+    key and its own set's field values (``WITH v(k, f0, ..) AS (VALUES ..) UPDATE jobs SET
+    ce_id = CAST(v.f0 AS ...), .. FROM v WHERE jobs.key = v.k AND <state guard> RETURNING
+    jobs.key``). Same meaning as one guarded UPDATE per set (a key named by two sets belongs
+    to the first); returns the moved keys of each set, in the order given, or None when it
+    does not apply (sets with different field names, a driver of another parameter style,
+    SQLite < 3.33): the caller then runs one UPDATE per set.
+
+    Why: a matcher pass records its jobs Scheduled per CE, so each per-CE UPDATE visits keys
+    spread over the whole table (and over both state indexes); 324 such statements for 10,000
+    jobs cost ~21 us per job in SQLite alone, the same rows visited in key order ~5 us
+    (``benchmarks/broker_match.py``, docs/benchmarks.md "session 6")."""
+    dialect = conn.dialect
+    mark = _placeholder(dialect)
+    names = sorted(sets[0][1])
+    if mark is None or not _update_from_supported(dialect) or any(sorted(v) != names for _, v in sets):
+        return None
+    owner: dict[str, int] = {}
+    for i, (keys, _) in enumerate(sets):
+        for k in keys:
+            owner.setdefault(k, i)
+    q = dialect.identifier_preparer.quote
+    name = q(table.name)
+    assign = [f"{q('state')} = {mark}", f"{q('updated_at')} = {mark}"]
+    fixed: list[Any] = [new.value, now]
+    if reason is not None:
+        assign.append(f"{q('reason')} = {mark}")
+        fixed.append(reason)
+    assign += [f"{q(c)} = {name}.{q(c)} + 1" for c in increment]
+    assign += [f"{q(c)} = CAST(v.f{j} AS {table.c[c].type.compile(dialect=dialect)})" for j, c in enumerate(names)]
+    columns = ", ".join(["k"] + [f"f{j}" for j in range(len(names))])
+    row = "(" + ", ".join([mark] * (1 + len(names))) + ")"
+    tail = (f" UPDATE {name} SET {', '.join(assign)} FROM v WHERE {name}.{q('key')} = v.k"
+            f" AND {name}.{q('state')} || {mark} = {mark} RETURNING {name}.{q('key')}")
+    per_set = [[v[c] for c in names] for _, v in sets]
+    moved: set[str] = set()
+    for part in chunks(sorted(owner)):
+        params: list[Any] = []
+        for k in part:
+            params.append(k)
+            params += per_set[owner[k]]
+        sql = f"WITH v({columns}) AS (VALUES {', '.join([row] * len(part))}){tail}"
+        moved.update(r[0] for r in conn.exec_driver_sql(sql, tuple(params + fixed + ["", expect.value])))
+    return [[k for k in keys if k in moved and owner[k] == i] for i, (keys, _) in enumerate(sets)]
+
+
+def _claim_statement(table):
+    """Waiting -> Ready of the keys ``:keys`` (an expanding parameter: built and compiled
+    once, not per chunk), returning every column."""
+    return (update(table).where(table.c.key.in_(bindparam("keys", expanding=True)), _guard(table, JobState.WAITING))
+            .values(state=JobState.READY.value, updated_at=bindparam("now"), claimed_by=bindparam("owner"))
+            .returning(*table.c))
 
 
 class BulkTransitions:
@@ -78,6 +149,11 @@ class BulkTransitions:
             common["reason"] = reason
         out: list[list[str]] = []
         with self.engine.begin() as c:     # Core statements: compiled once, cached
+            if len(sets) > 1:
+                keyed = keyed_update(c, table, sets, new, now, expect, reason, increment)
+                if keyed is not None:
+                    self._history(c, [k for moved in keyed for k in moved], new, now, reason)
+                    return keyed
             for keys, values in sets:
                 moved: set[str] = set()
                 for part in chunks(keys):
@@ -93,9 +169,16 @@ class BulkTransitions:
         """One INSERT statement for the history rows of ``keys`` (executemany of one
         prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
         gains from it)."""
-        if keys:
-            conn.execute(insert(self.History.__table__),
-                         [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
+        if not keys:
+            return
+        table = self.History.__table__
+        if conn.dialect.paramstyle == "qmark":   # SQLite: the driver's executemany of tuples,
+            q = conn.dialect.identifier_preparer.quote   # without per-row parameter processing
+            conn.exec_driver_sql(f"INSERT INTO {q(table.name)} ({q('key')}, {q('state')}, {q('time')}, "
+                                 f"{q('reason')}) VALUES (?, ?, ?, ?)",
+                                 [(k, state.value, now, reason) for k in keys])
+            return
+        conn.execute(insert(table), [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
 
     def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
               after: tuple[float, str] | None = None, owner: str | None = None) -> list:
@@ -120,20 +203,17 @@ class BulkTransitions:
             pick = pick.where(or_(Row.submitted_at > after[0],
                                   and_(Row.submitted_at == after[0], Row.key > after[1])))
         table = Row.__table__
+        claim_rows = _claim_statement(table)
         with self.engine.begin() as c:
             # two statements in one transaction: an UPDATE over "key IN (SELECT ... LIMIT n)"
             # may take more than n rows on PostgreSQL (the subquery is re-run per row)
             keys = list(c.scalars(pick))
-            rows: list[dict] = []
+            jobs: list = []
             for part in chunks(keys):
-                res = c.execute(update(table).where(table.c.key.in_(part),
-                                                    _guard(table, JobState.WAITING))
-                                .values(state=JobState.READY.value, updated_at=now, claimed_by=owner)
-                                .returning(*table.c))
-                names = tuple(res.keys())          # once per statement, not per row
-                rows += [dict(zip(names, r)) for r in res]
-            self._history(c, [r["key"] for r in rows], JobState.READY, now, None)
-            jobs = [self._to_job(r, ()) for r in rows]
+                res = c.execute(claim_rows, {"keys": part, "now": now, "owner": owner})
+                read = row_reader(self.JobClass, tuple(res.keys()))   # by position, not by name
+                jobs += [read(r) for r in res.all()]
+            self._history(c, [j.key for j in jobs], JobState.READY, now, None)
         jobs.sort(key=lambda j: (j.submitted_at, j.key))
         return jobs
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import secrets
-from functools import lru_cache, partial
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -26,6 +26,7 @@ from vgrid_runtime.job_states import ENDED, JobState, check_transition
 from vgrid_runtime.outcomes import Outcome
 
 from .job_insert import plan_insert
+from .job_reader import json_list as _json_list
 
 
 class Base(DeclarativeBase):
@@ -227,16 +228,6 @@ _COLUMNS = ("ce_id", "ce_url", "node", "vwn", "cpu_capped", "cap_reason", "vwn_e
 _PLAIN_COLUMNS = tuple(c for c in _COLUMNS if c not in ("outcome", "attempt", "deep_count", "shallow_count"))
 
 
-def _json_list(text: str | None) -> list:
-    """A JSON list column, a fresh list (``"[]"`` and NULL without the JSON parser: most rows
-    hold them; equal texts, e.g. one owner's FQANs, parsed once)."""
-    return [] if not text or text == "[]" else list(_json_tuple(text))
-
-
-@lru_cache(maxsize=4096)
-def _json_tuple(text: str) -> tuple:
-    value = json.loads(text)
-    return tuple(value) if isinstance(value, list) else (value,)
 
 
 #: Columns added after the first release, created in older databases when opened.
@@ -264,7 +255,7 @@ class JobStore(BulkTransitions):
     ``postgresql+psycopg2://user@127.0.0.1:5432/vgrid``. Tables are created when missing.
     """
 
-    Row, History = JobRow, HistoryRow
+    Row, History, JobClass = JobRow, HistoryRow, Job
 
     def __init__(self, url: str, pool: DBPool | None = None) -> None:
         self.pool = pool                       # vgrid_runtime.sqldb.DBPool (connections), or the default

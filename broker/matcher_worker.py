@@ -29,6 +29,7 @@ dispatch key, which the CE agent accepts once only.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections import defaultdict
@@ -111,6 +112,7 @@ def match_batch(broker, store, jobs: list) -> int:
     queues = broker.queues
     aware = class_aware(queues)
     groups: dict[Target, list] = defaultdict(list)
+    targets: dict[str, Target] = {}                    # feedback key -> its Target, once a batch
     retry, done, backfill = [], 0, []
     parsed: dict[tuple[str, str], object] = {}         # equal JDL texts are parsed once a batch
     for job in jobs:
@@ -146,7 +148,10 @@ def match_batch(broker, store, jobs: list) -> int:
                 retry.append(job)
             continue
         feedback.increment(chosen.ce_id)
-        groups[Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))].append((job, payload))
+        target = targets.get(chosen.ce_id)
+        if target is None:
+            target = targets[chosen.ce_id] = Target(str(chosen.ad.get(CE_ID, chosen.ce_id)), broker._ce_url(chosen.ad))
+        groups[target].append((job, payload))
     if backfill:
         store.store_classes(backfill)
     if retry:
@@ -193,9 +198,25 @@ class MatcherWorker(threading.Thread):
             self.store.close()
 
 
+def tune_gc(settings) -> None:
+    """Set the youngest-generation threshold of Python's cyclic garbage collector to
+    ``settings.gc_threshold0`` allocations (0: leave Python's default, 700), process-wide.
+
+    Why: a matcher pass allocates ~30 container objects per job (its Job, lists, POST bodies,
+    answers), so at 700 a pass of 10,000 jobs triggers ~400 collections, and the older
+    generations -- which hold the ISM's ads and the classes' candidates -- are traversed again
+    and again: ~15 % of the pass's CPU (docs/benchmarks.md, issue 12 session 6). Garbage
+    without cycles is still freed at once by reference counting; only cyclic garbage waits
+    for a collection a little longer."""
+    if settings.gc_threshold0 > 0:
+        _, g1, g2 = gc.get_threshold()
+        gc.set_threshold(settings.gc_threshold0, g1, g2)
+
+
 def start_workers(broker) -> list[MatcherWorker]:
     """Start ``broker.settings.matcher_workers`` workers, each with its own connection to the
-    broker's database, registered with the broker's :class:`Wakeup`."""
+    broker's database, registered with the broker's :class:`Wakeup`; :func:`tune_gc` first."""
+    tune_gc(broker.settings)
     url = broker.store.engine.url.render_as_string(hide_password=False)
     workers = [MatcherWorker(broker, i, url) for i in range(max(1, broker.settings.matcher_workers))]
     for w in workers:

@@ -22,6 +22,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import jdl as jdlmod
@@ -46,7 +47,7 @@ def vo_allowed(ad: Mapping[str, Any], vo: str | None, fqans: tuple[str, ...] | N
     gLite WMS matchmaking."""
     if not vo:
         return True
-    return rules_allow(acl_rules(ad), vo, fqans)
+    return rules_allow(acl_rules(ad), vo, None if fqans is None else tuple(fqans))   # hashable: memoized
 
 
 def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -57,8 +58,11 @@ def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(str(r).lower() for r in ([rules] if isinstance(rules, str) else rules))
 
 
+@lru_cache(maxsize=8192)
 def rules_allow(rules: tuple[str, ...] | None, vo: str | None, fqans: tuple[str, ...] | None = None) -> bool:
-    """:func:`vo_allowed` over rules already lower-cased by :func:`acl_rules`."""
+    """:func:`vo_allowed` over rules already lower-cased by :func:`acl_rules`. Memoized (a
+    pure function of hashable arguments): a class filtered against N CEs asks it N times for
+    a handful of distinct ACLs."""
     if not vo:
         return True
     if rules is None:
@@ -223,7 +227,7 @@ class Matchmaker:
         self._lock = threading.Lock()
         self._snapshot: tuple | None = None            # (ads, blacklist) the groups belong to
         self._groups: dict[str, _Group] = {}           # JDL text -> its group on that snapshot
-        self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j)
+        self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j, record)
         self._memo: dict[str, dict[int, list]] = {}    # JDL text -> id(ad dict) -> its
         #                           [dict, ok, rank, published jobs, C_j, last candidate or None]
 
@@ -292,7 +296,7 @@ class Matchmaker:
         group = _Group(job, self.policy_for(job), rank_reads_feedback)
         memo = self._memo.get(key, {}) if reusable else {}
         seen: dict[int, list] = {}
-        access = (vo, fqans) if vo is not None else (job.virtual_organisation, None)
+        access = (vo, tuple(fqans)) if vo is not None else (job.virtual_organisation, None)
         facts = self._facts
         if len(facts) > 2 * len(ads) + 1024:     # at most about one older snapshot kept alive
             facts.clear()
@@ -302,13 +306,13 @@ class Matchmaker:
             if rec is None or rec[0] is not raw:
                 # what does not depend on the job, once per ad object (not per class and ad)
                 f = facts.get(id(ad))
-                if f is None or f[0] is not ad:
+                if f is None or f[0] is not ad:   # f[5]: the ad as a record, its case index built once
                     f = facts[id(ad)] = (ad, isinstance(ad_value(ad, CE_ID), str), acl_rules(ad),
-                                         published_jobs(raw), ce_capacity(raw))
+                                         published_jobs(raw), ce_capacity(raw), jdlmod.as_ad(ad))
                 if not f[1]:
                     continue
-                ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, ad, now)
-                rec = [raw, ok, jdlmod.rank_value(job, ad, now) if ok else None, f[3], f[4], None]
+                ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, f[5], now)
+                rec = [raw, ok, jdlmod.rank_value(job, f[5], now) if ok else None, f[3], f[4], None]
             elif rec[1] and rank_reads_feedback:
                 rec = [raw, True, jdlmod.rank_value(job, ad, now), rec[3], rec[4], None]
             ce_id = getattr(ad, "key", None) or ad_id(ad)  # CE id, or CE/VO-view key

@@ -190,10 +190,14 @@ class TaskQueue:
 
         Between two ISM refreshes a counter only grows, so a stored score is never above the
         current one: only the entries tied at the front need checking (a stale one is re-sorted
-        and the front looked at again). A refresh or reset (``changed_since`` answers None) or
-        feedback without a version re-reads every counter."""
+        and the front looked at again). A refresh, reset or subtract (``grown_only_since`` False)
+        or feedback without a version re-reads every counter; a restart of the change log does
+        not (session 6: it made every class re-read and re-sort all its candidates every 4,096
+        dispatches, ~100 µs per job at 10,000 CEs)."""
         version = getattr(feedback, "version", None)
-        full = self.version is None or version is None or feedback.changed_since(self.version) is None
+        grown = getattr(feedback, "grown_only_since", None)   # a restarted change log is no reset
+        full = self.version is None or version is None or not (
+            grown(self.version) if grown is not None else feedback.changed_since(self.version) is not None)
         self.version = version
         get, keys, order = feedback.get, self.keys, self.order
         if full:

@@ -24,10 +24,13 @@ class FeedbackCounters:
         self.version = 0              # grows at every change
         self._log: list[str] = []     # keys changed from version _log_base on, in order
         self._log_base = 0
+        self._lowered_at = 0          # version of the last reset/subtract (counts may have fallen)
 
     def _changed(self, ce_id: str | None) -> None:
         """Record a change (of one key, or None: of any) -- called with the lock held."""
         self.version += 1
+        if ce_id is None:
+            self._lowered_at = self.version
         if ce_id is None or len(self._log) >= self.LOG_LIMIT:
             self._log, self._log_base = [], self.version
         else:
@@ -48,6 +51,13 @@ class FeedbackCounters:
             if version < self._log_base:
                 return None
             return self._log[version - self._log_base:]
+
+    def grown_only_since(self, version: int) -> bool:
+        """Whether every count is at least what it was at ``version`` (an earlier ``.version``):
+        only increments happened since, no reset or subtract. Unlike :meth:`changed_since` it
+        stays True when the change log restarts, so a reader whose stored counts are lower
+        bounds (the task queues' SFETE order) need not re-read every count then."""
+        return version >= self._lowered_at
 
     def get(self, ce_id: str) -> int:
         """Jobs dispatched to ``ce_id`` since the last reset (0 if none)."""

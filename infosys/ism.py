@@ -123,6 +123,13 @@ class AdView(Mapping):
             return self._feedback.get(self.key)
         return self.ad[name]
 
+    def get(self, name: str, default=None):
+        """``Mapping.get`` without its ``__getitem__`` + KeyError round trip: the matcher reads
+        every attribute of every class's Requirements and Rank through it."""
+        if name == DISPATCHED:
+            return self._feedback.get(self.key)
+        return self.ad.get(name, default)
+
     def __iter__(self) -> Iterator[str]:
         yield from self.ad
         if DISPATCHED not in self.ad:

@@ -150,21 +150,33 @@ def ne(a, b):
 
 
 def lt(a, b):
+    ta, tb = type(a), type(b)
+    if (ta is int or ta is float) and (tb is int or tb is float):   # the common case, as _cmp_pre
+        return a < b
     bad, x, y = _cmp_pre(a, b)
     return bad if bad is not None else x < y
 
 
 def le(a, b):
+    ta, tb = type(a), type(b)
+    if (ta is int or ta is float) and (tb is int or tb is float):   # the common case, as _cmp_pre
+        return a <= b
     bad, x, y = _cmp_pre(a, b)
     return bad if bad is not None else x <= y
 
 
 def gt(a, b):
+    ta, tb = type(a), type(b)
+    if (ta is int or ta is float) and (tb is int or tb is float):   # the common case, as _cmp_pre
+        return a > b
     bad, x, y = _cmp_pre(a, b)
     return bad if bad is not None else x > y
 
 
 def ge(a, b):
+    ta, tb = type(a), type(b)
+    if (ta is int or ta is float) and (tb is int or tb is float):   # the common case, as _cmp_pre
+        return a >= b
     bad, x, y = _cmp_pre(a, b)
     return bad if bad is not None else x >= y
 
