@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import and_, bindparam, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, update
 
 from vgrid_runtime.job_states import JobState, check_transition
 
@@ -119,28 +119,34 @@ class BulkTransitions:
     ``self._values``, ``self._to_job`` come from :class:`broker.db.JobStore`)."""
 
     def transition_many(self, keys: Iterable[str], new: JobState, now: float, *, expect: JobState,
-                        reason: str | None = None, increment: Iterable[str] = (),
+                        reason: str | None = None, increment: Iterable[str] = (), quiet: bool = False,
                         **fields: Any) -> list[str]:
         """Move every job of ``keys`` that is still in state ``expect`` to ``new`` and set
         ``fields`` (the same values for all; ``increment``: integer columns raised by 1, e.g.
         ``dispatch_attempts``); one history row ``(new, now, reason)`` per moved job.
+        ``quiet=True`` (only Ready -> Waiting: a claim put back unmatched) writes no history
+        row and removes the claim's own Ready row instead, so a job waiting for a matching CE
+        keeps its history as it was rather than gaining two rows per matcher pass (the row's
+        ``reason`` still says why it waits).
 
         Returns the keys that moved (in the order given); the others are no longer in
         ``expect`` (changed concurrently) or unknown, and are unchanged. One transaction;
         ``now`` in seconds of the broker's clock. Raises IllegalTransition (nothing written)
         when the transition table forbids ``expect -> new``, TypeError for an unknown field."""
         return self.transition_sets([(keys, fields)], new, now, expect=expect, reason=reason,
-                                    increment=increment)[0]
+                                    increment=increment, quiet=quiet)[0]
 
     def transition_sets(self, sets: Iterable[tuple[Iterable[str], dict[str, Any]]], new: JobState,
                         now: float, *, expect: JobState, reason: str | None = None,
-                        increment: Iterable[str] = ()) -> list[list[str]]:
+                        increment: Iterable[str] = (), quiet: bool = False) -> list[list[str]]:
         """:meth:`transition_many` for several sets of jobs at once, each ``(keys, fields)``
         with its own field values (e.g. the jobs accepted by each CE of a matcher pass, with
         that CE's ``ce_id`` and ``ce_url``): one UPDATE per set, all in one transaction.
         Returns the moved keys of each set, in order. Same errors."""
         sets = [(list(dict.fromkeys(keys)), self._values(fields)) for keys, fields in sets]
         check_transition(f"{sum(len(k) for k, _ in sets)} jobs", expect, new)
+        if quiet and (expect, new) != (JobState.READY, JobState.WAITING):
+            raise ValueError("quiet: only for claims put back (Ready -> Waiting)")
         table = self.Row.__table__
         common: dict[str, Any] = {"state": new.value, "updated_at": now}
         for name in increment:
@@ -152,7 +158,7 @@ class BulkTransitions:
             if len(sets) > 1:
                 keyed = keyed_update(c, table, sets, new, now, expect, reason, increment)
                 if keyed is not None:
-                    self._history(c, [k for moved in keyed for k in moved], new, now, reason)
+                    self._history(c, [k for moved in keyed for k in moved], new, now, reason, quiet)
                     return keyed
             for keys, values in sets:
                 moved: set[str] = set()
@@ -161,17 +167,24 @@ class BulkTransitions:
                                                               _guard(table, expect))
                                           .values(**values, **common).returning(table.c.key)))
                     moved.update(done)
-                    self._history(c, done, new, now, reason)
+                    self._history(c, done, new, now, reason, quiet)
                 out.append([k for k in keys if k in moved])
         return out
 
-    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None) -> None:
+    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None,
+                 unclaim: bool = False) -> None:
         """One INSERT statement for the history rows of ``keys`` (executemany of one
         prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
-        gains from it)."""
+        gains from it). ``unclaim``: instead, one DELETE of each key's last row where that
+        row is the Ready row of its claim (:meth:`transition_many` ``quiet``)."""
         if not keys:
             return
         table = self.History.__table__
+        if unclaim:
+            for part in chunks(keys):
+                last = select(func.max(table.c.id)).where(table.c.key.in_(part)).group_by(table.c.key)
+                conn.execute(delete(table).where(table.c.id.in_(last), table.c.state == JobState.READY.value))
+            return
         if conn.dialect.paramstyle == "qmark":   # SQLite: the driver's executemany of tuples,
             q = conn.dialect.identifier_preparer.quote   # without per-row parameter processing
             conn.exec_driver_sql(f"INSERT INTO {q(table.name)} ({q('key')}, {q('state')}, {q('time')}, "

@@ -156,7 +156,7 @@ def match_batch(broker, store, jobs: list) -> int:
         store.store_classes(backfill)
     if retry:
         moved = store.transition_many([j.key for j in retry], JobState.WAITING, now, expect=JobState.READY,
-                                      reason=f"{NO_MATCH} yet; retrying")
+                                      reason=f"{NO_MATCH} yet; retrying", quiet=True)
         broker.dispatcher._refresh_parents(retry, moved, now)
     dispatched = [(target, broker.dispatcher.dispatch(target, batch)) for target, batch in groups.items()]
     done += broker.dispatcher.record_all(store, dispatched, broker.clock.now())

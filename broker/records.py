@@ -10,9 +10,11 @@ from; anything else renders it again.
 
 Why that is correct across processes (several broker front ends, matcher workers and the CE
 agents' events writing the same database): the database row is the truth and is read on every
-request, so a change committed by any process is seen by the next read; the history is
-append-only (no code path deletes or rewrites a history row), so its row count changes with
-every state change, whatever order concurrent transactions commit their ids in. No writer
+request, so a change committed by any process is seen by the next read; the history only
+grows (the one deletion, of a claim's Ready row when the claim is put back unmatched,
+``JobStore.transition_many(quiet=True)``, comes with a new ``state`` and ``updated_at`` in the
+row), so every state change shows in the row or in the history's row count, whatever order
+concurrent transactions commit their ids in. No writer
 needs to know the cache exists, and nothing has to be invalidated. A record's JSON depends only
 on the row, the history and the broker's URL (``id``, ``parent``, ``depends_on``), which is one
 per broker process.

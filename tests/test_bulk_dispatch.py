@@ -250,3 +250,28 @@ def test_a_restart_requeues_only_its_own_claims(tmp_path):
         assert set(mine) == {j.key for j in a} | set(unowned) and not {j.key for j in b} & set(mine)
     finally:
         store.close()
+
+
+def test_a_claim_put_back_unmatched_leaves_the_history_as_it_was(tmp_path):
+    """Matcher passes that find no CE for a job claim it and put it back: the history must not
+    grow by two rows a pass (a job waiting an hour for a CE would carry thousands of rows into
+    every read); the row's reason says why it waits. Later transitions still record Ready."""
+    store = JobStore(f"sqlite:///{tmp_path / 'j.db'}")
+    try:
+        key = store.create(JDL, "j.jdl", 1.0).key
+        store.transition(key, W, 1.0)
+        before = store.get(key).history
+        for t in (2.0, 3.0, 4.0):                       # three passes without a match
+            assert [j.key for j in store.claim(t, 10)] == [key]
+            assert store.get(key).history[-1]["state"] == R.value   # the claim is visible
+            assert store.transition_many([key], W, t, expect=R, reason="no CE yet", quiet=True) == [key]
+            job = store.get(key)
+            assert job.state is W and job.reason == "no CE yet"
+            assert job.history == before
+        store.claim(5.0, 10)
+        assert store.transition_many([key], S, 5.0, expect=R) == [key]
+        assert [h["state"] for h in store.get(key).history][-3:] == [W.value, R.value, S.value]
+        with pytest.raises(ValueError, match="quiet"):
+            store.transition_many([key], JobState.RUNNING, 6.0, expect=S, quiet=True)
+    finally:
+        store.close()
