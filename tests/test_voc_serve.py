@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
+import time
 
 import pytest
+import requests
 
 from vgrid_runtime.clock import WallClock
 from vwn_agents.drivers import guest
@@ -106,3 +109,86 @@ def test_a_voc_vm_runs_two_jobs_after_one_boot_then_shrinks(vms, tmp_path):
     finally:
         for n in list(pool.live()) + pool.gone:
             vms.remove(driver.vwn(n.id))
+
+
+# -- the live path: a CE agent (scheduler = voc, voc_driver = libvirt) and a libvirt node agent --
+
+INTERVAL_S = 0.5
+
+
+def _submit(ce_url, receiver, key, vo, args, sandbox=()):
+    jdl = (f'[ Executable = "/bin/sh"; Arguments = "{args}"; StdOutput = "out.txt"; StdError = "out.txt"; '
+           f'InputSandbox = {{{", ".join(chr(34) + s + chr(34) for s in sandbox)}}}; OutputSandbox = {{"out.txt"}}; ]')
+    body = {"job_id": f"{receiver.url}/jobs/{key}", "key": key, "jdl": jdl, "filename": "j.jdl",
+            "callback_url": f"{receiver.url}/jobs/{key}/events",
+            "output_upload_url": f"{receiver.url}/jobs/{key}/output",
+            "input_sandbox": [{"name": s, "url": f"{receiver.url}/files/{s}"} for s in sandbox],
+            "owner": {"dn": f"/DC=org/DC=vgrid/CN={vo}-user", "vo": vo, "fqans": [f"/{vo}"]}}
+    r = requests.post(f"{ce_url}/jobs", json=body, timeout=10)
+    assert r.status_code == 202, r.text
+
+
+def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_job(vms, tmp_path, receiver):
+    from vgrid_runtime.wsgi import BackgroundServer
+    from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
+    from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
+    node_app_ = node_app(NodeAgentConfig.from_dict({
+        "node": f"vs{os.getpid()}n", "work_dir": str(tmp_path / "node"), "driver": "libvirt",
+        "vm_dir": str(vms.vm_dir), "disk_quota_mb": 0, "vm_memory_mb": 128, "retry_initial_s": 0.05,
+        "heartbeat_s": 0.5}))
+    node_srv = BackgroundServer(node_app_)
+    node = node_app_.config["VGRID_AGENT"]
+    cfg = CEAgentConfig.from_dict({
+        "ce_id": "vocvm.vgrid.local:8443/vgrid-vwn-vocvm", "host": "vocvm", "site": "T", "queue": "vocvm",
+        "nodes": [node_srv.url], "cpus_per_node": 1, "scheduler": "voc", "voc_driver": "libvirt",
+        "voc_policy": "greedy", "voc_interval_s": INTERVAL_S, "retry_s": 0.2, "retry_initial_s": 0.05,
+        "retry_max_s": 0.3, "heartbeat_s": 0})
+    ce_srv = BackgroundServer(ce_app(cfg))
+    ce = ce_srv.url
+    voc = lambda: requests.get(f"{ce}/status", timeout=5).json()["voc"]      # noqa: E731
+    receiver.inputs["data.txt"] = b"payload\n"
+    try:
+        # two alpha jobs, one slot: one VM is booted and runs both, one after the other
+        _submit(ce, receiver, "vm1", "alpha", "-c 'cat data.txt; id -u; exit 3'", ["data.txt"])
+        _submit(ce, receiver, "vm2", "alpha", "-c 'echo second; id -u'")
+        one = receiver.wait_event("vm1", "done", timeout_s=170)
+        two = receiver.wait_event("vm2", "done", timeout_s=60)
+        assert (one["exit_code"], two["exit_code"]) == (3, 0)
+        assert receiver.wait_for(lambda r: r.outputs.get(("vm2", "out.txt"))) == b"second\n1000\n"
+        assert receiver.outputs[("vm1", "out.txt")] == b"payload\n1000\n"
+        status = voc()
+        assert status["boots"] == 1, status                     # the boot was paid once
+        vms_ = requests.get(f"{node_srv.url}/voc/vms", timeout=5).json()["vms"]
+        assert [(v["state"], v["jobs"], v["vo"]) for v in vms_] == [("ready", 2, "alpha")]
+        first_vm = node.voc.vwn(vms_[0]["node"])
+        # the queue drained: the greedy watchdog shrinks the VOC and the VM is gone
+        wait_until(lambda: voc()["nodes"] == [] and vms.state(first_vm) == "gone", "the VOC shrunk, its VM gone",
+                   timeout_s=30)
+        assert any(g["gone_reason"] == "terminated" and g["jobs_run"] == 2 for g in voc()["gone"])
+
+        # a third job boots a VM again; the VM is killed while the job runs: the job ends
+        # node-lost (resubmittable by the broker) and the node leaves the pool within an interval
+        _submit(ce, receiver, "vm3", "alpha", "-c 'echo started; sleep 600'")
+        receiver.wait_event("vm3", "running", timeout_s=170)
+        busy = next(n for n in voc()["nodes"] if n["job"] == "vm3")
+        pid = node.voc.driver.qemu_pid(busy["id"])
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: all(n["id"] != busy["id"] for n in voc()["nodes"]), "the killed VM out of the pool",
+                   timeout_s=20)
+        left_s = time.monotonic() - t0
+        aborted = receiver.wait_event("vm3", "aborted", timeout_s=20)
+        from broker.resubmission import resubmittable
+        assert aborted["outcome"] == "node-lost" and resubmittable(aborted["outcome"]), aborted
+        assert any(g["id"] == busy["id"] and g["gone_reason"].startswith("lost:") for g in voc()["gone"])
+        print(f"VOC VM: 2 jobs after 1 boot; killed VM out of the pool {left_s:.2f} s after SIGKILL")
+        assert left_s < 2 * INTERVAL_S + 5
+        # refusals: a job for an unknown VOC node, a VOC VM request without the CE's identity
+        r = requests.post(f"{node_srv.url}/vwns", json={"job_id": "x", "key": "x", "executable": "/bin/true",
+                                                        "voc_node": "voc-nobody-1"}, timeout=10)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "voc-node-not-ready"
+    finally:
+        ce_srv.close()
+        for rec in requests.get(f"{node_srv.url}/voc/vms", timeout=5).json()["vms"]:
+            requests.delete(f"{node_srv.url}/voc/vms/{rec['node']}", timeout=10)
+        node_srv.close()
