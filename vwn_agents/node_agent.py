@@ -39,7 +39,7 @@ from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
 from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_recovery, node_suspend, proctree
-from .drivers import vm_job
+from .drivers import vm_job, voc_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .images import node_routes as node_images, vwn_disk
@@ -234,7 +234,7 @@ class NodeAgent:
         lines, collect, stage out; always finishes (the VWN ends and is reported)."""
         try:
             if self.driver.runs_jobs:              # libvirt: the job runs in the guest
-                return vm_job.run(self, v)
+                return (voc_job.run if v.request.voc_node else vm_job.run)(self, v)   # voc: issue 15
             if v.wrapper_pid is None and not stage_in_and_start(
                     self, v, lambda v: wrapper_launch.start(self, v)):
                 return

@@ -100,9 +100,6 @@ def run(agent, v) -> None:
     drv = agent.driver
     if v.outcome is not None and v.outcome is not Outcome.EXIT:
         return                                     # failed before it ran (a failed migration)
-    if v.request.voc_node:                         # into a running VOC VM (issue 15)
-        from . import voc_job
-        return voc_job.run(agent, v)
     booted_at = None
     if v.wrapper_pid is None:
         def boot(v) -> None:

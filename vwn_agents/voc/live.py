@@ -100,7 +100,7 @@ class VOCScheduling:
                    "hysteresis": c.voc_hysteresis} if c.voc_policy == "damped" else {}
         if c.voc_driver == "libvirt":          # VOC nodes are VMs serving jobs (nodevms)
             from .nodevms import NodeVMDriver
-            self.driver = NodeVMDriver(self)
+            self.driver = NodeVMDriver(self, CgroupDriver(self))
         else:
             self.driver = CgroupDriver(self)
         self.pool = VOCPool(len(self.driver.slots), self.driver)

@@ -29,12 +29,12 @@ POLL_S = 0.5
 
 
 class NodeVMDriver:
-    """The libvirt VOC driver of ``voc`` (a ``live.VOCScheduling``); module doc."""
+    """The libvirt VOC driver of ``voc`` (a ``live.VOCScheduling``) on the slots of ``slots``
+    (its ``live.CgroupDriver``: node agent URL + index, least used node agent first); module doc."""
 
-    def __init__(self, voc) -> None:
-        from .live import CgroupDriver
+    def __init__(self, voc, slots) -> None:
         self.voc = voc
-        self._slots = CgroupDriver(voc)
+        self._slots = slots                     # a live.CgroupDriver: the same slots and order
         self.slots = self._slots.slots
         self.monotonic = time.monotonic
 
