@@ -129,19 +129,28 @@ def _submit(ce_url, receiver, key, vo, args, sandbox=()):
 
 
 def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_job(vms, tmp_path, receiver):
+    """The VO's cluster is the VO's: its VMs boot with an overlay of the VO's image (an ext2 image
+    served by an image repository, pulled into the node's pool) at /image, and run its jobs as
+    the guest's unprivileged account."""
     from vgrid_runtime.wsgi import BackgroundServer
     from vwn_agents.ce_agent import CEAgentConfig, create_app as ce_app
+    from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repository_app
     from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
+    from .test_vwn_image_disk import make_ext2
+    images = tmp_path / "images"
+    images.mkdir()
+    make_ext2(images / "alpha.img", {"marker.txt": b"alpha image\n"})
+    repo = BackgroundServer(repository_app(ImageRepositoryConfig.from_dict({"images_dir": str(images)})))
     node_app_ = node_app(NodeAgentConfig.from_dict({
         "node": f"vs{os.getpid()}n", "work_dir": str(tmp_path / "node"), "driver": "libvirt",
         "vm_dir": str(vms.vm_dir), "disk_quota_mb": 0, "vm_memory_mb": 128, "retry_initial_s": 0.05,
-        "heartbeat_s": 0.5}))
+        "heartbeat_s": 0.5, "image_repository": repo.url, "image_pool_dir": f"{vms.vm_dir}/pool{os.getpid()}"}))
     node_srv = BackgroundServer(node_app_)
     node = node_app_.config["VGRID_AGENT"]
     cfg = CEAgentConfig.from_dict({
         "ce_id": "vocvm.vgrid.local:8443/vgrid-vwn-vocvm", "host": "vocvm", "site": "T", "queue": "vocvm",
         "nodes": [node_srv.url], "cpus_per_node": 1, "scheduler": "voc", "voc_driver": "libvirt",
-        "voc_policy": "greedy", "voc_interval_s": INTERVAL_S, "retry_s": 0.2, "retry_initial_s": 0.05,
+        "voc_images": ["alpha=alpha.img"], "voc_policy": "greedy", "voc_interval_s": INTERVAL_S, "retry_s": 0.2, "retry_initial_s": 0.05,
         "retry_max_s": 0.3, "heartbeat_s": 0})
     ce_srv = BackgroundServer(ce_app(cfg))
     ce = ce_srv.url
@@ -149,22 +158,24 @@ def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_jo
     receiver.inputs["data.txt"] = b"payload\n"
     try:
         # two alpha jobs, one slot: one VM is booted and runs both, one after the other
-        _submit(ce, receiver, "vm1", "alpha", "-c 'cat data.txt; id -u; exit 3'", ["data.txt"])
+        _submit(ce, receiver, "vm1", "alpha", "-c 'cat data.txt /image/marker.txt; id -u; exit 3'", ["data.txt"])
         _submit(ce, receiver, "vm2", "alpha", "-c 'echo second; id -u'")
         one = receiver.wait_event("vm1", "done", timeout_s=170)
         two = receiver.wait_event("vm2", "done", timeout_s=60)
         assert (one["exit_code"], two["exit_code"]) == (3, 0)
         assert receiver.wait_for(lambda r: r.outputs.get(("vm2", "out.txt"))) == b"second\n1000\n"
-        assert receiver.outputs[("vm1", "out.txt")] == b"payload\n1000\n"
+        assert receiver.outputs[("vm1", "out.txt")] == b"payload\nalpha image\n1000\n"
         status = voc()
         assert status["boots"] == 1, status                     # the boot was paid once
         vms_ = requests.get(f"{node_srv.url}/voc/vms", timeout=5).json()["vms"]
-        assert [(v["state"], v["jobs"], v["vo"]) for v in vms_] == [("ready", 2, "alpha")]
+        assert [(v["state"], v["jobs"], v["vo"], v["image"]) for v in vms_] == [("ready", 2, "alpha", "alpha.img")]
+        assert node.images.disk_of(f"voc-{vms_[0]['node']}") is not None      # the image pinned by its VM
         first_vm = node.voc.vwn(vms_[0]["node"])
         # the queue drained: the greedy watchdog shrinks the VOC and the VM is gone
         wait_until(lambda: voc()["nodes"] == [] and vms.state(first_vm) == "gone", "the VOC shrunk, its VM gone",
                    timeout_s=30)
         assert any(g["gone_reason"] == "terminated" and g["jobs_run"] == 2 for g in voc()["gone"])
+        wait_until(lambda: node.images.disk_of(f"voc-{vms_[0]['node']}") is None, "its overlay removed", timeout_s=10)
 
         # a third job boots a VM again; the VM is killed while the job runs: the job ends
         # node-lost (resubmittable by the broker) and the node leaves the pool within an interval
@@ -192,3 +203,4 @@ def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_jo
         for rec in requests.get(f"{node_srv.url}/voc/vms", timeout=5).json()["vms"]:
             requests.delete(f"{node_srv.url}/voc/vms/{rec['node']}", timeout=10)
         node_srv.close()
+        repo.close()

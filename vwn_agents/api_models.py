@@ -299,6 +299,7 @@ class VOCVM(_Open):
     node: str
     vo: str | None
     state: str
+    image: str | None = None
     boot_s: float | None
     why: str | None
     jobs: int
@@ -351,7 +352,8 @@ _NODE_OPS = [
        errors={400: "bad field", 409: "not-libvirt", 422: "checksum-mismatch", 502: "source-failed",
                503: "restore-failed"}),
     Op("POST", "/voc/vms", "boot a VM serving a VO's jobs (a VOC node; idempotent on node)", _CE,
-       {202: VOCVM}, body=VOCBoot, errors={400: "bad field", 409: "not-libvirt (code)"}),
+       {202: VOCVM}, body=VOCBoot,
+       errors={400: "bad field", 409: "not-libvirt, not-ready, no-image-pool (code)", 500: "overlay-failed"}),
     Op("GET", "/voc/vms", "the node's VOC VMs (a gone domain is lost at once)", _CE, {200: VOCVMs}),
     Op("DELETE", "/voc/vms/{node_id}", "power a VOC VM off and forget it (idempotent)", _CE, {200: VOCGone}),
     Op("GET", "/status", "capacity, VWNs, driver, cgroup, freezer (outbox and heartbeat: CE agents only)",

@@ -4,9 +4,13 @@ for a VO *before* its jobs arrive, each serving that VO's jobs one after another
 
 Routes (installed by ``node_agent.create_app``; the CE agents of ``ce_dns`` only, like ``/vwns``):
 
-* ``POST /voc/vms`` ``{"node": id, "vo": name}``: boot a serving VM for VOC node ``id`` (domain
-  ``vgrid-<node name>-<id>``), idempotent on ``id``; 202 the record. 409 ``code`` "not-libvirt"
-  when the node's driver is not libvirt; 400 a bad id (``[A-Za-z0-9][A-Za-z0-9._-]*``).
+* ``POST /voc/vms`` ``{"node": id, "vo": name, "image": name or null}``: boot a serving VM for
+  VOC node ``id`` (domain ``vgrid-<node name>-<id>``), idempotent on ``id``; 202 the record. With
+  ``image`` (the VO's image, in the node's pool) the VM boots with a qcow2 overlay of it
+  (``voc-<id>`` in the pool, pinning the image) mounted at ``/image``; the overlay is removed when
+  the VM is terminated or lost. 409 ``code`` "not-libvirt" when the node's driver is not libvirt,
+  "not-ready" while the image is not in the pool (pull it first: ``POST /images/pulls``),
+  "no-image-pool" without a pool; 400 a bad id or image name.
 * ``GET /voc/vms``: ``{"vms": [{"node","vo","state","boot_s","why","jobs"}]}`` with ``state``
   ``booting``, ``ready`` or ``lost`` (its domain is gone: killed, crashed, failed to boot; ``why``
   says which) -- the domains are looked at on every call, so a killed VM is ``lost`` at the first
@@ -21,15 +25,23 @@ them (their directories ``<vm_dir>/<node name>-<id>`` whose domain runs) as ``re
 """
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
+
+from pathlib import Path
 
 from flask import jsonify
 
 from vgrid_runtime.httpjson import ApiError, parse_body
 
+from .images.node_routes import _api
+from .images.pool import PoolError
+from .images.repository import NAME_RE as IMAGE_NAME
 from .voc.pool import VOCNode
 from .vwn_model import VOC_NODE as NODE_ID
+
+log = logging.getLogger(__name__)
 
 
 class NodeVOC:
@@ -75,10 +87,19 @@ class NodeVOC:
             rec = self.records.get(node_id)
             if rec is not None:
                 rec["state"], rec["why"] = "lost", why
+        self._drop_disk(node_id)
+
+    def _drop_disk(self, node_id: str) -> None:
+        pool = getattr(self.agent, "images", None)
+        if pool is not None and pool.disk_of(f"voc-{node_id}") is not None:
+            try:
+                pool.remove_overlay(f"voc-{node_id}")
+            except OSError as exc:
+                log.warning("VOC VM %s: cannot remove its overlay: %s", node_id, exc)
 
     # -- operations --------------------------------------------------------------------------------
 
-    def boot(self, node_id: str, vo: str) -> dict:
+    def boot(self, node_id: str, vo: str, image: str | None = None) -> dict:
         if not self.available:
             raise ApiError(409, f"node {self.agent.config.node} has no libvirt driver: no VOC VMs",
                            code="not-libvirt")
@@ -88,10 +109,27 @@ class NodeVOC:
             rec = self.records.get(node_id)
             if rec is not None and rec["state"] != "lost":
                 return self._public(rec)
+            disk = self._disk(node_id, image)
             rec = self.records[node_id] = {"node": node_id, "vo": vo, "state": "booting", "boot_s": None,
-                                           "why": None, "jobs": 0, "booted_at": self.agent.clock.now()}
+                                           "why": None, "jobs": 0, "image": image,
+                                           "booted_at": self.agent.clock.now()}
+            if disk is not None:
+                self.driver.disks[node_id] = Path(disk)
         self.driver.boot(VOCNode(node_id, vo, "", rec["booted_at"]))
         return self._public(rec)
+
+    def _disk(self, node_id: str, image: str | None) -> str | None:
+        """The overlay of ``image`` for VOC node ``node_id`` (None without an image). ApiError."""
+        if not image:
+            return None
+        pool = getattr(self.agent, "images", None)
+        if pool is None:
+            raise ApiError(409, f"node {self.agent.config.node} has no image pool: no VO image",
+                           code="no-image-pool")
+        try:
+            return pool.overlay(image, f"voc-{node_id}")["path"]
+        except PoolError as exc:
+            raise _api(exc) from None
 
     def list(self) -> list[dict]:
         if self.driver is not None:
@@ -104,6 +142,7 @@ class NodeVOC:
             self.records.pop(node_id, None)
         if self.driver is not None and NODE_ID.fullmatch(node_id):
             self.driver.terminate(VOCNode(node_id, "", "", 0.0))
+            self._drop_disk(node_id)
         return {"node": node_id, "state": "gone"}
 
     def ready(self, node_id: str) -> bool:
@@ -127,16 +166,19 @@ class NodeVOC:
 
 @dataclass
 class VOCBoot:
-    """Body of ``POST /voc/vms``: the CE's VOC node id and its VO."""
+    """Body of ``POST /voc/vms``: the CE's VOC node id, its VO, the VO's image (a pool name) or None."""
 
     node: str
     vo: str
+    image: str | None = None
 
     def validate(self) -> str | None:
         if not NODE_ID.fullmatch(self.node):
             return "field 'node': a VOC node id, [A-Za-z0-9][A-Za-z0-9._-]*"
         if not self.vo:
             return "field 'vo': must be a non-empty string"
+        if self.image is not None and not IMAGE_NAME.fullmatch(self.image):
+            return "field 'image': an image name of the node's pool, [A-Za-z0-9][A-Za-z0-9._-]*"
         return None
 
 
@@ -159,7 +201,7 @@ def install_routes(app, agent, from_ce) -> None:
     def boot_voc_vm():
         from_ce("boot VOC VMs")
         body = parse_body(VOCBoot, "POST /voc/vms")
-        return jsonify(agent.voc.boot(body.node, body.vo)), 202
+        return jsonify(agent.voc.boot(body.node, body.vo, body.image)), 202
 
     @app.get("/voc/vms")
     def list_voc_vms():

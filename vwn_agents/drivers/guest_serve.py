@@ -21,7 +21,10 @@ Channels (``serving_xml`` adds the third serial port to the driver's domain XML)
 
 Each job runs as the guest's unprivileged account ``vgrid`` (uid 1000, the VO's pool account
 inside the guest) in a fresh ``/job``; every process of that account is killed after the job, so
-nothing of one job outlives it into the next. ``/image`` (a disk) is not offered to VOC VMs.
+nothing of one job outlives it into the next. The VO's image: a VM started with a disk (the qcow2
+overlay of an image of the node's pool, ``start_serving(disk=...)``) mounts it at ``/image`` at
+boot, as the one-job guest does (``VGRID-DISK mounted|raw|absent`` before ``VGRID-RUNNING``); its
+jobs share it (writes go to the node's overlay, never to the pooled image).
 Limit: the job archive travels over an emulated UART (about 10-100 kB/s under TCG), so input
 sandboxes of VOC jobs should stay small (``MAX_JOB_BYTES``).
 """
@@ -48,6 +51,14 @@ in=/dev/ttyS2
 stty -F $out raw -echo 2>/dev/null
 stty -F $in raw -echo -icanon min 1 time 0 2>/dev/null
 exec 3<$in
+if grep -q vgrid.disk /proc/cmdline; then
+  for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko 2>/dev/null; done
+  n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+  mkdir -p /image
+  if [ ! -b /dev/vda ]; then echo "VGRID-DISK absent" > $out
+  elif mount -o nosuid,nodev /dev/vda /image 2>/dev/null; then echo "VGRID-DISK mounted" > $out
+  else chown 1000:1000 /dev/vda; echo "VGRID-DISK raw" > $out; fi
+fi
 echo VGRID-RUNNING > $out
 while true; do
   echo VGRID-READY > $out
@@ -115,10 +126,11 @@ def serving_xml(xml: str, files: Path) -> str:
     return etree.tostring(d, pretty_print=True).decode()
 
 
-def start_serving(vms, vwn: str, memory_mb: int, fraction: float) -> int | None:
+def start_serving(vms, vwn: str, memory_mb: int, fraction: float, disk: Path | None = None) -> int | None:
     """Create and boot ``vwn``'s transient domain as a serving guest on ``vms`` (a
-    ``libvirt_driver.LibvirtVMs``); returns the qemu pid (None if unknown). The UNIX socket path
-    must fit ``sun_path`` (107 bytes): ServeError otherwise; VMError from libvirt."""
+    ``libvirt_driver.LibvirtVMs``), with ``disk`` (a qcow2 overlay: the VO's image, mounted at
+    ``/image``) if given; returns the qemu pid (None if unknown). The UNIX socket path must fit
+    ``sun_path`` (107 bytes): ServeError otherwise; VMError from libvirt."""
     from .libvirt_driver import VMError, domain_xml
     d = vms.files(vwn)
     if len(str(d / "channel.in")) > 107:
@@ -131,7 +143,8 @@ def start_serving(vms, vwn: str, memory_mb: int, fraction: float) -> int | None:
     for f in ("console.log", "channel.out"):
         (d / f).touch()
     xml = serving_xml(domain_xml(vms.name(vwn), memory_mb=memory_mb, fraction=fraction,
-                                 kernel=vms.guest.kernel, initrd=initrd, files=d, kvm=vms.kvm), d)
+                                 kernel=vms.guest.kernel, initrd=initrd, files=d, kvm=vms.kvm,
+                                 disk=disk), d)
     (d / "domain.xml").write_text(xml)
     with vms._lock:
         try:

@@ -7,7 +7,10 @@ with the libvirt driver (``node_voc``: ``POST /voc/vms``) and sends that VO's jo
 driver (``cpus_per_node`` VMs per node agent); ``boot`` asks the node agent for the VM in a thread
 and polls ``GET /voc/vms`` until its record is ``ready`` (the node joins the pool: its boot delay
 is measured from the request to the node agent's first sight of the guest's ready line) or
-``lost`` / not ready within ``voc_boot_timeout_s`` (the node leaves the pool); ``terminate``
+``lost`` / not ready within ``voc_boot_timeout_s`` (the node leaves the pool); a VO with an
+image (``voc_images``: ``"vo=image"``) has the node agent pull it first (``POST /images/pulls``)
+and its VM boots with an overlay of it at ``/image`` (``POST /voc/vms`` is retried while the
+node answers 409 not-ready); ``terminate``
 asks the node agent to power it off (``DELETE /voc/vms/<id>``). ``check`` (every watchdog
 interval, Section 5.3) reads every node agent's VOC VMs: a node whose VM is ``lost`` or unknown
 there leaves the pool at once; its running job's VWN ends ``node-lost`` on the node agent
@@ -49,17 +52,42 @@ class NodeVMDriver:
         threading.Thread(target=self._boot, args=(node.id, node.vo, node.slot), name=f"voc-vm-{node.id}",
                          daemon=True).start()
 
+    def image_of(self, vo: str) -> str | None:
+        """The VO's image (``voc_images``), None when it has none."""
+        images = dict(i.split("=", 1) for i in self.voc.agent.config.voc_images)
+        return images.get(vo)
+
+    def _ask(self, url: str, node_id: str, vo: str, deadline: float) -> bool:
+        """POST /voc/vms (after a pull of the VO's image, retried while the node answers 409
+        not-ready); False when the node is gone or refused it (already reported)."""
+        image = self.image_of(vo)
+        client = self._client(url)
+        if image:
+            try:
+                client.pull_image({"image": image})
+            except NodeAgentError as exc:
+                log.info("VOC VM %s: pull of %s on %s: %s", node_id, image, url, exc.brief())
+        while True:
+            try:
+                client._call("POST", "/voc/vms", json={"node": node_id, "vo": vo, "image": image})
+                return True
+            except NodeAgentError as exc:
+                code = (exc.body.get("error") or {}).get("code") if isinstance(exc.body, dict) else None
+                if exc.status == 409 and code == "not-ready" and self.monotonic() < deadline \
+                        and self._booting(node_id):
+                    time.sleep(POLL_S)                 # the image is still arriving
+                    continue
+                if exc.status is None:
+                    self.voc.node_dead(url, f"boot of VOC VM {node_id}: {exc.brief()}")
+                else:
+                    self.voc.node_lost(node_id, f"the node agent refused its VM: {exc.brief()}")
+                return False
+
     def _boot(self, node_id: str, vo: str, slot: str) -> None:
         url = slot.rsplit("#", 1)[0]
-        try:
-            self._client(url)._call("POST", "/voc/vms", json={"node": node_id, "vo": vo})
-        except NodeAgentError as exc:
-            if exc.status is None:
-                self.voc.node_dead(url, f"boot of VOC VM {node_id}: {exc.brief()}")
-            else:
-                self.voc.node_lost(node_id, f"the node agent refused its VM: {exc.brief()}")
-            return
         deadline = self.monotonic() + self.voc.agent.config.voc_boot_timeout_s
+        if not self._ask(url, node_id, vo, deadline):
+            return
         while self.monotonic() < deadline:
             if not self._booting(node_id):
                 return                          # terminated or lost meanwhile

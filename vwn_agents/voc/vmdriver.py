@@ -56,6 +56,7 @@ class LibvirtVOCDriver:
         self.vwns: dict[str, str] = {}          # node id -> VWN name (its domain is vms.name(vwn))
         self.started: set[str] = set()          # node ids whose domain was created
         self.seq: dict[str, int] = {}           # node id -> the last job sequence number sent
+        self.disks: dict[str, Path] = {}        # node id -> its disk (the VO's image overlay), if any
         self._lock = threading.Lock()
 
     def vwn(self, node_id: str) -> str:
@@ -73,7 +74,7 @@ class LibvirtVOCDriver:
         vwn = self.vwn(node_id)
         try:
             if self.vms.state(vwn) == "gone":
-                start_serving(self.vms, vwn, self.memory_mb, self.fraction)
+                start_serving(self.vms, vwn, self.memory_mb, self.fraction, disk=self.disks.get(node_id))
         except (VMError, ServeError, OSError, ValueError) as exc:
             self._forget(node_id)
             self.on_lost(node_id, f"boot failed: {exc}")
@@ -100,6 +101,7 @@ class LibvirtVOCDriver:
 
     def _forget(self, node_id: str) -> None:
         with self._lock:
+            self.disks.pop(node_id, None)
             self.vwns.pop(node_id, None)
             self.started.discard(node_id)
 
