@@ -182,6 +182,10 @@ def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_jo
         _submit(ce, receiver, "vm3", "alpha", "-c 'echo started; sleep 600'")
         receiver.wait_event("vm3", "running", timeout_s=170)
         busy = next(n for n in voc()["nodes"] if n["job"] == "vm3")
+        # a fourth job waits (one slot, busy): it must run once the VM dies, never wait on it
+        _submit(ce, receiver, "vm4", "alpha", "-c 'echo fourth'")
+        wait_until(lambda: "waiting for a node of VO alpha" in (requests.get(f"{ce}/jobs/vm4", timeout=5).json()
+                                                               .get("reason") or ""), "vm4 waiting for a node")
         pid = node.voc.driver.qemu_pid(busy["id"])
         t0 = time.monotonic()
         os.kill(pid, signal.SIGKILL)
@@ -192,6 +196,8 @@ def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_jo
         from broker.resubmission import resubmittable
         assert aborted["outcome"] == "node-lost" and resubmittable(aborted["outcome"]), aborted
         assert any(g["id"] == busy["id"] and g["gone_reason"].startswith("lost:") for g in voc()["gone"])
+        assert receiver.wait_event("vm4", "done", timeout_s=170)["exit_code"] == 0     # on a new VM
+        assert receiver.outputs.get(("vm4", "out.txt")) == b"fourth\n" and voc()["boots"] == 3
         print(f"VOC VM: 2 jobs after 1 boot; killed VM out of the pool {left_s:.2f} s after SIGKILL")
         assert left_s < 2 * INTERVAL_S + 5
         # refusals: a job for an unknown VOC node, a VOC VM request without the CE's identity
