@@ -198,7 +198,8 @@ def test_the_ce_agent_runs_a_vos_jobs_in_its_voc_vm_and_a_killed_vm_loses_its_jo
         assert any(g["id"] == busy["id"] and g["gone_reason"].startswith("lost:") for g in voc()["gone"])
         assert receiver.wait_event("vm4", "done", timeout_s=170)["exit_code"] == 0     # on a new VM
         assert receiver.outputs.get(("vm4", "out.txt")) == b"fourth\n" and voc()["boots"] == 3
-        print(f"VOC VM: 2 jobs after 1 boot; killed VM out of the pool {left_s:.2f} s after SIGKILL")
+        boots = [g["boot_s"] for g in voc()["gone"]]
+        print(f"VOC VM: 2 jobs after 1 boot; boot_s {boots}; killed VM out of the pool {left_s:.2f} s after SIGKILL")
         assert left_s < 2 * INTERVAL_S + 5
         # refusals: a job for an unknown VOC node, a VOC VM request without the CE's identity
         r = requests.post(f"{node_srv.url}/vwns", json={"job_id": "x", "key": "x", "executable": "/bin/true",
