@@ -320,7 +320,8 @@ class VOCGone(_Open):
 
 _NODE_OPS = [
     Op("POST", "/vwns", "start a VWN (C/(N+1) cap)", _CE, {201: VWNCreated, 200: VWNCreated}, body=VWNRequest,
-       errors={400: "bad field", 503: "not stored", 507: "disk full"}),
+       errors={400: "bad field", 409: "image not-ready, or voc_node: not-libvirt / voc-node-not-ready (code)",
+               503: "not stored", 507: "disk full"}),
     Op("GET", "/vwns", "every VWN record", _CE, {200: list[VWNRecord]}),
     Op("GET", "/vwns/{vwn}", "one VWN record", _CE, {200: VWNRecord}, errors={404: "unknown VWN"}),
     Op("DELETE", "/vwns/{vwn}", "kill a VWN", _CE, {200: VWNRecord}, errors={404: "unknown VWN"}),
