@@ -119,6 +119,8 @@ class Event(_Body):
     reason: str | None = None
     outcome: str | None = None
     time: float | None = None
+    note_id: str | None = Field(None, description="a peer gateway's note (suspended | resumed | requeued): "
+                                                  "recorded once per id (broker.federation.notes)")
 
 
 class EventAnswer(_Open):

@@ -96,6 +96,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     federation_max_hops: int = opt(2, "the most gateways a job may be forwarded through")
     federation_relay_s: float = opt(5.0, "seconds between reports of received jobs to their "
                                     "origin (events and heartbeats)")
+    federation_note_give_up_s: float = opt(604800.0, "a note of a received job (suspended, resumed, "
+                                           "requeued) is retried to its origin this long (s) before "
+                                           "it is dropped (docs/federation.md, \"Notes\")")
     delegation_lifetime_s: float = opt(3600.0, "lifetime (s) of the proxy delegated to a peer "
                                        "with a forwarded job (never beyond the user's)")
 
@@ -126,8 +129,10 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                      "default_ce_interval_s", "claim_lease_s", "record_cache_size", "gc_threshold0"):
             if getattr(self, name) < 0:
                 return f"field {name!r} must be >= 0"
-        if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0:
-            return "fields 'federation_max_hops' (>= 1), 'federation_relay_s' and 'delegation_lifetime_s' (> 0)"
+        if self.federation_max_hops < 1 or self.federation_relay_s <= 0 or self.delegation_lifetime_s <= 0 \
+                or self.federation_note_give_up_s <= 0:
+            return ("fields 'federation_max_hops' (>= 1), 'federation_relay_s', 'delegation_lifetime_s' and "
+                    "'federation_note_give_up_s' (> 0)")
         if self.front_ends > 1 and self.peers:
             return "field 'front_ends': several processes are not supported with federation peers"
         for p in self.peers:

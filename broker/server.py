@@ -73,7 +73,8 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
         from .federation import attach
         attach(broker, config.peers, state, config.tls_files(), threshold_s=config.forward_wait_threshold_s,
                max_hops=config.federation_max_hops, relay_s=config.federation_relay_s,
-               delegation_lifetime_s=config.delegation_lifetime_s, max_input_mb=config.max_body_mb)
+               delegation_lifetime_s=config.delegation_lifetime_s, max_input_mb=config.max_body_mb,
+               note_give_up_s=config.federation_note_give_up_s)
     return broker
 
 

@@ -259,7 +259,8 @@ class Broker:
                     return job          # resubmitted meanwhile: this attempt is over
             if kind in ("suspended", "resumed", "requeued"):
                 what = f"VWN {event.get('vwn')} on node {event.get('node')}" if kind != "requeued" else event.get("reason")
-                return self.store.note(key, now, f"{kind}: {what}", **fields)
+                mark = f" [note {event['note_id']}]" if event.get("note_id") else ""   # federation.notes
+                return self.store.note(key, now, f"{kind}: {what}{mark}", **fields)
             if kind == "caps" or (kind == "running" and job.state is JobState.RUNNING):
                 return self.store.update_fields(key, now, **fields) if fields else job
             if kind == "running":

@@ -348,3 +348,69 @@ def test_a_peer_that_dies_is_blacklisted_and_its_job_comes_back(pki, grid):
     a = grid["brokers"]["a"]
     b_ce = f"{grid['urls']['b'].split('//', 1)[1]}/vgrid-gateway-federation"
     assert b_ce in a.ism.blacklist_entries(), a.ism.blacklist_entries()
+
+
+def test_a_note_to_an_origin_that_is_down_is_stored_and_arrives_exactly_once(pki, grid):
+    """Durable notes (broker.federation.notes): the origin A is down when its peer B produces a
+    note (B's CE agent reports the forwarded job's VWN suspended); B acknowledges the CE's event
+    only once the note is stored, B restarts meanwhile (its outbox is reloaded from its
+    database), A comes back and records the note exactly once -- a repeat of the same note is
+    acknowledged and not recorded again."""
+    d, _ = pki
+    alice, a = grid["alice"], grid["brokers"]["a"]
+    a.settings.stalled_resubmit_s = 120.0          # A keeps the job while it is away
+    key = alice.submit_text('[ Executable = "/bin/sleep"; Arguments = "120"; ]', "note.jdl")["key"]
+    try:
+        job = wait_state(alice, key, {"Running"} | ENDED)
+        at = next((n for n in "bc" if not getattr(grid["brokers"][n], "_gone", False)
+                   and peer_job(grid, n, job["dispatch_key"]) is not None), None)
+        assert job["state"] == "Running" and at is not None, job     # B, or C once B died (test order)
+        b_job = peer_job(grid, at, job["dispatch_key"])
+        # A goes down
+        grid["servers"]["a"].close(stop_app=False)
+        # B's CE agent reports the VWN suspended (as its lease engine would): acknowledged = stored
+        event = {"event": "suspended", "key": b_job.dispatch_key, "vwn": b_job.vwn or "vwn-n-b-1",
+                 "node": "n-b", "time": 1234.5}
+        r = session_of(d, f"ce-{at}").post(f"{grid['urls'][at]}/jobs/{b_job.key}/events", json=event, timeout=10)
+        assert r.status_code == 200, r.text
+        b = grid["brokers"][at]
+        wait_until(lambda: any(p["attempts"] >= 1 for p in b.federation.notes.pending()), timeout_s=20,
+                   what="B tried to deliver the note to A, which is down")
+        [note] = b.federation.notes.pending()
+        assert note["payload"]["key"] == job["dispatch_key"] and note["payload"]["note_id"]
+        # B restarts (its outbox is reloaded from its database) while A is still down
+        b.federation.stop()
+        b.stop()
+        b.ism.stop()
+        grid["servers"][at].close(stop_app=False)
+        b.store.close()
+        b._gone = True
+        cfg_b = grid["configs"][at]
+        b = build_broker(cfg_b)
+        srv_b = BackgroundServer(build_app(b, cfg_b), host=IP[f"broker-{at}"],
+                                 port=int(grid["urls"][at].rsplit(":", 1)[1]), tls=cfg_b.tls_files())
+        b.settings.base_url = srv_b.url
+        b.ism.start()
+        b.start()
+        b.federation.start()
+        grid["brokers"][at], grid["servers"][at] = b, srv_b
+        grid["late"].append((srv_b, b))
+        assert [p["payload"]["note_id"] for p in b.federation.notes.pending()] == [note["payload"]["note_id"]]
+        # A comes back on its address: the note arrives, once
+        cfg_a = grid["configs"]["a"]
+        srv_a = BackgroundServer(build_app(a, cfg_a), host=IP["broker-a"],
+                                 port=int(grid["urls"]["a"].rsplit(":", 1)[1]), tls=cfg_a.tls_files())
+        grid["servers"]["a"] = srv_a
+        grid["late"].append((srv_a, None))
+        mark = f"[note {note['payload']['note_id']}]"
+        notes = lambda: [h for h in alice.job(key)["history"] if mark in (h["reason"] or "")]   # noqa: E731
+        wait_until(lambda: notes() and not b.federation.notes.pending(), timeout_s=30,
+                   what="the note delivered to A once it is back")
+        assert len(notes()) == 1 and notes()[0]["reason"].startswith("suspended: "), notes()
+        # the same note again (at-least-once delivery): acknowledged, not recorded twice
+        r = session_of(d, f"broker-{at}").post(note["url"], json=note["payload"], timeout=10)
+        assert r.status_code == 200, r.text
+        assert len(notes()) == 1
+    finally:
+        a.settings.stalled_resubmit_s = 3.0
+        alice.cancel(key)

@@ -157,3 +157,17 @@ def test_a_peer_whose_share_is_used_since_the_refresh_is_passed_over():
     chosen = chooser(-1).choose(job(), (full, other), now=0.0, vo="dteam")
     assert chosen.ce_id.startswith("p2"), "priority 0 is full: the next level is offered"
     assert chooser(-1).choose(job(), (full,), now=0.0, vo="dteam") is None
+
+
+def test_note_ids_name_the_event_not_the_delivery():
+    """broker.federation.notes: the same CE event gives the same note id (a repeat is recorded
+    once at the origin); another event, time, job or gateway gives another."""
+    from broker.federation.notes import note_id, note_mark
+    ev = {"event": "suspended", "key": "k-1", "vwn": "vwn-n-1", "time": 12.5}
+    one = note_id("https://b:1", "job-1", ev)
+    assert one == note_id("https://b:1", "job-1", dict(ev)) and len(one) == 24
+    others = {note_id("https://b:1", "job-1", {**ev, "event": "resumed"}),
+              note_id("https://b:1", "job-1", {**ev, "time": 13.0}),
+              note_id("https://b:1", "job-2", ev), note_id("https://c:1", "job-1", ev)}
+    assert one not in others and len(others) == 4
+    assert note_mark(one) == f"[note {one}]"

@@ -133,6 +133,25 @@ def test_a_user_cannot_drive_a_node_agent_or_a_ce_agent(pki, site):
     assert alice.get(f"{site['ce']}/glue", timeout=10).status_code == 200
 
 
+def test_only_the_ce_agents_boot_list_or_stop_voc_vms(pki, site):
+    """VOC VMs (node_voc): a user or the broker may not boot, list or stop them; the CE agent
+    passes the rule (this node has no libvirt driver: 409 not-libvirt)."""
+    d, _ = pki
+    body = {"node": "voc-alpha-1", "vo": "alpha"}
+    for who in (user(d, "alice.proxy"), new_session(tls(d, "broker"))):
+        r = who.post(f"{site['node']}/voc/vms", json=body, timeout=10)
+        assert r.status_code == 403 and "may not boot VOC VMs" in r.json()["error"]["message"], r.text
+        assert who.get(f"{site['node']}/voc/vms", timeout=10).status_code == 403
+        assert who.delete(f"{site['node']}/voc/vms/voc-alpha-1", timeout=10).status_code == 403
+    ce = new_session(tls(d, "ce"))
+    r = ce.post(f"{site['node']}/voc/vms", json=body, timeout=10)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not-libvirt", r.text
+    assert ce.get(f"{site['node']}/voc/vms", timeout=10).json() == {"vms": []}
+    r = ce.post(f"{site['node']}/vwns", json={"job_id": "x", "key": "kv", "executable": "/bin/true",
+                                              "voc_node": "voc-alpha-1"}, timeout=10)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not-libvirt", r.text
+
+
 def test_only_the_ce_agents_set_or_see_a_node_agents_heartbeats_and_outbox(pki, site):
     d, _ = pki
     alice = user(d, "alice.proxy")

@@ -50,6 +50,14 @@ def test_voc_config_is_checked():
         CEAgentConfig.from_dict({**base, "voc_interval_s": 0})
     with pytest.raises(Exception, match="voc_growth_limit"):
         CEAgentConfig.from_dict({**base, "voc_growth_limit": -1})
+    with pytest.raises(Exception, match="voc_driver.*'cgroup' or 'libvirt'"):
+        CEAgentConfig.from_dict({**base, "voc_driver": "xen"})
+    with pytest.raises(Exception, match=r"voc_images\[1\].*vo=image"):
+        CEAgentConfig.from_dict({**base, "voc_driver": "libvirt", "voc_images": ["alpha=a.img", "beta"]})
+    with pytest.raises(Exception, match="voc_boot_timeout_s"):
+        CEAgentConfig.from_dict({**base, "voc_boot_timeout_s": 0})
+    ok = CEAgentConfig.from_dict({**base, "voc_driver": "libvirt", "voc_images": ["alpha=a.img"]})
+    assert ok.voc_driver == "libvirt" and ok.voc_images == ["alpha=a.img"]
 
 
 def test_voc_clusters_survive_killed_nodes_and_killed_vwns(tmp_path, receiver):

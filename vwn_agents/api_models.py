@@ -20,6 +20,7 @@ from .ce_jobs import JobRequest
 from .images.node_routes import OverlayBody, PinsBody
 from .images.pool_model import PullRequest
 from .node_migration import CompleteBody, MigrationIn
+from .node_voc import VOCBoot
 from .vwn_model import VWNRequest
 
 
@@ -292,9 +293,35 @@ class MigrationDone(_Open):
     restore_mb_s: float | None
 
 
+class VOCVM(_Open):
+    """A VOC VM of the node (``node_voc``): ``state`` booting, ready or lost; ``boot_s`` measured (s)."""
+
+    node: str
+    vo: str | None
+    state: str
+    image: str | None = None
+    boot_s: float | None
+    why: str | None
+    jobs: int
+
+
+class VOCVMs(_Open):
+    """GET /voc/vms."""
+
+    vms: list[VOCVM]
+
+
+class VOCGone(_Open):
+    """DELETE /voc/vms/{node_id}."""
+
+    node: str
+    state: str
+
+
 _NODE_OPS = [
     Op("POST", "/vwns", "start a VWN (C/(N+1) cap)", _CE, {201: VWNCreated, 200: VWNCreated}, body=VWNRequest,
-       errors={400: "bad field", 503: "not stored", 507: "disk full"}),
+       errors={400: "bad field", 409: "image not-ready, or voc_node: not-libvirt / voc-node-not-ready (code)",
+               503: "not stored", 507: "disk full"}),
     Op("GET", "/vwns", "every VWN record", _CE, {200: list[VWNRecord]}),
     Op("GET", "/vwns/{vwn}", "one VWN record", _CE, {200: VWNRecord}, errors={404: "unknown VWN"}),
     Op("DELETE", "/vwns/{vwn}", "kill a VWN", _CE, {200: VWNRecord}, errors={404: "unknown VWN"}),
@@ -325,6 +352,11 @@ _NODE_OPS = [
        {201: MigrationDone}, body=MigrationIn,
        errors={400: "bad field", 409: "not-libvirt", 422: "checksum-mismatch", 502: "source-failed",
                503: "restore-failed"}),
+    Op("POST", "/voc/vms", "boot a VM serving a VO's jobs (a VOC node; idempotent on node)", _CE,
+       {202: VOCVM}, body=VOCBoot,
+       errors={400: "bad field", 409: "not-libvirt, not-ready, no-image-pool (code)", 500: "overlay-failed"}),
+    Op("GET", "/voc/vms", "the node's VOC VMs (a gone domain is lost at once)", _CE, {200: VOCVMs}),
+    Op("DELETE", "/voc/vms/{node_id}", "power a VOC VM off and forget it (idempotent)", _CE, {200: VOCGone}),
     Op("GET", "/status", "capacity, VWNs, driver, cgroup, freezer (outbox and heartbeat: CE agents only)",
        "any authenticated caller", {200: NodeStatus}),
     Op("GET", "/openapi.json", "this document", "any authenticated caller", {200: None}),

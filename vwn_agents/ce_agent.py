@@ -224,7 +224,8 @@ class CEAgent(CEPublishing):
                 if job.state is not CEJobState.SCHEDULED or job.vwn:
                     return True
             try:
-                info = NodeAgentClient(node.url, self.http, self.config.node_timeout_s).create_vwn(self._vwn_body(job))
+                body = self._vwn_body(job) | (self.voc.vwn_fields(job) if self.voc else {})
+                info = NodeAgentClient(node.url, self.http, self.config.node_timeout_s).create_vwn(body)
             except NodeAgentError as exc:   # no answer: the error's class name; else HTTP <status> <text>
                 errors.append(f"{node.url}: {exc.brief()}")
                 if self.voc:

@@ -72,6 +72,16 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "scheduler = voc, damped: most nodes booted per VO per interval (0 = no limit)"})
     voc_keep_warm_s: float = field(default=120.0, metadata={
         "help": "scheduler = voc, damped: an idle VOC node is kept this long before it is terminated (s)"})
+    voc_driver: str = field(default="cgroup", metadata={
+        "help": "scheduler = voc: what a VOC node is -- cgroup (a ready sandbox slot on a node agent; the "
+                "job runs in a cgroup VWN) or libvirt (a VM booted on a node agent with driver = libvirt "
+                "that runs the VO's jobs one after another; docs/vwn.md, \"VOC VMs\")"})
+    voc_images: list[str] = field(default_factory=list, metadata={
+        "help": "scheduler = voc, voc_driver = libvirt: the VOs' images, \"vo=image\" each (an image name of the "
+                "node agents' image_repository): a VOC VM of that VO boots with an overlay of it at /image; "
+                "the CE agent asks the node agent to pull it first"})
+    voc_boot_timeout_s: float = field(default=300.0, metadata={
+        "help": "scheduler = voc, voc_driver = libvirt: a VOC VM not booted after this long is lost (s, > 0)"})
     voc_hysteresis: int = field(default=1, metadata={
         "help": "scheduler = voc, damped: grow only when the queue exceeds the VOC size by more than this "
                 "many jobs; keep this many nodes beyond the queue while it is not empty"})
@@ -129,6 +139,14 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
             return f"field 'scheduler': must be 'leases', 'fair-share' or 'voc', got {self.scheduler!r}"
         if self.vm_boot_lead_s < 0 and self.vm_boot_lead_s != -1:
             return f"field 'vm_boot_lead_s': must be >= 0 (s) or -1 (measured), got {self.vm_boot_lead_s}"
+        if self.voc_driver not in ("cgroup", "libvirt"):
+            return f"field 'voc_driver': must be 'cgroup' or 'libvirt', got {self.voc_driver!r}"
+        for i, item in enumerate(self.voc_images):
+            vo, _, image = item.partition("=")
+            if not vo or not image:
+                return f"field 'voc_images[{i}]': expected \"vo=image\", got {item!r}"
+        if self.voc_boot_timeout_s <= 0:
+            return f"field 'voc_boot_timeout_s': must be > 0 (s), got {self.voc_boot_timeout_s}"
         if self.voc_interval_s <= 0:
             return f"field 'voc_interval_s': must be > 0, got {self.voc_interval_s}"
         for name in ("voc_growth_limit", "voc_keep_warm_s", "voc_hysteresis"):

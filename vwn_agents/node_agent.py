@@ -39,7 +39,7 @@ from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
 from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_recovery, node_suspend, proctree
-from .drivers import vm_job
+from .drivers import vm_job, voc_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
 from .images import node_routes as node_images, vwn_disk
@@ -52,7 +52,7 @@ from .pool_accounts import AccountError, Owner
 from .sandbox import SandboxError
 from .vwn_model import VWN, VWNRequest  # noqa: F401  (re-exported)
 from .vwn_process import stage_in_and_start, compile_wrapper, is_wrapper
-from . import wrapper_launch
+from . import node_voc, wrapper_launch
 from .wrapper_launch import JOIN_AND_EXEC, JOIN_FAILED, PACKAGE_PARENT  # noqa: F401  (re-exported)
 from .vwn_states import SHARING, VWNState
 
@@ -106,6 +106,7 @@ class NodeAgent:
             log.warning("node %s: no work_dir configured: its VWNs will not survive a restart",
                         config.node)
         self.zygote = wrapper_launch.open_zygote(self)      # the preforked wrapper starter
+        self.voc = node_voc.NodeVOC(self)                   # VOC VMs serving jobs (libvirt)
         node_recovery.resume(self, resumed)
 
     # -- queries ------------------------------------------------------------------------------
@@ -161,6 +162,7 @@ class NodeAgent:
             if req.key in self.by_key:
                 return self.vwns[self.by_key[req.key]], False
             vwn_disk.attach(self, req)           # the overlay of its VM image (409 until it arrived)
+            node_voc.check_request(self, req)    # a VOC node's job: 409 without its VM
             name = f"vwn-{self.config.node}-{self._store_call(self.store.next_number)}"
             try:
                 jail = self.conf.open(name, Owner.from_json(req.owner), req.memory_mb)
@@ -232,7 +234,7 @@ class NodeAgent:
         lines, collect, stage out; always finishes (the VWN ends and is reported)."""
         try:
             if self.driver.runs_jobs:              # libvirt: the job runs in the guest
-                return vm_job.run(self, v)
+                return (voc_job.run if v.request.voc_node else vm_job.run)(self, v)   # voc: issue 15
             if v.wrapper_pid is None and not stage_in_and_start(
                     self, v, lambda v: wrapper_launch.start(self, v)):
                 return
@@ -425,6 +427,7 @@ def create_app(config: NodeAgentConfig, clock: Clock | None = None,
     node_suspend.install_routes(app, agent, from_ce)
     node_images.install_routes(app, agent, from_ce)     # image pool (docs/vwn.md)
     node_migration.install_routes(app, agent, from_ce)  # cold migration (libvirt VWNs)
+    node_voc.install_routes(app, agent, from_ce)        # VOC VMs (issue 15)
     install_node_metrics(app, agent)                 # GET /metrics (node_metrics)
     install_openapi(app, NODE_SPEC)                  # GET /openapi.json, body models (api_models)
 

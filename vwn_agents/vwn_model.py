@@ -6,6 +6,7 @@ agent adopts the VWN (docs/vwn.md, "Restart").
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from vgrid_runtime.outcomes import Outcome
 
 from .confinement import Jail
 from .images.repository import NAME_RE as IMAGE_NAME
+
+#: A VOC node id (``VWNRequest.voc_node``, ``node_voc``).
+VOC_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,150}")
 from .jobpaths import PathError, check_plain, check_relative
 from .pool_accounts import Owner
 from .vwn_states import ACTIVE, VWN_STATES, VWNState
@@ -39,6 +43,7 @@ class VWNRequest:
     memory_mb: int | None = None     # the job's memory requirement (MB), else the node's share
     heartbeat_url: str | None = None  # where the node heartbeats about this VWN (<ce>/node-heartbeats)
     image: str | None = None         # a VM image of the node's pool: the VWN's disk is an overlay on it
+    voc_node: str | None = None      # run the job in this VOC node's running VM (node_voc, libvirt)
 
     def validate(self) -> str | None:
         if not self.key:
@@ -62,6 +67,8 @@ class VWNRequest:
             return f"field 'memory_mb': must be >= 1 (MB), got {self.memory_mb}"
         if self.image is not None and not IMAGE_NAME.fullmatch(self.image):
             return "field 'image': an image name of the node's pool, [A-Za-z0-9][A-Za-z0-9._-]*"
+        if self.voc_node is not None and (self.image is not None or not VOC_NODE.fullmatch(self.voc_node)):
+            return "field 'voc_node': a VOC node id, [A-Za-z0-9][A-Za-z0-9._-]*, without 'image'"
         if self.heartbeat_url is not None and not self.heartbeat_url.startswith(("http://", "https://")):
             return "field 'heartbeat_url': must be an http:// or https:// URL"
         return None

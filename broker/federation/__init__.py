@@ -30,12 +30,17 @@ class Federation:
     """The gateway role of ``broker``. ``peers``: :class:`Peers`; ``state_dir``: where delegated
     proxies are kept; ``tls``: the broker's ``TLSFiles`` (None: plain-HTTP test mode, no
     delegation); knobs in seconds: ``threshold_s`` (forward_wait_threshold_s), ``relay_s``,
-    ``delegation_lifetime_s``; ``max_hops``; ``max_input_mb`` bounds a fetched input sandbox."""
+    ``delegation_lifetime_s``, ``note_give_up_s`` (a note to an origin is retried this long; its
+    retries start at min(1, relay_s) and back off to 4 x relay_s); ``max_hops``;
+    ``max_input_mb`` bounds a fetched input sandbox."""
 
     def __init__(self, broker, peers: Peers, state_dir: Path, tls=None, threshold_s: float = 600.0,
                  max_hops: int = 2, relay_s: float = 5.0, delegation_lifetime_s: float = 3600.0,
-                 max_input_mb: float = 100.0, timeout_s: float = 10.0) -> None:
+                 max_input_mb: float = 100.0, timeout_s: float = 10.0, note_give_up_s: float = 604800.0) -> None:
         self.broker, self.peers, self.tls = broker, peers, tls
+        self.note_retry_initial_s, self.note_retry_max_s = min(1.0, relay_s), 4 * relay_s
+        self.note_give_up_s = note_give_up_s
+        self.notes: NoteRelay | None = None
         self.threshold_s, self.max_hops, self.relay_s = threshold_s, max_hops, relay_s
         self.delegation_lifetime_s, self.timeout_s = delegation_lifetime_s, timeout_s
         self.max_input_bytes = int(max_input_mb * 1_000_000)
@@ -62,6 +67,8 @@ class Federation:
 
     def stop(self) -> None:
         self.relay.stop()
+        if self.notes is not None:
+            self.notes.close()
 
 
 def attach(broker, peers: list[PeerConfig], state_dir: Path, tls=None, **knobs) -> Federation:
@@ -70,7 +77,7 @@ def attach(broker, peers: list[PeerConfig], state_dir: Path, tls=None, **knobs) 
     to be installed on the app, its relay to be started once the broker's URL is known)."""
     fed = Federation(broker, Peers(peers), state_dir, tls, **knobs)
     broker.federation = fed
-    NoteRelay(fed)      # suspended / resumed / requeued notes of received jobs go to their origins
+    fed.notes = NoteRelay(fed)   # suspended / resumed / requeued notes go to their origins, durably
     broker.queues = FederatedChooser(broker.queues, fed.peers, lambda: broker.settings.base_url,
                                      fed.threshold_s, fed.max_hops)
     return fed

@@ -80,6 +80,12 @@ class CgroupDriver:
     def terminate(self, node: VOCNode) -> None:
         pass
 
+    def check(self) -> None:
+        """Nothing to look at beyond the node agents (``VOCScheduling.check_nodes``)."""
+
+    def vwn_fields(self, node: VOCNode | None) -> dict:
+        return {}
+
 
 class VOCScheduling:
     """The VOC side of one CE agent (see the module doc). Thread-safe: its own lock, taken after
@@ -92,7 +98,11 @@ class VOCScheduling:
         self.dead: dict[str, str] = {}          # node agent URL -> why its VOC nodes left the pool
         options = {"growth_limit": c.voc_growth_limit, "keep_warm_s": c.voc_keep_warm_s,
                    "hysteresis": c.voc_hysteresis} if c.voc_policy == "damped" else {}
-        self.driver = CgroupDriver(self)
+        if c.voc_driver == "libvirt":          # VOC nodes are VMs serving jobs (nodevms)
+            from .nodevms import NodeVMDriver
+            self.driver = NodeVMDriver(self, CgroupDriver(self))
+        else:
+            self.driver = CgroupDriver(self)
         self.pool = VOCPool(len(self.driver.slots), self.driver)
         self.watchdog = Watchdog(self.pool, make_policy(c.voc_policy, **options), c.voc_interval_s)
         self.store = VOCStore(agent.db)
@@ -158,6 +168,7 @@ class VOCScheduling:
         """One interval: drop dead node agents' VOC nodes, free the nodes of jobs that ended by
         another way (lost node, a broker's ``unknown``), then size every VO's cluster."""
         self.check_nodes()
+        self.driver.check()                     # VOC VMs gone (libvirt driver, nodevms)
         with self.agent._lock:
             active = {k for k, j in self.agent.jobs.items() if j.state not in ENDED}
         with self.lock:
@@ -219,6 +230,15 @@ class VOCScheduling:
         if node is not None:
             self.agent._wake.set()              # a job of its VO may be waiting
 
+    def node_lost(self, node_id: str, why: str) -> None:
+        """VOC node ``node_id`` died uncleanly (its VM is gone, or never booted): it leaves the
+        pool now (its job, if any, ends on its node agent: ``node-lost``)."""
+        with self.lock:
+            if node_id in self.pool.nodes:
+                log.warning("VOC: node %s lost: %s", node_id, why)
+                self.pool.lost(node_id, self.agent.clock.now(), why)
+                self.persist()
+
     def node_dead(self, url: str, why: str) -> None:
         """Every VOC node on node agent ``url`` leaves the pool now (it died uncleanly)."""
         now = self.agent.clock.now()
@@ -246,11 +266,22 @@ class VOCScheduling:
         return [NodeLoad(url, self.agent.nodes.index(url), 1)]
 
     def failed(self, job, url: str, exc: NodeAgentError) -> None:
-        """POST /vwns of ``job`` on ``url`` failed: no answer -> the node agent is dead; an
+        """POST /vwns of ``job`` on ``url`` failed: no answer -> the node agent is dead; 409
+        from a node whose VOC VM is not ready (libvirt driver) -> that node is lost; another
         answer (a refusal) -> the VOC node is idle again and the job waits."""
         if exc.status is None:
             self.node_dead(url, f"POST /vwns got no answer: {exc.brief()}")
+        elif exc.status == 409 and self.agent.config.voc_driver == "libvirt":
+            with self.lock:
+                node = self.pool.node_of(job.request.key)
+            if node is not None:
+                self.node_lost(node.id, f"its node agent refused a job: {exc.brief()}")
         self.release(job.request.key)
+
+    def vwn_fields(self, job) -> dict:
+        """What ``POST /vwns`` of ``job`` adds for its VOC node (the driver's ``vwn_fields``)."""
+        with self.lock:
+            return self.driver.vwn_fields(self.pool.node_of(job.request.key))
 
     def waits(self, job) -> bool:
         """Note why ``job`` is still Scheduled (no idle node of its VO); returns False."""

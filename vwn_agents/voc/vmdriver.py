@@ -15,28 +15,26 @@ which the owner wires to ``VOCPool.ready`` / ``VOCPool.lost`` under its lock wit
 ``boot`` is idempotent per node id (a CE agent restarted while a node booted asks again:
 ``VOCScheduling.start``): a domain that already exists is watched, not booted a second time.
 
-Not done: running a job *inside* a booted VOC VM -- the guest takes its job at boot (an
-appended initramfs archive) and has no channel into a running guest yet; jobs of a VOC on the
-live CE agent run in cgroup VWNs on the VOC's node agents (``live.CgroupDriver``).
+Jobs run *inside* the booted VM, one after another (``drivers.guest_serve``: the VM boots a
+serving guest agent; ``submit(node_id, spec, workdir, outputs)`` hands it a job over its job
+channel, ``result(node_id, seq)`` reads what it said): the boot is paid once per node, not per
+job. ``terminate`` tells the guest to power off, then destroys what is left.
 """
 from __future__ import annotations
 
 import logging
-import tempfile
+import re
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from ..drivers.guest import job_archive, parse_channel
+from ..drivers.guest_serve import JobChannel, ServeError, job_state, power_off, send_job, start_serving
 from ..drivers.libvirt_driver import LibvirtVMs, VMError
 from .pool import VOCNode
 
 log = logging.getLogger(__name__)
-
-#: What a VOC VM runs until it is terminated: the resident process of the node (a placeholder
-#: for the VO's job agent; the guest agent reports VGRID-RUNNING when it starts it).
-RESIDENT = {"executable": "/bin/sleep", "arguments": "2000000000"}
 
 
 class LibvirtVOCDriver:
@@ -57,6 +55,8 @@ class LibvirtVOCDriver:
         self.poll_s, self.boot_timeout_s, self.monotonic = poll_s, boot_timeout_s, monotonic
         self.vwns: dict[str, str] = {}          # node id -> VWN name (its domain is vms.name(vwn))
         self.started: set[str] = set()          # node ids whose domain was created
+        self.seq: dict[str, int] = {}           # node id -> the last job sequence number sent
+        self.disks: dict[str, Path] = {}        # node id -> its disk (the VO's image overlay), if any
         self._lock = threading.Lock()
 
     def vwn(self, node_id: str) -> str:
@@ -74,9 +74,8 @@ class LibvirtVOCDriver:
         vwn = self.vwn(node_id)
         try:
             if self.vms.state(vwn) == "gone":
-                with tempfile.TemporaryDirectory(prefix="voc-vm-") as empty:
-                    self.vms.start(vwn, job_archive(RESIDENT, Path(empty), []), self.memory_mb, self.fraction)
-        except (VMError, OSError, ValueError) as exc:
+                start_serving(self.vms, vwn, self.memory_mb, self.fraction, disk=self.disks.get(node_id))
+        except (VMError, ServeError, OSError, ValueError) as exc:
             self._forget(node_id)
             self.on_lost(node_id, f"boot failed: {exc}")
             return
@@ -102,6 +101,7 @@ class LibvirtVOCDriver:
 
     def _forget(self, node_id: str) -> None:
         with self._lock:
+            self.disks.pop(node_id, None)
             self.vwns.pop(node_id, None)
             self.started.discard(node_id)
 
@@ -109,7 +109,34 @@ class LibvirtVOCDriver:
         with self._lock:
             vwn = self.vwns.get(node.id, self.vwn(node.id))
         self._forget(node.id)
+        try:
+            power_off(self.vms.files(vwn), timeout_s=2.0)
+        except ServeError:
+            pass
         self.vms.remove(vwn)
+
+    def submit(self, node_id: str, spec: dict, workdir: Path, outputs: list[str]) -> int:
+        """Hand a job to node ``node_id``'s VM: ``spec`` (wrapper spec fields, ``guest.job_script``),
+        ``workdir`` (its staged input sandbox), ``outputs`` (names to send back). Returns the job's
+        sequence number on this VM (for ``result``). ValueError on a bad spec, ServeError when
+        the VM cannot take it (gone, archive too large)."""
+        with self._lock:
+            vwn = self.vwns.get(node_id)
+            if vwn is None or node_id not in self.started:
+                raise ServeError(f"VOC node {node_id} has no running VM")
+            if node_id not in self.seq:             # a restarted owner: continue after the channel's
+                self.seq[node_id] = _last_seq(self.vms.files(vwn) / "channel.out")
+            self.seq[node_id] = seq = self.seq[node_id] + 1
+        send_job(self.vms.files(vwn), seq, job_archive(spec, Path(workdir), outputs))
+        return seq
+
+    def result(self, node_id: str, seq: int) -> JobChannel:
+        """What node ``node_id``'s guest said so far about its job ``seq`` (``guest_serve.job_state``)."""
+        try:
+            data = (self.vms.files(self.vwn(node_id)) / "channel.out").read_bytes()
+        except OSError:
+            return JobChannel()
+        return job_state(data, seq)
 
     def check(self) -> list[str]:
         """Report every node whose domain is gone as lost (``on_lost``); returns their ids.
@@ -124,3 +151,13 @@ class LibvirtVOCDriver:
 
     def qemu_pid(self, node_id: str) -> int | None:
         return self.vms.qemu_pid(self.vwn(node_id))
+
+
+def _last_seq(channel: Path) -> int:
+    """The highest ``VGRID-JOB <seq>`` a serving guest wrote on ``channel`` (0: none)."""
+    try:
+        text = channel.read_bytes().decode("latin-1")
+    except OSError:
+        return 0
+    seqs = [int(m) for m in re.findall(r"VGRID-(?:JOB|BAD) (\d+)", text)]
+    return max(seqs, default=0)
