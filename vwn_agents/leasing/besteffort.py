@@ -246,6 +246,9 @@ def _may_start(sched, lease, now: float) -> bool:
     cached ready times (``Staging._ready``) and without building candidate matrices. Skips
     most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
     _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
-    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
     length = min_slot_length(sched, lease)
+    if len(times) == 1:        # ready everywhere at once (no copy anywhere): one start to try
+        (t,) = times
+        return t < INF and sched.mapper.count_free_at(lease.per_vm, max(t, now), length) >= lease.n_vms
+    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
     return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)

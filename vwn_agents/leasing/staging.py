@@ -50,15 +50,25 @@ class Staging:
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
         self._ready_cache: dict = {}
+        # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
+        # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
+        self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
+        self._copy_rate = (None if not self.enabled or config.diskimage_copy == "cow"
+                           else config.diskimage_copy_rate)
 
     # ------------------------------------------------------------ helpers
     def transfer_time(self, mb: float, link: str) -> float:
-        return mb / self.cfg.link_bandwidth_mbs(link)
+        """Seconds to send ``mb`` MB over ``link`` ("ar", "ar-naive" or "be")."""
+        bw = self._bw.get(link)
+        if bw is None:
+            bw = self._bw[link] = self.cfg.link_bandwidth_mbs(link)
+        return mb / bw
 
     def copy_time(self, lease: Lease) -> float:
-        if not self.enabled or self.cfg.diskimage_copy == "cow":
+        """Seconds to copy the lease's image from the pool to its VM (0 with copy-on-write)."""
+        if self._copy_rate is None:
             return 0.0
-        return math.ceil(lease.image_mb / self.cfg.diskimage_copy_rate)
+        return math.ceil(lease.image_mb / self._copy_rate)
 
     def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
         e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
@@ -215,9 +225,16 @@ class Staging:
         """(per-node ready times as a tuple, the same as a numpy array, their distinct values),
         cached while the pools, the FIFO tail and the slot table stay as they are: with reuse
         every queued lease of one image shares them (issue 16: one lookup per image and queue
-        pass instead of one per lease and node)."""
-        key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
-        valid = (self.pools.version, self.be_tail, self.st.version if self.shared else None)
+        pass instead of one per lease and node). A lease with no usable copy anywhere (every
+        queued lease without reuse) is ready everywhere at the FIFO tail: one entry per image
+        size, whatever the image or the pools (issue 16, session 6: VM-MULT)."""
+        nodes = self.pools.nodes_with(lease.image_id, lease.id)
+        if nodes:
+            key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
+            valid = (self.pools.version, self.be_tail, self.st.version if self.shared else None)
+        else:
+            key = (None, lease.image_mb, now)
+            valid = (self.be_tail, self.st.version if self.shared else None)
         hit = self._ready_cache.get(key)
         if hit is not None and hit[0] == valid:
             return hit[1]
@@ -225,7 +242,7 @@ class Staging:
         tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
         out = [tail + copy] * n_nodes
-        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
+        for node in nodes:  # indexed: only nodes with the image
             e = self._usable(node, lease, INF, now)
             if e is not None:
                 out[node] = max(now, e.ready_by()) + copy
