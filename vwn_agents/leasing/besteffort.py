@@ -247,8 +247,12 @@ def _may_start(sched, lease, now: float) -> bool:
     most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
     _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
     length = min_slot_length(sched, lease)
-    if len(times) == 1:        # ready everywhere at once (no copy anywhere): one start to try
-        (t,) = times
-        return t < INF and sched.mapper.count_free_at(lease.per_vm, max(t, now), length) >= lease.n_vms
-    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
-    return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)
+    need, n, mapper = lease.per_vm, lease.n_vms, sched.mapper
+    last = max(times)
+    for t in sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set())):
+        # every node's free slots bound the ready nodes' (one bisect, shared by all images);
+        # from the last ready time on, every node is ready and the bound is the count
+        free = mapper.count_free_at(need, t, length)
+        if free >= n and (t >= last or mapper.count_ready_at(need, t, length, ready) >= n):
+            return True
+    return False

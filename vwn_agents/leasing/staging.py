@@ -50,6 +50,7 @@ class Staging:
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
         self._ready_cache: dict = {}
+        self._copies_cache: dict = {}
         # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
         # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
         self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
@@ -221,6 +222,27 @@ class Staging:
             return None
         return list(self._ready(lease, now, n_nodes)[0])
 
+    def _copies(self, lease: Lease, now: float) -> tuple:
+        """((node, ready_by s), ...) of the nodes holding a copy of the lease's image it may
+        use (``_usable`` with no start limit), cached until an entry of that image changes
+        (``ImagePools.image_version``): with reuse a queue pass asks once per image and pass,
+        and the pools change for few images between passes (issue 16, session 6)."""
+        key = (lease.image_id, None if self.pools.reuse else lease.id,
+               now if self.pools.remove_on_expire else None)
+        version = self.pools.image_version(lease.image_id, lease.id)
+        hit = self._copies_cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        part = []
+        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
+            e = self._usable(node, lease, INF, now)
+            if e is not None:
+                part.append((node, e.ready_by()))
+        if len(self._copies_cache) > 4096:
+            self._copies_cache.clear()
+        self._copies_cache[key] = (version, tuple(part))
+        return self._copies_cache[key][1]
+
     def _ready(self, lease: Lease, now: float, n_nodes: int) -> tuple:
         """(per-node ready times as a tuple, the same as a numpy array, their distinct values),
         cached while the pools, the FIFO tail and the slot table stay as they are: with reuse
@@ -228,10 +250,11 @@ class Staging:
         pass instead of one per lease and node). A lease with no usable copy anywhere (every
         queued lease without reuse) is ready everywhere at the FIFO tail: one entry per image
         size, whatever the image or the pools (issue 16, session 6: VM-MULT)."""
-        nodes = self.pools.nodes_with(lease.image_id, lease.id)
-        if nodes:
+        copies = self._copies(lease, now)
+        if copies:
             key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
-            valid = (self.pools.version, self.be_tail, self.st.version if self.shared else None)
+            valid = (self.pools.image_version(lease.image_id, lease.id), self.be_tail,
+                     self.st.version if self.shared else None)
         else:
             key = (None, lease.image_mb, now)
             valid = (self.be_tail, self.st.version if self.shared else None)
@@ -242,10 +265,8 @@ class Staging:
         tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
         out = [tail + copy] * n_nodes
-        for node in nodes:  # indexed: only nodes with the image
-            e = self._usable(node, lease, INF, now)
-            if e is not None:
-                out[node] = max(now, e.ready_by()) + copy
+        for node, ready_by in copies:
+            out[node] = max(now, ready_by) + copy
         value = (tuple(out), np.asarray(out, dtype=float), set(out))
         if len(self._ready_cache) > 4096:
             self._ready_cache.clear()
