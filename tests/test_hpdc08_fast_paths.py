@@ -71,7 +71,7 @@ def test_per_lease_schedule_equals_the_engine_before_the_fast_paths(name):
 
 def reference_may_start(sched, lease, now: float) -> bool:
     """``_may_start`` as it was: every start counted on the ready nodes."""
-    _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
+    _, ready, times, _ = sched.staging._ready(lease, now, len(sched.nodes))
     starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
     length = besteffort.min_slot_length(sched, lease)
     return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)

@@ -245,9 +245,21 @@ def _may_start(sched, lease, now: float) -> bool:
     for the minimum slot length from ``now`` or from one of the nodes' ready times), done on
     cached ready times (``Staging._ready``) and without building candidate matrices. Skips
     most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
-    _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
+    _, ready, times, memo = sched.staging._ready(lease, now, len(sched.nodes))
     length = min_slot_length(sched, lease)
-    need, n, mapper = lease.per_vm, lease.n_vms, sched.mapper
+    if memo.get("version") != sched.st.version:    # answers hold for these ready times and slots
+        memo.clear()
+        memo["version"] = sched.st.version
+    key = (lease.per_vm, lease.n_vms, length)
+    if key not in memo:
+        memo[key] = _count_allows(sched, lease.per_vm, lease.n_vms, length, ready, times, now)
+    return memo[key]
+
+
+def _count_allows(sched, need, n, length, ready, times, now) -> bool:
+    """Whether n VM slots of ``need`` are free for ``length`` s on ready nodes at ``now`` or at
+    one of the ready times (``_may_start``)."""
+    mapper = sched.mapper
     last = max(times)
     for t in sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set())):
         # every node's free slots bound the ready nodes' (one bisect, shared by all images);

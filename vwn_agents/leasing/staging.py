@@ -244,7 +244,8 @@ class Staging:
         return self._copies_cache[key][1]
 
     def _ready(self, lease: Lease, now: float, n_nodes: int) -> tuple:
-        """(per-node ready times as a tuple, the same as a numpy array, their distinct values),
+        """(per-node ready times as a tuple, the same as a numpy array, their distinct values, a
+        memo of ``besteffort._may_start`` answers that lives as long as these times),
         cached while the pools, the FIFO tail and the slot table stay as they are: with reuse
         every queued lease of one image shares them (issue 16: one lookup per image and queue
         pass instead of one per lease and node). A lease with no usable copy anywhere (every
@@ -267,7 +268,7 @@ class Staging:
         out = [tail + copy] * n_nodes
         for node, ready_by in copies:
             out[node] = max(now, ready_by) + copy
-        value = (tuple(out), np.asarray(out, dtype=float), set(out))
+        value = (tuple(out), np.asarray(out, dtype=float), set(out), {})
         if len(self._ready_cache) > 4096:
             self._ready_cache.clear()
         self._ready_cache[key] = (valid, value)
