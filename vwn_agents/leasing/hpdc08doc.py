@@ -75,8 +75,19 @@ NOTES = """## Differences explained
   NOVM-SR worse (+4.35 / +18.43 %), so vgrid keeps its per-VM estimate.
 - **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets (it
   cancels or suspends best-effort leases to make room); with it, see above.
-- **Missing cells** (`-`): runs not computed yet; the image-transfer configurations cost
-  minutes of CPU per run (docs/benchmarks.md, "HPDC'08 sweep on Dask").
+- **Missing cells** (`-`): runs not computed yet (resume with the command at the top); an
+  image-transfer run costs 1-2 CPU minutes (docs/benchmarks.md, "HPDC'08 sweep on Dask").
+- **VM-MULT (not within 1 pp, a model difference).** Our VM-MULT baseline is +47.8 % (3,936,118
+  s) against the paper's +0.60 % at rho = 10 %: with one 4,096 MB multicast transfer per lease
+  at 10 MB/s (410 s) the best-effort link needs 5,108 x 410 s = 2.09 million s, 78 % of the
+  month, before any requeue; the link saturates, the queue waits 644,000 s on average, and
+  31.7 TB cross it. The paper's +0.60 % is only possible if leases share transfers: Haizea's
+  multicast with `avoid-redundant-transfers` (as we read it; to check in Haizea 1.1's
+  `deployment/imagetransfer.py`) adds a lease's nodes to an already scheduled, not yet started
+  multicast of the same image, where vgrid's multicast only groups one lease's own nodes and
+  piggybacks only on a copy already bound for the same node. Joining a pending multicast of
+  the same image is the next step (`staging.stage_be`); with 37 images most queued leases would
+  ride on a transfer already planned.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.
