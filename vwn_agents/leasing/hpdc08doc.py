@@ -87,7 +87,16 @@ NOTES = """## Differences explained
   multicast of the same image, where vgrid's multicast only groups one lease's own nodes and
   piggybacks only on a copy already bound for the same node. Joining a pending multicast of
   the same image is the next step (`staging.stage_be`); with 37 images most queued leases would
-  ride on a transfer already planned.
+  ride on a transfer already planned. With the link saturated, VM-MULT's all-best-effort time
+  is not even monotone in rho (the 20 % set ends earlier than the 10 % set): it is set by the
+  order in which the queue's transfers happen to run, not by the ARs.
+- **VM-REUSE with ARs (open).** Without ARs both reuse configurations are within 0.25 % of
+  NOVM-NOSR, and VM-REUSE-SKEWED at rho = 10 % is within 1 pp; but VM-REUSE-UNIFORM at 10 %
+  (+10.2 %) and VM-REUSE-SKEWED at 20 % (+7.5 %) are far above the paper (+0.03 / +2.48 %).
+  Not explained yet. Candidates, in the order we would measure them: each medium AR stages its
+  image on 72 nodes over the AR link and, with 20 GB pools, evicts cached images that the
+  queue then fetches again over the saturated best-effort link (the same missing multicast
+  join as VM-MULT); and resumed leases re-stage images on their new nodes.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.
