@@ -44,8 +44,9 @@ op = st.one_of(
 )
 
 
-def check_equal(pools: ImagePools) -> None:
-    """Every indexed query equals its definition by scanning."""
+def check_equal(pools: ImagePools, seen: dict) -> None:
+    """Every indexed query equals its definition by scanning; ``seen`` remembers each image
+    version's copies."""
     for node in range(N_NODES):
         assert math.isclose(pools.used_mb(node), pools.scan_used_mb(node), abs_tol=1e-6)
         for image in IMAGES:
@@ -60,6 +61,13 @@ def check_equal(pools: ImagePools) -> None:
                 if pools.scan_usable(node, image, lease, INF) is not None:
                     assert node in pools.nodes_with(image, lease)
     for lease in range(1, 5):
+        for image in IMAGES:     # an unchanged image version means unchanged copies (Staging._copies)
+            copies = tuple((n, e.key, e.ready_by(), e.arrived, e.transfer is None)
+                           for n in range(N_NODES) for use_at in (None, 10.0)
+                           for e in [pools.scan_usable(n, image, lease, INF, use_at)] if e is not None)
+            version = pools.image_version(image, lease)
+            before = seen.setdefault((image, lease, version), copies)
+            assert before == copies
         scan = {(n, e.key) for n in range(N_NODES) for e in pools.pools[n].values() if lease in e.users}
         assert {(n, e.key) for n, e in pools.entries_pinned_by(lease)} == scan
 
@@ -72,6 +80,7 @@ def test_indexed_pool_queries_equal_the_scan(reuse, capacity, strict, ops):
     pools = ImagePools(N_NODES, st_, reuse=reuse, capacity_mb=capacity, remove_on_expire=strict)
     transfers: list[Reservation] = []
     txs: list[int] = []
+    seen: dict = {}
     for o in ops:
         kind = o[0]
         if kind == "add":
@@ -104,10 +113,10 @@ def test_indexed_pool_queries_equal_the_scan(reuse, capacity, strict, ops):
             st_.rollback(txs.pop())
         elif kind == "commit" and txs:
             st_.commit(txs.pop())
-        check_equal(pools)
+        check_equal(pools, seen)
     while txs:
         st_.rollback(txs.pop())
-        check_equal(pools)
+        check_equal(pools, seen)
 
 
 def scan_be_ready(staging: Staging, lease, now: float, n_nodes: int):

@@ -255,7 +255,26 @@ def _may_start(sched, lease, now: float) -> bool:
     for the minimum slot length from ``now`` or from one of the nodes' ready times), done on
     cached ready times (``Staging._ready``) and without building candidate matrices. Skips
     most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
-    _, ready, times = sched.staging._ready(lease, now, len(sched.nodes))
-    starts = sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set()))
+    _, ready, times, memo = sched.staging._ready(lease, now, len(sched.nodes))
     length = min_slot_length(sched, lease)
-    return any(sched.mapper.count_ready_at(lease.per_vm, t, length, ready) >= lease.n_vms for t in starts)
+    if memo.get("version") != sched.st.version:    # answers hold for these ready times and slots
+        memo.clear()
+        memo["version"] = sched.st.version
+    key = (lease.per_vm, lease.n_vms, length)
+    if key not in memo:
+        memo[key] = _count_allows(sched, lease.per_vm, lease.n_vms, length, ready, times, now)
+    return memo[key]
+
+
+def _count_allows(sched, need, n, length, ready, times, now) -> bool:
+    """Whether n VM slots of ``need`` are free for ``length`` s on ready nodes at ``now`` or at
+    one of the ready times (``_may_start``)."""
+    mapper = sched.mapper
+    last = max(times)
+    for t in sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set())):
+        # every node's free slots bound the ready nodes' (one bisect, shared by all images);
+        # from the last ready time on, every node is ready and the bound is the count
+        free = mapper.count_free_at(need, t, length)
+        if free >= n and (t >= last or mapper.count_ready_at(need, t, length, ready) >= n):
+            return True
+    return False

@@ -75,8 +75,28 @@ NOTES = """## Differences explained
   NOVM-SR worse (+4.35 / +18.43 %), so vgrid keeps its per-VM estimate.
 - **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets (it
   cancels or suspends best-effort leases to make room); with it, see above.
-- **Missing cells** (`-`): runs not computed yet; the image-transfer configurations cost
-  minutes of CPU per run (docs/benchmarks.md, "HPDC'08 sweep on Dask").
+- **Missing cells** (`-`): runs not computed yet (resume with the command at the top); an
+  image-transfer run costs 1-2 CPU minutes (docs/benchmarks.md, "HPDC'08 sweep on Dask").
+- **VM-MULT (not within 1 pp, a model difference).** Our VM-MULT baseline is +47.8 % (3,936,118
+  s) against the paper's +0.60 % at rho = 10 %: with one 4,096 MB multicast transfer per lease
+  at 10 MB/s (410 s) the best-effort link needs 5,108 x 410 s = 2.09 million s, 78 % of the
+  month, before any requeue; the link saturates, the queue waits 644,000 s on average, and
+  31.7 TB cross it. The paper's +0.60 % is only possible if leases share transfers: Haizea's
+  multicast with `avoid-redundant-transfers` (as we read it; to check in Haizea 1.1's
+  `deployment/imagetransfer.py`) adds a lease's nodes to an already scheduled, not yet started
+  multicast of the same image, where vgrid's multicast only groups one lease's own nodes and
+  piggybacks only on a copy already bound for the same node. Joining a pending multicast of
+  the same image is the next step (`staging.stage_be`); with 37 images most queued leases would
+  ride on a transfer already planned. With the link saturated, VM-MULT's all-best-effort time
+  is not even monotone in rho (the 20 % set ends earlier than the 10 % set): it is set by the
+  order in which the queue's transfers happen to run, not by the ARs.
+- **VM-REUSE with ARs (open).** Without ARs both reuse configurations are within 0.25 % of
+  NOVM-NOSR, and VM-REUSE-SKEWED at rho = 10 % is within 1 pp; but VM-REUSE-UNIFORM at 10 %
+  (+10.2 %) and VM-REUSE-SKEWED at 20 % (+7.5 %) are far above the paper (+0.03 / +2.48 %).
+  Not explained yet. Candidates, in the order we would measure them: each medium AR stages its
+  image on 72 nodes over the AR link and, with 20 GB pools, evicts cached images that the
+  queue then fetches again over the saturated best-effort link (the same missing multicast
+  join as VM-MULT); and resumed leases re-stage images on their new nodes.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.

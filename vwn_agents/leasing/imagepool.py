@@ -75,9 +75,21 @@ class ImagePools:
         self._by_transfer: dict = {}     # transfer -> {(node, key)} brought or evicted by it
         self._mb = [0.0] * n_nodes       # per node: MB of entries not flagged for eviction
         self.version = 0                 # bumped by every change (and undo): cache key of callers
+        self._iversion: dict = {}        # (image_id, owner) -> self.version at its last change
 
     def _bump(self) -> None:
         self.version += 1
+
+    def _touch(self, e: PoolEntry) -> None:
+        """Bump the version, and that of ``e``'s image (its entries changed)."""
+        self.version += 1
+        self._iversion[(e.image_id, e.lease_id)] = self.version
+
+    def image_version(self, image_id: str, lease_id: int) -> int:
+        """A number that changes whenever an entry of ``image_id`` that the lease may use
+        changes (added, removed, flagged, pinned, released, arrived; also when undone): the
+        cache key of per-image answers (``Staging._ready``; issue 16, session 6)."""
+        return self._iversion.get((image_id, None if self.reuse else lease_id), 0)
 
     # ------------------------------------------------------------ index maintenance
     def _ikey(self, e: PoolEntry) -> tuple:
@@ -94,7 +106,7 @@ class ImagePools:
             self.st.on_rollback(lambda: self._put_raw(node, e))
 
     def _put_raw(self, node: int, e: PoolEntry) -> None:
-        self.version += 1
+        self._touch(e)
         self.pools[node][e.key] = e
         self._by_image.setdefault(self._ikey(e), {}).setdefault(node, {})[e.key] = e
         for lid in e.users:
@@ -108,7 +120,7 @@ class ImagePools:
     def _pop_raw(self, node: int, e: PoolEntry) -> bool:
         if self.pools[node].get(e.key) is not e:
             return False
-        self.version += 1
+        self._touch(e)
         del self.pools[node][e.key]
         per_node = self._by_image.get(self._ikey(e), {})
         entries = per_node.get(node)
@@ -125,8 +137,8 @@ class ImagePools:
     def _set_evicted(self, node: int, e: PoolEntry, transfer: Reservation | None) -> None:
         """Flag ``e`` as leaving when ``transfer`` arrives (None: not any more); undoable."""
         present = self.pools[node].get(e.key) is e
-        self._bump()
-        self.st.on_rollback(self._bump)
+        self._touch(e)
+        self.st.on_rollback(lambda: self._touch(e))
         delta = (e.mb if e.evicted_by is not None else 0.0) - (e.mb if transfer is not None else 0.0)
         self.st.set(e, "evicted_by", transfer)
         if transfer is not None:
@@ -202,8 +214,8 @@ class ImagePools:
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
         """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
         st = self.st
-        self._bump()
-        st.on_rollback(self._bump)
+        self._touch(entry)
+        st.on_rollback(lambda: self._touch(entry))
         if entry.users.get(lease_id, -math.inf) < t_end:
             users = dict(entry.users)
             users[lease_id] = t_end
@@ -272,8 +284,8 @@ class ImagePools:
         """A lease no longer needs ``entry`` (unscheduled): its pin goes, and the expiration
         falls back to the latest end of the remaining users (now if none)."""
         if lease_id in entry.users:
-            self._bump()
-            self.st.on_rollback(self._bump)
+            self._touch(entry)
+            self.st.on_rollback(lambda: self._touch(entry))
             users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
             self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
@@ -291,6 +303,7 @@ class ImagePools:
                     self.disk_events.append((now, node, -e.mb))
         for node, e in touched:
             if e.transfer is transfer and self.pools[node].get(e.key) is e:
+                self._touch(e)
                 e.arrived = True
                 e.transfer = None
                 self.disk_events.append((now, node, e.mb))
@@ -302,6 +315,7 @@ class ImagePools:
         pinned = self.entries_pinned_by(lease_id)
         for node, e in pinned:
             if node in nodes:
+                self._touch(e)
                 e.users = {k: v for k, v in e.users.items() if k != lease_id}
                 e.expire = max(e.users.values(), default=min(e.expire, now))
                 e.last_use = now

@@ -36,6 +36,7 @@ class Mapper:
         self._m: dict = {}
         self._node_ids = np.arange(len(st.nodes), dtype=np.int64)
         self._at_memo: dict = {}   # need -> (slot-table version, {t: sorted slot ends})
+        self._free_memo: dict = {}  # need -> (slot-table version, {t: sorted slot ends, a list})
 
     # ------------------------------------------------------------ fixed interval (ARs)
     def map_interval(self, need: tuple, n: int, t1: float, t2: float, score=None,
@@ -195,6 +196,18 @@ class Mapper:
         b, nodes = hit
         return int(np.count_nonzero((b >= t + length) & (ready[nodes] <= t)))
 
+    def count_free_at(self, need: tuple, t: float, length: float) -> int:
+        """``count_ready_at`` when every node is ready by ``t``: VM slots of ``need`` free over
+        [t, t + length) (s); O(log n) after one sort per (slot-table version, t)."""
+        memo = self._free_memo.get(need)
+        if memo is None or memo[0] != self.st.version:
+            memo = self._free_memo[need] = (self.st.version, {})
+        b = memo[1].get(t)
+        if b is None:
+            A, B, _, _ = self.slot_arrays(need)
+            b = memo[1][t] = np.sort(B[(A <= t) & (B > t)]).tolist()
+        return len(b) - bisect.bisect_left(b, t + length)
+
     # ------------------------------------------------------------ earliest start
     def earliest(self, need: tuple, n: int, duration: float, now: float, min_duration: float | None = None,
                  ready=None, only_nodes=None, allow_future: bool = True, score=None):
@@ -251,7 +264,15 @@ class Mapper:
         if t <= now:
             return False
         A, B, _, _ = self.slot_arrays(need)
-        S = np.unique(np.concatenate([[now], A[(A > now) & (A < t)]]))
+        # Only slots that can count at some s in [now, t) (a necessary test with the same float
+        # operations as below: s + length grows with s), and only their starts as candidate s:
+        # between two such starts the count can only fall (issue 16: the matrix was S x all slots).
+        with np.errstate(invalid="ignore"):
+            rel = (A < t) & (B > now) & ((B >= t) | (B >= np.maximum(A, now) + length))
+        if np.count_nonzero(rel) < n:
+            return False
+        A, B = A[rel], B[rel]
+        S = np.unique(np.concatenate([[now], A[A > now]]))
         ok = (A[None, :] <= S[:, None]) & (B[None, :] >= np.minimum(S + length, t)[:, None]) & (B[None, :] > S[:, None])
         return bool((ok.sum(axis=1) >= n).any())
 

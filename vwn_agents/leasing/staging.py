@@ -50,17 +50,30 @@ class Staging:
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
         self._ready_cache: dict = {}
+        self._copies_cache: dict = {}
+        # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
+        # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
+        self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
+        self._copy_rate = (None if not self.enabled or config.diskimage_copy == "cow"
+                           else config.diskimage_copy_rate)
 
     # ------------------------------------------------------------ helpers
     def transfer_time(self, mb: float, link: str) -> float:
-        """Seconds to transfer ``mb`` MB over ``link``, or ``force-imagetransfer-time`` (>= 0)."""
+        """Seconds to send ``mb`` MB over ``link`` ("ar", "ar-naive" or "be"), or
+        ``force-imagetransfer-time`` (>= 0)."""
         forced = self.cfg.force_imagetransfer_time
-        return forced if forced >= 0 else mb / self.cfg.link_bandwidth_mbs(link)
+        if forced >= 0:
+            return forced
+        bw = self._bw.get(link)
+        if bw is None:
+            bw = self._bw[link] = self.cfg.link_bandwidth_mbs(link)
+        return mb / bw
 
     def copy_time(self, lease: Lease) -> float:
-        if not self.enabled or self.cfg.diskimage_copy == "cow":
+        """Seconds to copy the lease's image from the pool to its VM (0 with copy-on-write)."""
+        if self._copy_rate is None:
             return 0.0
-        return math.ceil(lease.image_mb / self.cfg.diskimage_copy_rate)
+        return math.ceil(lease.image_mb / self._copy_rate)
 
     def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
         e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
@@ -213,13 +226,43 @@ class Staging:
             return None
         return list(self._ready(lease, now, n_nodes)[0])
 
+    def _copies(self, lease: Lease, now: float) -> tuple:
+        """((node, ready_by s), ...) of the nodes holding a copy of the lease's image it may
+        use (``_usable`` with no start limit), cached until an entry of that image changes
+        (``ImagePools.image_version``): with reuse a queue pass asks once per image and pass,
+        and the pools change for few images between passes (issue 16, session 6)."""
+        key = (lease.image_id, None if self.pools.reuse else lease.id,
+               now if self.pools.remove_on_expire else None)
+        version = self.pools.image_version(lease.image_id, lease.id)
+        hit = self._copies_cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        part = []
+        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
+            e = self._usable(node, lease, INF, now)
+            if e is not None:
+                part.append((node, e.ready_by()))
+        if len(self._copies_cache) > 4096:
+            self._copies_cache.clear()
+        self._copies_cache[key] = (version, tuple(part))
+        return self._copies_cache[key][1]
+
     def _ready(self, lease: Lease, now: float, n_nodes: int) -> tuple:
-        """(per-node ready times as a tuple, the same as a numpy array, their distinct values),
+        """(per-node ready times as a tuple, the same as a numpy array, their distinct values, a
+        memo of ``besteffort._may_start`` answers that lives as long as these times),
         cached while the pools, the FIFO tail and the slot table stay as they are: with reuse
         every queued lease of one image shares them (issue 16: one lookup per image and queue
-        pass instead of one per lease and node)."""
-        key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
-        valid = (self.pools.version, self.be_tail, self.st.version if self.shared else None)
+        pass instead of one per lease and node). A lease with no usable copy anywhere (every
+        queued lease without reuse) is ready everywhere at the FIFO tail: one entry per image
+        size, whatever the image or the pools (issue 16, session 6: VM-MULT)."""
+        copies = self._copies(lease, now)
+        if copies:
+            key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
+            valid = (self.pools.image_version(lease.image_id, lease.id), self.be_tail,
+                     self.st.version if self.shared else None)
+        else:
+            key = (None, lease.image_mb, now)
+            valid = (self.be_tail, self.st.version if self.shared else None)
         hit = self._ready_cache.get(key)
         if hit is not None and hit[0] == valid:
             return hit[1]
@@ -227,11 +270,9 @@ class Staging:
         tail = self._be_start(now, dur) + dur
         copy = self.copy_time(lease)
         out = [tail + copy] * n_nodes
-        for node in self.pools.nodes_with(lease.image_id, lease.id):  # indexed: only nodes with the image
-            e = self._usable(node, lease, INF, now)
-            if e is not None:
-                out[node] = max(now, e.ready_by()) + copy
-        value = (tuple(out), np.asarray(out, dtype=float), set(out))
+        for node, ready_by in copies:
+            out[node] = max(now, ready_by) + copy
+        value = (tuple(out), np.asarray(out, dtype=float), set(out), {})
         if len(self._ready_cache) > 4096:
             self._ready_cache.clear()
         self._ready_cache[key] = (valid, value)
