@@ -15,7 +15,7 @@ whole candidate set at a time (``localpreemption``).
 """
 from __future__ import annotations
 
-from . import frozenhold
+from . import compat, frozenhold
 from .localpreemption import preempt_for_local
 from .mapper import vm_use
 from .model import LeaseState
@@ -71,6 +71,8 @@ def _candidates(sched, t_s: float, t_e: float, now: float):
             continue
         if res.start < t_e and res.end > t_s:
             found[lease.id] = lease
+    if compat.haizea(sched.cfg):        # Haizea 1.1: oldest first, 7-day aging
+        return compat.ar_victims(found.values(), t_s)
     horizon = sched.cfg.preemption_horizon
     scored = []
     for lease in found.values():
@@ -108,6 +110,8 @@ def preempt(sched, lease, t: float, now: float, requeue: list, freeze: bool = Tr
     """Free ``lease``'s resources from time ``t`` on (inside the caller's transaction);
     ``freeze=False``: stop and requeue it even where it could be suspended."""
     st, cfg = sched.st, sched.cfg
+    if compat.haizea(cfg):
+        return compat.preempt(sched, lease, t, now, requeue)
     resv = frozenhold.plan(st, lease)
     vm = sched.vm_reservation(lease)
     if vm is None:

@@ -29,7 +29,8 @@ from .config import OPTIONS, ConfigError, LeaseConfig
 #: Haizea 1.1's defaults for options whose vgrid default differs (used when the file omits them).
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
                    "lease-preparation": "unmanaged", "backfilling": "off", "transfer-mechanism": "unicast",
-                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0}
+                   "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
+                   "compat": "haizea-1.1"}   # vgrid's Haizea-compatible mode (compat.py)
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",
         "backfilling-reservations", "suspension", "suspend-rate", "resume-rate",
