@@ -26,13 +26,19 @@ The places (docs/leasing.md, "Haizea-compatible mode", gives each one's measured
    cancelled *now* and queued again from scratch (its start is the start of the new run).
    vgrid unschedules every lease that has not started, and lets a cancelled lease run until
    the AR starts.
+4. Overhead estimates before a mapping is known (Haizea ``__estimate_suspend_resume_time``):
+   n x ceil(n x memory / rate) for a lease of n VMs -- the memory of all VMs added up, then
+   multiplied by n again -- where vgrid estimates n x ceil(memory / rate). They set the
+   scheduling threshold (the shortest run before a planned suspension) and the extra time a
+   suspended lease asks for to be resumed, so large leases wait for longer slots in Haizea.
 """
 from __future__ import annotations
 
+import math
+
 from . import frozenhold
-from .besteffort import place_besteffort
 from .model import MEM
-from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
+from .preemption import can_suspend, scheduling_threshold, suspend_reservations, suspend_time
 from .slottable import ResState
 
 HAIZEA_11 = "haizea-1.1"
@@ -68,11 +74,22 @@ def ar_victims(leases, t_s: float) -> list:
     return [x[2] for x in scored]
 
 
+def op_estimate(lease, rate_mbs: float) -> float:
+    """Haizea 1.1's estimate (s) of suspending or resuming a whole lease before its mapping is
+    known: n x ceil(n x memory / rate) for n VMs -- its ``__estimate_suspend_resume_time``
+    adds up the memory of all VMs and then multiplies by the number of VMs again (vgrid's
+    estimate: n x ceil(memory / rate)). The scheduling threshold and the extra time a resumed
+    lease asks for both use it (place 4 of the module doc)."""
+    n = lease.n_vms
+    if lease.per_vm[MEM] <= 0:
+        return 0.0
+    return n * float(math.ceil(n * lease.per_vm[MEM] / rate_mbs - 1e-9))
+
+
 def threshold_s(sched, lease) -> float:
-    """Haizea's scheduling threshold of ``lease`` at a preemption (s): its estimated suspend
-    time (number of VMs x one VM's ceil(memory / rate)) x (1 + factor) (``can_suspend_at``)."""
-    s_est = op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms
-    return scheduling_threshold(s_est, sched.threshold_factor)
+    """Haizea's scheduling threshold of a running ``lease`` at a preemption (s): its estimated
+    suspend time x (1 + factor) (``can_suspend_at``, :func:`op_estimate`)."""
+    return scheduling_threshold(op_estimate(lease, sched.suspend_rate), sched.threshold_factor)
 
 
 def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
@@ -117,10 +134,11 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     return True
 
 
-def reevaluate(sched, now: float) -> None:
+def reevaluate(sched, now: float, place) -> None:
     """Haizea 1.1's ``reevaluate_schedule`` after a premature end at ``now`` (s): every
     best-effort lease holding a future reservation that has not started is unscheduled and
-    placed again at once (in submission order), before the queue is processed."""
+    placed again at once (in submission order) with ``place`` (``besteffort.place_besteffort``),
+    before the queue is processed."""
     for lid in sorted(sched.future, key=lambda i: (sched.leases[i].submit_s, i)):
         lease = sched.leases[lid]
         resv = frozenhold.plan(sched.st, lease)
@@ -128,5 +146,5 @@ def reevaluate(sched, now: float) -> None:
             continue
         sched.unschedule(lease, now)
         allow = len(sched.future) < sched.cfg.max_future_reservations
-        if not place_besteffort(sched, lease, now, allow_future=allow):
+        if not place(sched, lease, now, allow_future=allow):
             sched.requeue(lease)

@@ -443,7 +443,7 @@ class LeaseScheduler:
         again (in submission order), so the next queue pass can move them earlier
         (``compat = haizea-1.1``: all of them, re-placed at once, ``compat.reevaluate``)."""
         if compat.haizea(self.cfg):
-            return compat.reevaluate(self, now)
+            return compat.reevaluate(self, now, place_besteffort)
         movable = []
         for lid in list(self.future):
             lease = self.leases[lid]
