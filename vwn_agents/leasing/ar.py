@@ -31,7 +31,7 @@ def schedule_ar(sched, lease, now: float) -> bool:
     if t_s < now:
         return _reject(sched, lease, f"requested start {t_s:g} s is in the past (now {now:g} s)")
     tx = st.begin()
-    score = sched.host_score(lease, t_s)
+    score = compat.host_scorer(sched, lease, t_s) if compat.haizea(sched.cfg) else sched.host_score(lease, t_s)
     mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
     requeue: list = []
     if mapping is None and sched.set_policy is not None:  # seed 002: local requests only

@@ -31,6 +31,9 @@ The places (docs/leasing.md, "Haizea-compatible mode", gives each one's measured
    multiplied by n again -- where vgrid estimates n x ceil(memory / rate). They set the
    scheduling threshold (the shortest run before a planned suspension) and the extra time a
    suspended lease asks for to be resumed, so large leases wait for longer slots in Haizea.
+5. AR node order (Haizea ``GreedyPolicy.get_host_score`` in ``GreedyMapper.map``): the hosts
+   are scored on the schedule before preemption, so nodes that held a preempted lease come
+   after free ones; vgrid maps by node index on the schedule after preemption.
 """
 from __future__ import annotations
 
@@ -148,3 +151,30 @@ def reevaluate(sched, now: float, place) -> None:
         allow = len(sched.future) < sched.cfg.max_future_reservations
         if not place(sched, lease, now, allow_future=allow):
             sched.requeue(lease)
+
+
+def host_scorer(sched, lease, t_s: float):
+    """Haizea 1.1's ``greedy`` host score for an AR starting at ``t_s`` (s), taken on the slot
+    table *before* any preemption (its ``GreedyMapper`` sorts the hosts first, then maps with
+    the victims' resources counted free): 0.5 x (4 - leases on the node at t_s, at most 4) / 4
+    + 0.25 + 0.25 x min(1, time until the node's use or lease set next changes / requested
+    duration). Nodes that held a victim thus come after free nodes (place 5 of the module
+    doc). Returns ``score(node, hostable) -> (score,)`` for ``Mapper.map_interval``."""
+    horizon = 4
+    scores = {}
+    for node in range(len(sched.st.nodes)):
+        res = [r for r in sched.st.on_node(node) if r.end > r.start and r.end > t_s]
+        def state(t, res=res, node=node):
+            on = [r for r in res if r.start <= t < r.end]
+            use = tuple(sum(r.use.get(node, (0, 0, 0, 0))[i] for r in on) for i in range(4))
+            return use, frozenset(id(r.lease) for r in on)
+        now = state(t_s)
+        k = min(len(now[1]), horizon)
+        dur = None
+        for b in sorted({x for r in res for x in (r.start, r.end) if x > t_s}):
+            if state(b) != now:
+                dur = b - t_s
+                break
+        d_score = 1.0 if dur is None or dur >= lease.duration_s else dur / lease.duration_s
+        scores[node] = 0.5 * (horizon - k) / horizon + 0.25 + 0.25 * d_score
+    return lambda node, hostable: (scores[node],)
