@@ -37,7 +37,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("compat", "general", str, "none",
            "vgrid: `haizea-1.1` selects Haizea 1.1's behaviour wherever vgrid deliberately "
            "differs (re-evaluation after a premature end, AR victim order and 7-day aging, "
-           "preemption of a reservation that has not started; `compat.py`, docs/leasing.md "
+           "preemption of a reservation that has not started, AR node order, overhead "
+           "estimates; `compat.py`, docs/leasing.md "
            "'Haizea-compatible mode'); on by default for Haizea INI files, `none` for vgrid TOML.",
            ("none", "haizea-1.1")),
     Option("backfilling", "scheduling", str, "aggressive",
