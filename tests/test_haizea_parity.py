@@ -76,14 +76,14 @@ def test_aging_and_victim_order_are_haizeas():
     assert [l.id for l in order] == [2, 1, 3]                  # oldest first, lease 4 too old
 
 
-def test_overhead_estimate_is_haizeas():
-    """16 VMs of 1024 MB at 50 MB/s: Haizea estimates 16 x ceil(16 x 1024 / 50) = 5,248 s
-    (its debug log: a 16-node lease needs 2:54:56 before a suspension, threshold factor 1)."""
+def test_threshold_at_a_preemption_is_haizeas():
+    """Haizea 1.1 estimates a lease's suspension as n VMs x ceil(memory / rate): 16 VMs of
+    1024 MB at 50 MB/s take 16 x 21 s, so with factor 1 the threshold is 672 s."""
+    class Sched:
+        suspend_rate, threshold_factor = 50.0, 1.0
     vec = resource_vector(cpu=100, memory=1024)
     lease = Lease(id=1, type=LeaseType.BEST_EFFORT, submit_s=0.0, duration_s=10.0, n_vms=16, per_vm=vec)
-    assert compat.op_estimate(lease, 50.0) == 16 * 328
-    one = Lease(id=2, type=LeaseType.BEST_EFFORT, submit_s=0.0, duration_s=10.0, n_vms=1, per_vm=vec)
-    assert compat.op_estimate(one, 50.0) == 21
+    assert compat.threshold_s(Sched, lease) == 2 * 16 * 21
 
 
 def test_parity_csv_errors_name_file_line_and_field(tmp_path):

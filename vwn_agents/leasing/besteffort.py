@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
-from . import compat, frozenhold
+from . import frozenhold
 from .preemption import (can_suspend, migration_estimate, migration_time, op_time, resume_reservations, scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
 from .slottable import INF, Reservation, ResKind
@@ -31,9 +31,6 @@ def _estimates(sched, lease, resuming: bool):
         return r_est, suspend_time(lease, (), cfg), (n * mem / cfg.migration_bandwidth if migrating else 0.0)
     r_est = op_time(mem, sched.resume_rate) * n if resuming else 0.0
     s_est = op_time(mem, sched.suspend_rate) * n
-    if compat.haizea(cfg):     # Haizea 1.1's n x ceil(n x memory / rate)
-        r_est = compat.op_estimate(lease, sched.resume_rate) if resuming else 0.0
-        s_est = compat.op_estimate(lease, sched.suspend_rate)
     m_est = migration_estimate(lease, cfg) if migrating else 0.0
     return r_est, s_est, m_est
 

@@ -20,28 +20,22 @@ The places (docs/leasing.md, "Haizea-compatible mode", gives each one's measured
    mapper takes leases from the *least* preemptable end of that list, i.e. the oldest first.
    vgrid: not-started leases first, then the most recently started; no horizon.
 3. Preempting a lease whose VM reservation has not started but starts before the AR
-   (Haizea ``LeaseScheduler.__preempt_lease``): it is planned to suspend before the AR, like a
-   running one, when its run before the AR reaches the scheduling threshold; otherwise -- and
-   for a running lease that has not run the threshold, or with ``suspension = none`` -- it is
-   cancelled *now* and queued again from scratch (its start is the start of the new run).
+   (Haizea 1.1 ``LeaseScheduler.__preempt_lease``): it is planned to suspend before the AR, like a
+   running one, when the time from max(its start, now) to the AR reaches the scheduling
+   threshold (``can_suspend_at``); otherwise -- for a running lease too, and with ``suspension
+   = none`` -- it is cancelled *now* and queued again from scratch (its start is the start of
+   the new run).
    vgrid unschedules every lease that has not started, and lets a cancelled lease run until
    the AR starts.
-4. Overhead estimates before a mapping is known (Haizea ``__estimate_suspend_resume_time``):
-   n x ceil(n x memory / rate) for a lease of n VMs -- the memory of all VMs added up, then
-   multiplied by n again -- where vgrid estimates n x ceil(memory / rate). They set the
-   scheduling threshold (the shortest run before a planned suspension) and the extra time a
-   suspended lease asks for to be resumed, so large leases wait for longer slots in Haizea.
-5. AR node order (Haizea ``GreedyPolicy.get_host_score`` in ``GreedyMapper.map``): the hosts
+4. AR node order (Haizea ``GreedyPolicy.get_host_score`` in ``GreedyMapper.map``): the hosts
    are scored on the schedule before preemption, so nodes that held a preempted lease come
    after free ones; vgrid maps by node index on the schedule after preemption.
 """
 from __future__ import annotations
 
-import math
-
 from . import frozenhold
 from .model import MEM
-from .preemption import can_suspend, scheduling_threshold, suspend_reservations, suspend_time
+from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
 from .slottable import ResState
 
 HAIZEA_11 = "haizea-1.1"
@@ -77,29 +71,18 @@ def ar_victims(leases, t_s: float) -> list:
     return [x[2] for x in scored]
 
 
-def op_estimate(lease, rate_mbs: float) -> float:
-    """Haizea 1.1's estimate (s) of suspending or resuming a whole lease before its mapping is
-    known: n x ceil(n x memory / rate) for n VMs -- its ``__estimate_suspend_resume_time``
-    adds up the memory of all VMs and then multiplies by the number of VMs again (vgrid's
-    estimate: n x ceil(memory / rate)). The scheduling threshold and the extra time a resumed
-    lease asks for both use it (place 4 of the module doc)."""
-    n = lease.n_vms
-    if lease.per_vm[MEM] <= 0:
-        return 0.0
-    return n * float(math.ceil(n * lease.per_vm[MEM] / rate_mbs - 1e-9))
-
-
 def threshold_s(sched, lease) -> float:
-    """Haizea's scheduling threshold of a running ``lease`` at a preemption (s): its estimated
-    suspend time x (1 + factor) (``can_suspend_at``, :func:`op_estimate`)."""
-    return scheduling_threshold(op_estimate(lease, sched.suspend_rate), sched.threshold_factor)
+    """Haizea 1.1's scheduling threshold of ``lease`` at a preemption (s): its estimated suspend
+    time, n VMs x ceil(memory / rate), x (1 + factor) (``can_suspend_at``)."""
+    return scheduling_threshold(op_time(lease.per_vm[MEM], sched.suspend_rate) * lease.n_vms,
+                                sched.threshold_factor)
 
 
 def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     """Haizea 1.1's ``__preempt_lease`` for an AR starting at ``t`` (inside the caller's
     transaction): unschedule a reservation that starts at or after ``t``; plan a suspension
-    that ends by ``t`` when the lease may be suspended and runs at least the threshold before
-    it; otherwise cancel it now (``restart_at_end``: stopped at ``now`` and queued again from
+    that ends by ``t`` when the lease may be suspended and the time from max(its start, now)
+    to ``t`` reaches the threshold (Haizea 1.1 ``can_suspend_at``); otherwise cancel it now (``restart_at_end``: stopped at ``now`` and queued again from
     scratch). False when the lease cannot be preempted now (resuming or migrating)."""
     st, cfg = sched.st, sched.cfg
     vm = sched.vm_reservation(lease)
@@ -114,7 +97,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         return False          # resuming or migrating right now
     s_time = suspend_time(lease, vm.mapping, cfg)
     if (can_suspend(lease, cfg) and sched.enactment_supports_suspend
-            and t - vm.start >= threshold_s(sched, lease) and t - s_time > max(vm.start, now)):
+            and t - max(vm.start, now) >= threshold_s(sched, lease) and t - s_time > max(vm.start, now)):
         for r in resv:
             if r is not vm and r.state is ResState.SCHEDULED and r.start >= vm.end - 1e-9:
                 st.remove(r)   # a suspension planned after the VM
@@ -158,7 +141,7 @@ def host_scorer(sched, lease, t_s: float):
     table *before* any preemption (its ``GreedyMapper`` sorts the hosts first, then maps with
     the victims' resources counted free): 0.5 x (4 - leases on the node at t_s, at most 4) / 4
     + 0.25 + 0.25 x min(1, time until the node's use or lease set next changes / requested
-    duration). Nodes that held a victim thus come after free nodes (place 5 of the module
+    duration). Nodes that held a victim thus come after free nodes (place 4 of the module
     doc). Returns ``score(node, hostable) -> (score,)`` for ``Mapper.map_interval``."""
     horizon = 4
     scores = {}

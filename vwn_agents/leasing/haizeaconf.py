@@ -182,7 +182,7 @@ def _resources(out: HaizeaFile, text: str, where: str) -> None:
     if not m:
         raise ConfigError(f"{where}: expected 'in-tracefile' or 'N CPU:100 Memory:1024', got {text!r}")
     out.nodes = int(m.group(1))
-    for item in m.group(2).split():
+    for item in re.split(r"[,\s]+", m.group(2).strip()):   # Haizea 1.1: CPU:100,Memory:1024
         name, _, amount = item.partition(":")
         try:
             value = int(amount)
