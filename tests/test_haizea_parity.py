@@ -56,14 +56,15 @@ def test_blue_3_days_every_lease_as_haizea():
 
 def test_blue_3_days_with_10_percent_ars_as_haizea():
     """NOVM-SR with the 10 % 3-hour medium ARs: every AR decision and all 540 leases as
-    Haizea's; vgrid's own mode is far from it, so the compatible mode makes the difference."""
+    Haizea's; vgrid's own mode first differs at lease 1158 (suspended before an AR, resumed
+    later than in Haizea), so the compatible mode makes the difference."""
     golden = read_haizea_csv(GOLDEN / "blue3-ar10-novm-sr.csv")
     cfg = load_haizea(NOVM_SR).config
     out = compare(golden, _run(cfg, AR10))
     assert out["leases"] == 540 and out["ar"]["agree"] == 13 == out["ar"]["haizea_accepted"]
     assert out["identical"] == 540, out["first_difference"]
     own = compare(golden, _run(cfg.with_options(compat="none"), AR10))
-    assert own["identical"] < 0.9 * 540
+    assert own["identical"] < 540 and own["first_difference"]["id"] == 1158   # the issue's lease
 
 
 def test_aging_and_victim_order_are_haizeas():
