@@ -1,5 +1,9 @@
 """Haizea 1.1 compatibility mode (``[general] compat = "haizea-1.1"``).
 
+"Haizea 1.1" is the ``1.1`` branch of Haizea's repository (github.com/borjasotomayor/haizea,
+2011); its 2009 ``master`` differs (e.g. it estimates a suspension as n x ceil(n x memory /
+rate) for n VMs), and is not what this mode follows.
+
 vgrid's lease engine deliberately differs from Haizea 1.1 in a few places where its own
 behaviour is better or simpler; a Haizea user who brings an experiment unchanged wants Haizea's
 numbers instead. This module holds Haizea's behaviour for each of those places, selected by the
