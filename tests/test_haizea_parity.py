@@ -22,6 +22,7 @@ from .paths import DATA, REPO, TRACES
 GOLDEN = DATA / "haizea"
 BLUE = TRACES / "haizea/blue/30days.swf"
 AR10 = TRACES / "haizea/injected_leases/30days/work_10-dur_3h-size_2medium.lwf"
+AR30 = TRACES / "haizea/injected_leases/30days/work_30-dur_3h-size_2medium.lwf"
 NOVM_SR = REPO / "examples/haizea/novm-sr.conf"
 DAYS3 = 3 * 86400
 
@@ -65,6 +66,19 @@ def test_blue_3_days_with_10_percent_ars_as_haizea():
     assert out["identical"] == 540, out["first_difference"]
     own = compare(golden, _run(cfg.with_options(compat="none"), AR10))
     assert own["identical"] < 540 and own["first_difference"]["id"] == 1158   # the issue's lease
+
+
+def test_blue_3_days_nosr_with_30_percent_ars_decides_as_haizea():
+    """NOVM-NOSR with the 30 % 3-hour medium ARs: every AR decision and all 567 leases as
+    Haizea 1.1's; vgrid's own mode (cancelled leases run until the AR) differs for a third."""
+    golden = read_haizea_csv(GOLDEN / "blue3-ar30-novm-nosr.csv")
+    cfg = load_haizea(NOVM_SR).config.with_options(suspension="none")
+    out = compare(golden, _run(cfg, AR30))
+    ar = out["ar"]
+    assert ar["agree"] == ar["haizea_accepted"] + ar["haizea_rejected"] == ar["vgrid_accepted"] + ar["vgrid_rejected"]
+    assert ar["agree"] == 40 and out["identical"] == 567, out["first_difference"]
+    own = compare(golden, _run(cfg.with_options(compat="none"), AR30))
+    assert own["identical"] < 0.7 * 567
 
 
 def test_aging_and_victim_order_are_haizeas():
