@@ -88,11 +88,14 @@ def _haizea_path(name: str, config_file: str) -> str:
               help="write one JSON line per scheduling decision (why a lease went where it did)")
 @click.option("--preemption-policy", "preemption_policy", default=None,
               help="override [scheduling] policy-preemption (e.g. nop, mov, mlip, moml: seed 002)")
+@click.option("--compat", type=click.Choice(["none", "haizea-1.1"]), default=None,
+              help="override [general] compat (on for Haizea files): Haizea 1.1's behaviour "
+                   "where vgrid differs (docs/leasing.md, 'Haizea-compatible mode')")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write leases.csv and PNG plots (utilization, Gantt, disk) into DIR")
 def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_per_node, config_file, inject,
-                 annotation_file, decision_log, preemption_policy, as_json, out_dir) -> None:
+                 annotation_file, decision_log, preemption_policy, compat, as_json, out_dir) -> None:
     """Simulate the lease engine on TRACE (Haizea LWF or SWF file, or a bundled trace's name, see
     --list-traces) and report leases and metrics."""
     from vwn_agents.leasing.haizeaconf import is_haizea_file, load_haizea
@@ -119,6 +122,8 @@ def simulate_cmd(trace, site_file, nodes, cpus_per_node, mem_per_node, swf_cpus_
         inject = traces.resolve(inject) if inject else None
         if preemption_policy:
             config = config.with_options(policy_preemption=preemption_policy)
+        if compat:
+            config = config.with_options(compat=compat)
         workload = read_trace(trace, cpus_per_node=swf_cpus_per_node, memory_mb=mem_per_node)
         leases = list(workload.leases)
         if inject:

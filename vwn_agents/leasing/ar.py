@@ -15,7 +15,7 @@ whole candidate set at a time (``localpreemption``).
 """
 from __future__ import annotations
 
-from . import frozenhold
+from . import compat, frozenhold
 from .localpreemption import preempt_for_local
 from .mapper import vm_use
 from .model import LeaseState
@@ -33,7 +33,7 @@ def schedule_ar(sched, lease, now: float) -> bool:
     if t_s < now:
         return _reject(sched, lease, f"requested start {t_s:g} s is in the past (now {now:g} s)")
     tx = st.begin()
-    score = sched.host_score(lease, t_s)
+    score = compat.host_scorer(sched, lease, t_s) if compat.haizea(sched.cfg) else sched.host_score(lease, t_s)
     mapping = sched.mapper.map_interval(lease.per_vm, lease.n_vms, t_s, t_e, score)
     requeue: list = []
     if mapping is None and sched.set_policy is not None:  # seed 002: local requests only
@@ -77,6 +77,8 @@ def _candidates(sched, t_s: float, t_e: float, now: float, protected: list | Non
             continue
         if res.start < t_e and res.end > t_s:
             found[lease.id] = lease
+    if compat.haizea(sched.cfg):        # Haizea 1.1: oldest first, 7-day aging
+        return compat.ar_victims(found.values(), t_s)
     horizon = sched.cfg.preemption_horizon
     scored = []
     for lease in found.values():
@@ -122,6 +124,8 @@ def preempt(sched, lease, t: float, now: float, requeue: list, freeze: bool = Tr
     """Free ``lease``'s resources from time ``t`` on (inside the caller's transaction);
     ``freeze=False``: stop and requeue it even where it could be suspended."""
     st, cfg = sched.st, sched.cfg
+    if compat.haizea(cfg):
+        return compat.preempt(sched, lease, t, now, requeue)
     resv = frozenhold.plan(st, lease)
     vm = sched.vm_reservation(lease)
     if vm is None:

@@ -34,6 +34,13 @@ OPTIONS: tuple[Option, ...] = (
            "How images reach nodes: `unmanaged` (predeployed, no transfers) or `imagetransfer` "
            "(scheduled transfers from the image repository, seed 000 Section 6.2).",
            ("unmanaged", "imagetransfer")),
+    Option("compat", "general", str, "none",
+           "vgrid: `haizea-1.1` selects Haizea 1.1's behaviour wherever vgrid deliberately "
+           "differs (re-evaluation after a premature end, AR victim order and 7-day aging, "
+           "preemption of a reservation that has not started, AR node order, overhead "
+           "estimates; `compat.py`, docs/leasing.md "
+           "'Haizea-compatible mode'); on by default for Haizea INI files, `none` for vgrid TOML.",
+           ("none", "haizea-1.1")),
     Option("backfilling", "scheduling", str, "aggressive",
            "Best-effort backfilling: `off` (strict FCFS), `aggressive` (one future reservation), "
            "`conservative` (every queued lease gets one) or `intermediate` (see "

@@ -33,7 +33,8 @@ from .traces import parse_time
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
                    "lease-preparation": "unmanaged", "backfilling": "off", "transfer-mechanism": "unicast",
                    "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
-                   "runtime-slowdown-rule": "haizea"}
+                   "runtime-slowdown-rule": "haizea",
+                   "compat": "haizea-1.1"}   # vgrid's Haizea-compatible mode (compat.py)
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",
         "backfilling-reservations", "suspension", "suspend-rate", "resume-rate",
@@ -207,7 +208,7 @@ def _resources(out: HaizeaFile, text: str, where: str) -> None:
     if not m:
         raise ConfigError(f"{where}: expected 'in-tracefile' or 'N CPU:100 Memory:1024', got {text!r}")
     out.nodes = int(m.group(1))
-    for item in m.group(2).split():
+    for item in re.split(r"[,\s]+", m.group(2).strip()):   # Haizea 1.1: CPU:100,Memory:1024
         name, _, amount = item.partition(":")
         try:
             value = int(amount)

@@ -166,6 +166,7 @@ class Lease:
     mapping: tuple = ()  # node index per VM of the last scheduled VM reservation
     reject_reason: str = ""
     cancel_at_end: bool = False
+    restart_at_end: bool = False  # compat haizea-1.1: a cancel starts it again from scratch (new start)
     ar_on_time: bool | None = None  # ARs: started at the requested time with images present
     preemptions: int = 0
     overhead_s: float = 0.0

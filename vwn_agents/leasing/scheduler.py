@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 
 from .ar import schedule_ar
-from . import frozenhold
+from . import compat, frozenhold
 from .besteffort import admit_with_deadline, min_slot_length, place_besteffort, schedule_queue
 from .config import LeaseConfig
 from .imagepool import ImagePools
@@ -368,6 +368,8 @@ class LeaseScheduler:
             self.enactment.stop_vms(lease, t)
             lease.cancel_at_end = False
             lease.time_run = 0.0
+            if lease.restart_at_end:     # compat haizea-1.1: the next run is a new start
+                lease.restart_at_end, lease.start_s = False, None
             self.unschedule(lease, t)
             lease.to(LeaseState.QUEUED)
             self.requeue(lease)
@@ -443,7 +445,10 @@ class LeaseScheduler:
 
     def reevaluate(self, now: float) -> None:
         """Unschedule best-effort leases whose reservations have not started and queue them
-        again (in submission order), so the next queue pass can move them earlier."""
+        again (in submission order), so the next queue pass can move them earlier
+        (``compat = haizea-1.1``: all of them, re-placed at once, ``compat.reevaluate``)."""
+        if compat.haizea(self.cfg):
+            return compat.reevaluate(self, now, place_besteffort)
         movable = []
         for lid in list(self.future):
             lease = self.leases[lid]
