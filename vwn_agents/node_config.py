@@ -104,6 +104,10 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 "migration (MB/s = 10^6 bytes/s; 0 = unlimited; seed 002's migration bandwidth b)"})
     migration_pull_timeout_s: float = field(default=30.0, metadata={
         "help": "a migration copy from the source node fails when no byte arrives for this long (s)"})
+    migration_image_wait_s: float = field(default=600.0, metadata={
+        "help": "how long a node taking over a migrated VM waits for the VM's pooled image to arrive in "
+                "its own pool (pulled from its image_repository unless already there) before it answers "
+                "503 image-unavailable (s; the CE agent retries)"})
 
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})

@@ -391,11 +391,13 @@ class LibvirtVMs:
         copy_s = time.monotonic() - t0
         return copy_s, self.restore_moved(vwn, str(src), src_vwn, fraction)
 
-    def restore_moved(self, vwn: str, src_dir: str, src_vwn: str, fraction: float) -> Transfer:
+    def restore_moved(self, vwn: str, src_dir: str, src_vwn: str, fraction: float,
+                      rewrites: dict[str, str] | None = None) -> Transfer:
         """Cold migration, target side, once the files of ``src_vwn`` (another node's directory
         ``src_dir``) are in ``files(vwn)``: restore the VM here with every path of ``src_dir``
-        rewritten to this node's directory (libvirt keeps the domain's name: ``domain_name``),
-        capped at ``fraction``. VMError."""
+        rewritten to this node's directory and each key of ``rewrites`` (the pool overlay and its
+        image: ``disk_handover.adopt``) to its value (libvirt keeps the domain's name:
+        ``domain_name``), capped at ``fraction``. VMError."""
         d = self.files(vwn)
         os.chmod(d, 0o755)
         image = d / "memory.save"
@@ -404,6 +406,8 @@ class LibvirtVMs:
         except self._lv.libvirtError as exc:
             raise VMError(f"{vwn}: unreadable memory image: {exc}") from None
         xml = xml.replace(src_dir, str(d))
+        for old, new in (rewrites or {}).items():
+            xml = xml.replace(f"'{old}'", f"'{new}'").replace(f'"{old}"', f'"{new}"')
         m = re.search(r"<name>([^<]+)</name>", xml)
         (d / "domain-name").write_text(m.group(1) if m else self.name(src_vwn))
         with self._lock:
