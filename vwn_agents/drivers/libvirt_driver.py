@@ -224,6 +224,7 @@ class LibvirtVMs:
         os.chmod(initrd, 0o644)                    # read by the qemu account
         for f in ("console.log", "channel.out"):
             (d / f).touch()
+        disk = self._root_disk(vwn, d, disk)
         xml = domain_xml(self.name(vwn), memory_mb=memory_mb, fraction=fraction,
                          kernel=self.guest.kernel, initrd=initrd, files=d, kvm=self.kvm, disk=disk)
         (d / "domain.xml").write_text(xml)
@@ -234,6 +235,24 @@ class LibvirtVMs:
                 raise VMError(f"{vwn}: cannot start its domain: {exc}") from None
             self.caps[vwn] = fraction
         return self.qemu_pid(vwn)
+
+    def _root_disk(self, vwn: str, d: Path, disk: Path | None) -> Path | None:
+        """The disk to boot ``vwn`` with: ``disk`` (a pool overlay, or None) for the busybox guest;
+        for a guest with a root disk (the Debian guest) a qcow2 overlay ``<files>/root.qcow2`` on
+        it (a cold migration moves it with the VWN's files). VMError: qemu-img failed, or a pool
+        image was asked of the Debian guest (one virtio disk, its root: not supported yet)."""
+        root = getattr(self.guest, "disk", None)
+        if root is None:
+            return disk
+        if disk is not None:
+            raise VMError(f"{vwn}: the debian guest boots from its root disk; a pool image disk is not supported")
+        overlay = d / "root.qcow2"
+        done = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(root), "-F", "qcow2",
+                               str(overlay)], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise VMError(f"{vwn}: cannot make its root overlay: {done.stderr.strip()[:300]}")
+        os.chmod(overlay, 0o644)
+        return overlay
 
     def qemu_pid(self, vwn: str) -> int | None:
         """The pid of ``vwn``'s qemu process (libvirt's pid file), None when not running."""

@@ -45,7 +45,8 @@ class LibvirtDriver(VWNDriver):
 
     def __init__(self, vms: LibvirtVMs, memory_mb: int, keep_files: bool = False) -> None:
         self.vms, self.memory_mb, self.keep_files = vms, memory_mb, keep_files
-        self.why = f"libvirt, {vms.why}"
+        kind = "debian" if getattr(vms.guest, "disk", None) is not None else "busybox"
+        self.why = f"libvirt, {vms.why}; {kind} guest"
         self.missing: dict[str, str] = {}        # the Freezer face: VWNs that cannot be suspended
         self.stats = {"saves": 0, "restores": 0, "last_boot_s": None, "boots": 0, "mean_boot_s": None,
                       "max_boot_s": None}
@@ -195,12 +196,16 @@ def open_libvirt(config) -> LibvirtDriver:
     is missing (libvirt-python, the daemon, the guest's packages)."""
     from .guest import GuestBuildError
     try:
-        guest = build_guest(config.guest_cache)
+        guest = build_guest(config.guest_cache)      # also the KVM probe's guest
+        booted = guest
+        if config.guest == "debian":                 # python3 + systemd (docs/vwn.md, "The Debian guest")
+            from .debian_guest import build_debian_guest
+            booted = build_debian_guest(config.guest_cache)
     except (GuestBuildError, OSError) as exc:
-        raise RuntimeError(f"node {config.node}: cannot build the VM guest: {exc}") from None
+        raise RuntimeError(f"node {config.node}: cannot build the {config.guest} VM guest: {exc}") from None
     kvm, why = _probe(guest, config.vm_accel, config.kvm_probe_s)
     try:
-        vms = LibvirtVMs(config.libvirt_uri, Path(config.vm_dir) / config.node, guest, kvm, why)
+        vms = LibvirtVMs(config.libvirt_uri, Path(config.vm_dir) / config.node, booted, kvm, why)
     except ImportError:
         raise RuntimeError("driver = \"libvirt\" needs libvirt-python (pip install 'vgrid[libvirt]')") from None
     except VMError as exc:
