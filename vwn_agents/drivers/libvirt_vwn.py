@@ -49,7 +49,7 @@ class LibvirtDriver(VWNDriver):
         self.why = f"libvirt, {vms.why}; {kind} guest"
         self.missing: dict[str, str] = {}        # the Freezer face: VWNs that cannot be suspended
         self.stats = {"saves": 0, "restores": 0, "last_boot_s": None, "boots": 0, "mean_boot_s": None,
-                      "max_boot_s": None}
+                      "max_boot_s": None, "last_boot_cpu_s": None, "cpu_boots": 0, "mean_boot_cpu_s": None}
         self._closed = False
 
     @property
@@ -71,14 +71,21 @@ class LibvirtDriver(VWNDriver):
                 "last_save": vms.last_save.record() if vms.last_save else None,
                 "last_restore": vms.last_restore.record() if vms.last_restore else None, **self.stats}
 
-    def record_boot(self, seconds: float) -> None:
+    def record_boot(self, seconds: float, cpu_s: float | None = None) -> None:
         """One guest boot (domain start to the agent's ``VGRID-RUNNING``, s): ``last_boot_s``,
         ``boots``, ``mean_boot_s``, ``max_boot_s`` in GET /status (the CE's ``vm_boot_lead_s =
-        -1`` and ``benchmarks/live_vs_sim.py --vms`` read them)."""
+        -1`` and ``benchmarks/live_vs_sim.py --vms`` read them); ``cpu_s``, the CPU time the
+        domain had used by then (libvirt's ``info``), gives ``last_boot_cpu_s`` and
+        ``mean_boot_cpu_s``: a TCG boot needs about the same CPU every time, so its wall time
+        grows with the host's load (docs/vwn.md)."""
         st, n = self.stats, self.stats["boots"] + 1
         st["last_boot_s"], st["boots"] = round(seconds, 2), n
         st["mean_boot_s"] = round(((st["mean_boot_s"] or 0.0) * (n - 1) + seconds) / n, 2)
         st["max_boot_s"] = round(max(st["max_boot_s"] or 0.0, seconds), 2)
+        if cpu_s is not None:
+            k = st.get("cpu_boots", 0) + 1
+            st["last_boot_cpu_s"], st["cpu_boots"] = round(cpu_s, 2), k
+            st["mean_boot_cpu_s"] = round(((st.get("mean_boot_cpu_s") or 0.0) * (k - 1) + cpu_s) / k, 2)
 
     def state(self, vwn: str) -> str:
         st = self.vms.state(vwn)

@@ -125,7 +125,7 @@ def run(agent, v) -> None:
         st = parse_channel(channel.read_bytes()) if size else parse_channel(b"")
         if st.running and v.state is VWNState.STARTING:
             if booted_at is not None:
-                drv.record_boot(time.monotonic() - booted_at)
+                drv.record_boot(time.monotonic() - booted_at, drv.cpu_usage_s(v.vwn))
             with agent._lock:
                 v.to(VWNState.RUNNING)
                 agent._emit(v, "running")
