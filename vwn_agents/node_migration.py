@@ -7,7 +7,9 @@ Routes (installed by ``node_agent.create_app``):
 * ``POST /vwns/<vwn>/handover`` (source node A; the CE agents of ``ce_dns`` only): suspend the
   VWN to disk unless it already is (pause + save of its memory image, ``node_suspend``), then
   offer its directory: 200 ``{"vwn","node","dir","token","files":[{"name","size","sha256"}],
-  "request","memory_mb","save"}``. ``token`` (256 random bits, new at every handover, kept in
+  "request","memory_mb","save"}``; a VM booted from the image pool adds its overlay as file
+  ``disk.qcow2`` (``disk_handover``: staged, rebased and pinned on the target, removed here at
+  the completion only). ``token`` (256 random bits, new at every handover, kept in
   memory only: a restarted agent has none and the CE agent asks again) is the capability the
   target presents to fetch the files. 404 unknown VWN; 409 ``code`` "not-libvirt" (the node's
   driver cannot hand a VM over) or "not-running" (starting or ended); 503 the save failed.
