@@ -137,3 +137,29 @@ def test_migration_hands_the_pool_overlay_over(site, tmp_path, libvirt_daemons, 
         for srv in servers:
             srv.close()
         receiver.close()
+
+
+@pytest.mark.parametrize("disk, error", [
+    ({"image": "a.img", "image_sha256": "0" * 64, "format": "raw", "path": "/p/overlays/k.qcow2",
+      "backing": "/p/a.img.000000000000"}, None),
+    (None, "needs \"disk\""),
+    ({"image": "a.img", "image_sha256": "0" * 64, "format": "raw", "path": "k.qcow2", "backing": "/p/a"},
+     "absolute paths"),
+    ({"image": "a.img", "image_sha256": "0" * 64, "format": "raw", "path": "/p/k'.qcow2", "backing": "/p/a"},
+     "absolute paths"),
+    ({"image": "a.img", "image_sha256": 7, "format": "raw", "path": "/p/k.qcow2", "backing": "/p/a"},
+     "(strings)"),
+])
+def test_a_bad_disk_entry_is_refused_naming_the_field(disk, error):
+    """The manifest's disk.qcow2 must say which pooled image backs it and where (no VM needed)."""
+    from vgrid_runtime.httpjson import ApiError
+    from vwn_agents import disk_handover
+    files = [{"name": "memory.save", "size": 1, "sha256": "0" * 64},
+             {"name": "disk.qcow2", "size": 1, "sha256": "0" * 64, **({"disk": disk} if disk else {})}]
+    if error is None:
+        assert disk_handover.entry(files) == disk
+        assert disk_handover.entry(files[:1]) is None           # a VM without a pool disk
+        return
+    with pytest.raises(ApiError, match="field 'files'") as exc:
+        disk_handover.entry(files)
+    assert error in str(exc.value) and exc.value.status == 400

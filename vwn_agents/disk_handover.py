@@ -113,6 +113,9 @@ def entry(files: list) -> dict | None:
             if not (isinstance(d, dict) and all(isinstance(d.get(k), str) for k in keys)):
                 raise ApiError(400, f"field 'files': {DISK} needs \"disk\": {{{', '.join(keys)}}} (strings)",
                                field="files")
+            if not all(d[k].startswith("/") and "'" not in d[k] and '"' not in d[k] for k in ("path", "backing")):
+                raise ApiError(400, f"field 'files': {DISK}: \"path\" and \"backing\" must be absolute paths",
+                               field="files")
             return d
     return None
 
