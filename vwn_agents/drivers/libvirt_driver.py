@@ -238,14 +238,12 @@ class LibvirtVMs:
 
     def _root_disk(self, vwn: str, d: Path, disk: Path | None) -> Path | None:
         """The disk to boot ``vwn`` with: ``disk`` (a pool overlay, or None) for the busybox guest;
-        for a guest with a root disk (the Debian guest) a qcow2 overlay ``<files>/root.qcow2`` on
-        it (a cold migration moves it with the VWN's files). VMError: qemu-img failed, or a pool
-        image was asked of the Debian guest (one virtio disk, its root: not supported yet)."""
+        for a guest with a root disk (the Debian guest) ``disk`` when the caller made its root
+        overlay itself, else a new qcow2 overlay ``<files>/root.qcow2`` on the root disk (a cold
+        migration moves it with the VWN's files). VMError: qemu-img failed."""
         root = getattr(self.guest, "disk", None)
-        if root is None:
+        if root is None or disk is not None:
             return disk
-        if disk is not None:
-            raise VMError(f"{vwn}: the debian guest boots from its root disk; a pool image disk is not supported")
         overlay = d / "root.qcow2"
         done = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(root), "-F", "qcow2",
                                str(overlay)], capture_output=True, text=True, timeout=60)

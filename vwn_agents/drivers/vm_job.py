@@ -54,6 +54,10 @@ def _start(agent, v) -> None:
     except ValueError as exc:
         v.fail(Outcome.WRAPPER_ERROR, str(exc))
         return
+    if r.image and getattr(drv.vms.guest, "disk", None) is not None:      # its one disk is its root
+        v.fail(Outcome.WRAPPER_ERROR, f"cannot start the VWN's VM: the {agent.config.guest} guest boots "
+                                      f"from its root disk; a pool image disk ({r.image}) is not supported")
+        return
     memory = max(MIN_MEMORY_MB, r.memory_mb or drv.memory_mb)
     cap = v.cpu_caps[-1][1] if v.cpu_caps else agent.config.capacity
     drv.vms.destroy(v.vwn)                         # a domain an earlier agent started unrecorded
