@@ -1,5 +1,5 @@
 """Live against simulated, the VM part (issue 14): seed 000 leases on real libvirt VMs vs the same
-lease engine in simulated time fed with the rates the nodes measured.
+lease engine in simulated time fed with what the live run measured (boots, power-off, rates).
 
 Workload (scaled-down seed 000, 2 nodes of one VM slot each, 2 small ext2 images made with
 ``mke2fs -d``): 4 best-effort leases (Best-Effort-Suspendable: seed 002) submitted at 0, then 2
@@ -11,19 +11,28 @@ image's marker and sleeps its job time.
 * live: an image repository (in process, HTTP on loopback), two libvirt node agents (in process,
   TCG guests of 128 MB), the lease engine with ``LiveStaging`` and ``suspend_vwns`` ticking every
   0.1 s (the CE agent's role);
-* simulated: ``leasing.simulate`` on the same leases, its ``suspend-rate`` / ``resume-rate``
-  the save / restore rates the nodes measured (GET /status ``driver``), each lease's real
-  duration its job time plus the measured boot (``last_boot_s``) and ``--shutdown-s``.
+* simulated: ``leasing.simulate`` on the same leases. Each lease's real duration is its job time
+  plus a boot (``--boot``: ``lease``, the lease's own measured boot, VWN created -> guest
+  ``running``; ``node``, the mean boot of the node its VM booted on, ``mean_boot_s``; ``mean``,
+  one mean over all boots) plus the power-off (``--shutdown-s``; -1 = measured: done - up - job
+  over the leases never suspended). Its ``suspend-rate`` / ``resume-rate`` are those the live
+  engine planned with (``--sim-rates planned``, the default, ``--prior-rate``) or the rates the
+  nodes measured (``measured``).
 
 Per lease: simulated start/end, live scheduled start/end (the engine), live actual start (VWN
-created) / up (guest running) / end (done), bytes transferred and pool hits (live node pools vs the
-simulation's transfer log). Tolerance (``--tolerance``, s, or the longest boot measured in the
-run if longer: a TCG boot varies by up to its own length on a loaded host, and every lease
-contains one): every lease's live end within it of the simulated end; transfers, MB, reuse and
-suspensions equal; exit 1 when not. The ARs are submitted once every node measured a boot (so
-their lead, the CE's ``vm_boot_lead_s = -1``, is known). CSV + PNG with ``--out``.
+created) / up (guest running) / end (done), its boot, bytes transferred and pool hits (live node
+pools vs the simulation's transfer log); one line per lease with its end difference on stderr.
+Stated tolerance (exit 1 outside it, or when a lease is not Done): transfers, MB, reuse and
+suspensions equal, and every lease's |live end - simulated end| <= ``--tolerance`` (5 s:
+power-off and stage-out variation, restore variation, engine ticks) + the resume slack when VMs were suspended
+(``resume_slack``: the two engines' suspension windows differ by |live - sim| and a live VM runs
+again right after its restore, before its planned resume window ends) + the boots' spread
+(max - min) unless ``--boot lease``. The ARs are submitted once every node measured a boot (so
+their lead, the CE's ``vm_boot_lead_s = -1``, is known). CSV + PNG with ``--out``; the JSON line
+has the boots per lease, the host's CPU steal fraction over the run, CPU and wall time, load.
 
-    .venv/bin/python benchmarks/live_vs_sim.py --vms [--ar-start 75] [--out DIR] [--json]
+    .venv/bin/python benchmarks/live_vs_sim.py --vms [--boot lease|node|mean] [--sim-rates planned|measured]
+        [--ar-start 75] [--out DIR] [--json]
 
 Exit 0 within tolerance, 1 outside (or a lease not Done), 2 libvirt/qemu/mke2fs missing. Root.
 """
@@ -42,6 +51,7 @@ from pathlib import Path
 MARKER = b"live-vs-sim image marker\n"
 IMAGES = {"vm-a.img": 2048, "vm-b.img": 3072}       # KiB (ext2)
 MEMORY_MB = 128
+TOLERANCE_S = 5.0        # power-off + stage-out variation, restore variation, engine ticks (docs/vwn.md)
 
 
 def workload(ar_submit: float, ar_start: float) -> list[dict]:
@@ -75,7 +85,10 @@ def lease_config(rate_mbs: float, suspend_rate: float, resume_rate: float):
                         "resume-rate": resume_rate, "migration": "no"})
 
 
-def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
+def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path, ahead_s: float = 0.0) -> dict:
+    """The live run (module doc); ``ahead_s``: an AR's moved start is at least this long after its
+    submission (room for the suspension window before it: on a loaded host the boots, hence the
+    AR lead, grow, and an AR whose moved start has passed would be rejected)."""
     from vgrid_runtime.wsgi import BackgroundServer
     from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repo_app
     from vwn_agents.images.staging import LiveStaging
@@ -117,6 +130,10 @@ def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
             if w["kind"] == "advance-reservation":
                 w["submit"] = max(w["submit"], round(engine.clock.now() - t0, 2))
         lead = max((a.driver.stats["max_boot_s"] or 0.0 for a in agents), default=0.0)
+        now = engine.clock.now() - t0
+        for w in work:
+            if w["kind"] == "advance-reservation" and w["start"] - lead < now + ahead_s:
+                w["start"] = round(now + ahead_s + lead, 2)     # moved later: reported in the rows
         for w in work:               # the CE's vm_boot_lead_s = -1: VMs booted at the AR's start
             if w["kind"] == "advance-reservation":
                 w["lead"] = lead
@@ -133,14 +150,15 @@ def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
         for ev in receiver.events:
             base = ev["key"].split("-r")[0]
             events.setdefault(base, {}).setdefault(ev["event"], []).append(ev["time"])
-        created = {}
-        for a in agents:
+        created, node_of = {}, {}
+        for i, a in enumerate(agents):
             for v in a.records():
                 base = v["key"].split("-r")[0]
                 created.setdefault(base, []).append(v["created"])
+                node_of.setdefault(base, i)            # where its VM first booted
         drivers = [a.driver.describe() for a in agents]
         pools = [a.images.view() for a in agents]
-        return {"t0": t0, "status": status, "events": events, "created": created, "drivers": drivers,
+        return {"t0": t0, "status": status, "events": events, "created": created, "node_of": node_of, "drivers": drivers,
                 "pools": pools, "urls": urls, "staging": engine.staging_report()}
     finally:
         for s in reversed(servers):
@@ -148,7 +166,65 @@ def run_live(work, sizes, images: Path, vm_dir: Path, cfg, tmp: Path) -> dict:
         receiver.close()
 
 
-def run_sim(work, sizes, cfg, boot_s: float, shutdown_s: float) -> dict:
+def boots_of(work, live) -> dict[str, float]:
+    """Each lease's measured boot (s): its first VWN created -> the guest agent's ``running``."""
+    out = {}
+    for w in work:
+        created = [c for c in live["created"].get(w["key"], []) if c is not None]
+        up = (live["events"].get(w["key"], {}).get("running") or [None])[0]
+        if created and up is not None:
+            out[w["key"]] = round(up - min(created), 2)
+    return out
+
+
+def sim_boots(work, live, mode: str) -> dict[str, float]:
+    """The boot each simulated lease carries (s), by ``mode``: ``lease`` its own measured boot (a
+    replay), ``node`` the mean boot of the node its VM booted on (the node's published
+    ``mean_boot_s``), ``mean`` one mean over all boots (session 5)."""
+    drivers, own = live["drivers"], boots_of(work, live)
+    every = [d["mean_boot_s"] for d in drivers for _ in range(d.get("boots") or 0)]
+    mean = sum(every) / len(every) if every else 0.0
+    out = {}
+    for w in work:
+        node = live["node_of"].get(w["key"])
+        per_node = drivers[node].get("mean_boot_s") if node is not None else None
+        out[w["key"]] = {"lease": own.get(w["key"], per_node or mean), "node": per_node or mean,
+                         "mean": mean}[mode]
+    return out
+
+
+def measured_shutdown(work, live, default: float) -> float:
+    """The mean, over the leases never suspended, of done - guest up - job time (s): the guest's
+    power-off, the output's stage-out and the ``done`` event; ``default`` without such a lease."""
+    gaps = []
+    for w in work:
+        ev = live["events"].get(w["key"], {})
+        if not ev.get("suspended") and ev.get("running") and ev.get("done"):
+            gaps.append(ev["done"][0] - ev["running"][0] - w["job"])
+    return sum(gaps) / len(gaps) if gaps else default
+
+
+def resume_slack(prior_rate: float, sim_rates: tuple[float, float], restores: list[float]) -> float:
+    """How far (s) a suspended lease's live end may lead or trail the simulated one because of the
+    suspension windows: the live engine plans both windows at ``prior_rate`` (MB of VM memory/s)
+    and the simulation at ``sim_rates`` (|difference of the two windows' sums|), and a live VM
+    runs again as soon as its restore ended (``restores``: measured seconds), before its planned
+    resume window ends, where the simulation waits the whole window."""
+    live = 2 * MEMORY_MB / prior_rate
+    sim = MEMORY_MB / sim_rates[0] + MEMORY_MB / sim_rates[1]
+    early = max(0.0, MEMORY_MB / sim_rates[1] - min(restores)) if restores else 0.0
+    return abs(live - sim) + early
+
+
+def cpu_times() -> tuple[int, int]:
+    """(all jiffies, steal jiffies) of the host from /proc/stat (steal: time a hypervisor gave
+    this VM's vCPUs to others)."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+    return sum(vals), vals[7] if len(vals) > 7 else 0
+
+
+def run_sim(work, sizes, cfg, boots: dict[str, float], shutdown_s: float) -> dict:
     from vwn_agents.leasing import simulate
     from vwn_agents.leasing.model import Lease, LeaseType, Node, resource_vector
     from vwn_agents.leasing.requesttypes import request_type
@@ -160,7 +236,7 @@ def run_sim(work, sizes, cfg, boot_s: float, shutdown_s: float) -> dict:
                             w["image"], sizes[w["image"]], preemptible=not ar,
                             requested_start_s=w["start"] - w.get("lead", 0.0) if ar else None,
                             request_type=None if ar else request_type("suspendable"),
-                            real_duration_s=boot_s + w["job"] + shutdown_s))
+                            real_duration_s=boots[w["key"]] + w["job"] + shutdown_s))
     nodes = [Node(i, f"n{i}", (100, 2048, 10**12, 10**12)) for i in range(2)]
     res = simulate(leases, nodes, cfg)
     transfers = [{"lease": work[lid - 1]["key"], "image": img, "node": dest[0], "start": s, "end": e}
@@ -179,12 +255,15 @@ def compare(work, live, sim, tolerance_s: float) -> tuple[list[dict], dict]:
     t0, rows = live["t0"], []
     for w in work:
         k, st, ev, s = w["key"], live["status"][w["key"]], live["events"].get(w["key"], {}), sim["leases"][w["key"]]
-        row = {"lease": k, "kind": w["kind"], "image": w["image"], "job_s": w["job"],
+        row = {"lease": k, "kind": w["kind"], "image": w["image"], "job_s": w["job"], "requested_start": w["start"],
                "sim_start": round(s["start"], 2) if s["start"] is not None else None,
                "sim_end": round(s["end"], 2) if s["end"] is not None else None,
                "sched_start": _rel(st["start_s"], t0), "sched_end": _rel(st["end_s"], t0),
                "actual_start": _rel(min(live["created"].get(k, [None]) or [None], key=lambda x: x or 0), t0),
                "up": _rel((ev.get("running") or [None])[0], t0), "actual_end": _rel((ev.get("done") or [None])[0], t0),
+               "node": live["node_of"].get(k), "boot_s": boots_of([w], live).get(k), "sim_boot_s": w.get("sim_boot_s"),
+               "suspended_at": _rel((ev.get("suspended") or [None])[0], t0),
+               "resumed_at": _rel((ev.get("resumed") or [None])[0], t0),
                "suspensions_live": len(ev.get("suspended", [])), "suspensions_sim": s["suspensions"],
                "state": st["state"]}
         if row["actual_end"] is not None and row["sim_end"] is not None:
@@ -249,10 +328,19 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=1.0, help="image link bandwidth, MB/s")
     p.add_argument("--prior-rate", type=float, default=16.0,
                    help="suspend/resume rate the live engine plans with (MB of VM memory/s)")
-    p.add_argument("--shutdown-s", type=float, default=1.0, help="guest power-off + detection, added in simulation")
-    p.add_argument("--tolerance", type=float, default=15.0,
-                   help="|live end - simulated end| allowed per lease (s); the longest boot measured "
-                        "in the run if that is longer (one boot's variation on a loaded host)")
+    p.add_argument("--shutdown-s", type=float, default=-1.0,
+                   help="guest power-off + stage-out + detection, added in simulation (s); -1: measured, the "
+                        "mean over the leases never suspended of done - guest up - job time")
+    p.add_argument("--sim-rates", choices=("planned", "measured"), default="planned",
+                   help="the simulation's suspend-rate / resume-rate: those the live engine planned with "
+                        "(--prior-rate: the same windows) or those the nodes measured (session 5)")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE_S,
+                   help="base of |live end - simulated end| allowed per lease (s); the resume slack is "
+                        "added when VMs were suspended, and the boots' spread unless --boot lease (docs/vwn.md)")
+    p.add_argument("--boot", choices=("lease", "node", "mean"), default="lease",
+                   help="the boot each simulated lease carries: its own measured boot (lease), its node's "
+                        "mean boot (node) or the mean of all boots (mean); with node or mean the tolerance "
+                        "is widened by the spread of the measured boots (max - min)")
     p.add_argument("--out", default=None, help="write leases.csv and vms.png here")
     p.add_argument("--json", action="store_true", help="only the JSON summary line")
     a = p.parse_args(argv)
@@ -269,7 +357,7 @@ def main(argv=None) -> int:
         print(f"libvirt/qemu cannot run here: {exc}", file=sys.stderr)
         return 2
     work = workload(a.ar_submit, a.ar_start)
-    wall0, cpu0, load0 = time.monotonic(), time.process_time(), os.getloadavg()
+    wall0, cpu0, load0, jiffies0 = time.monotonic(), time.process_time(), os.getloadavg(), cpu_times()
     try:
         with tempfile.TemporaryDirectory(prefix="vgrid-lvsvm-") as tmp:
             vm_dir = Path(tempfile.mkdtemp(prefix="vgrid-lvsvm-vms-", dir="/var/tmp"))
@@ -278,24 +366,41 @@ def main(argv=None) -> int:
                 images = Path(tmp) / "images"
                 images.mkdir()
                 sizes = make_images(images)
-                live = run_live(work, sizes, images, vm_dir, lease_config(a.rate, a.prior_rate, a.prior_rate), Path(tmp))
+                live = run_live(work, sizes, images, vm_dir, lease_config(a.rate, a.prior_rate, a.prior_rate),
+                                Path(tmp), ahead_s=MEMORY_MB / a.prior_rate + 10.0)
             finally:
                 shutil.rmtree(vm_dir, ignore_errors=True)
     finally:
         daemons.stop()
     wall_live, cpu_live = time.monotonic() - wall0, time.process_time() - cpu0
+    jiffies1 = cpu_times()
+    steal = (jiffies1[1] - jiffies0[1]) / max(1, jiffies1[0] - jiffies0[0])
     boots = [d["mean_boot_s"] for d in live["drivers"] for _ in range(d.get("boots") or 0)]
+    per_lease = boots_of(work, live)
+    carried = sim_boots(work, live, a.boot)
+    for w in work:
+        w["sim_boot_s"] = round(carried[w["key"]], 2)
     saves = [d["last_save"]["seconds"] for d in live["drivers"] if d.get("last_save")]
     restores = [d["last_restore"]["seconds"] for d in live["drivers"] if d.get("last_restore")]
     boot_s = sum(boots) / len(boots) if boots else 0.0
     suspend_rate = MEMORY_MB / (sum(saves) / len(saves)) if saves else a.prior_rate
     resume_rate = MEMORY_MB / (sum(restores) / len(restores)) if restores else a.prior_rate
-    sim = run_sim(work, sizes, lease_config(a.rate, suspend_rate, resume_rate), boot_s, a.shutdown_s)
+    shutdown_s = a.shutdown_s if a.shutdown_s >= 0 else measured_shutdown(work, live, 1.0)
+    sim_rates = (a.prior_rate, a.prior_rate) if a.sim_rates == "planned" else (suspend_rate, resume_rate)
+    sim = run_sim(work, sizes, lease_config(a.rate, *sim_rates),
+                  {w["key"]: w["sim_boot_s"] for w in work}, shutdown_s)
     max_boot = max((d.get("max_boot_s") or 0.0 for d in live["drivers"]), default=0.0)
-    tolerance = max(a.tolerance, max_boot)
+    spread = max(per_lease.values()) - min(per_lease.values()) if per_lease else 0.0
+    slack = resume_slack(a.prior_rate, sim_rates, restores) if any(
+        live["events"].get(w["key"], {}).get("suspended") for w in work) else 0.0
+    tolerance = a.tolerance + slack + (spread if a.boot != "lease" else 0.0)
     rows, summary = compare(work, live, sim, tolerance)
     summary = {"benchmark": "live_vs_sim_vms", "leases": len(work), "nodes": 2, "tolerance_s": round(tolerance, 2),
-               "measured": {"boot_s": round(boot_s, 2), "max_boot_s": max_boot,
+               "sim_boot": a.boot, "sim_rates": a.sim_rates, "sim_suspend_resume_mb_s": [round(x, 1) for x in sim_rates],
+               "shutdown_s": round(shutdown_s, 2), "resume_slack_s": round(slack, 2), "boot_spread_s": round(spread, 2),
+               "measured": {"boot_s": round(boot_s, 2), "max_boot_s": max_boot, "boot_per_lease_s": per_lease,
+                            "cpu_steal_fraction": round(steal, 4),
+                            "boot_cpu_s": [d.get("mean_boot_cpu_s") for d in live["drivers"]],
                             "boots": [d.get("boots") for d in live["drivers"]], "ar_boot_lead_s": round(work[-1].get("lead", 0.0), 2), "suspend_rate_mb_s": round(suspend_rate, 1),
                             "resume_rate_mb_s": round(resume_rate, 1),
                             "save": [d.get("last_save") for d in live["drivers"]],
@@ -310,8 +415,12 @@ def main(argv=None) -> int:
             wr.writeheader()
             wr.writerows(rows)
         plot(rows, out / "vms.png")
-    if not a.json:
-        for r in rows:
+    for r in rows:                       # per-lease differences, always (stderr)
+        print(f"{r['lease']:4} node {r['node']} boot {r['boot_s']} (sim {r['sim_boot_s']}) "
+              f"end live {r['actual_end']} sim {r['sim_end']} diff {r.get('end_diff_s')} "
+              f"{'ok' if r.get('end_diff_s') is not None and abs(r['end_diff_s']) <= tolerance else 'OUTSIDE'}",
+              file=sys.stderr)
+        if not a.json:
             print(json.dumps(r), file=sys.stderr)
     print(json.dumps(summary))
     return 0 if summary["within_tolerance"] else 1

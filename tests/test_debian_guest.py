@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from vwn_agents.drivers import guest
 from vwn_agents.drivers.debian_guest import build_debian_guest, configured_mirror
@@ -43,7 +44,6 @@ def test_the_mirror_is_the_first_configured_deb_source(tmp_path):
 
 def _mirror_reachable(url: str) -> str | None:
     """None when ``<url>/dists/bookworm/Release`` answers, else why not."""
-    import requests
     try:
         r = requests.head(f"{url.rstrip('/')}/dists/bookworm/Release", timeout=10, allow_redirects=True)
     except requests.RequestException as exc:
@@ -103,4 +103,45 @@ def test_a_python3_job_runs_in_the_debian_guest_under_systemd(tmp_path):
                 pass
             shutil.rmtree(vm_dir, ignore_errors=True)
     finally:
+        daemons.stop()
+
+
+def test_a_node_agent_boots_the_debian_guest(tmp_path, receiver):
+    """``guest = "debian"``: GET /status names the guest, and a python3 job posted to the node
+    agent runs to Done under systemd, as uid 1000, its output staged out as for any VWN."""
+    from .node_site import node_starter
+    from .test_vwn_libvirt import post
+    try:
+        daemons = ensure_libvirtd()
+        guest.build_guest("/var/cache/vgrid/guest")
+    except (LibvirtUnavailable, GuestBuildError) as exc:
+        pytest.skip(f"libvirt/qemu cannot run here: {exc}")
+    vm_dir = Path(tempfile.mkdtemp(prefix="vgrid-test-debnode-", dir="/var/tmp"))
+    os.chmod(vm_dir, 0o755)
+    try:
+        if not list(Path("/var/cache/vgrid/guest").glob("debian-*/rootfs.qcow2")):
+            why = _mirror_reachable(configured_mirror())     # the agent would build it at its start
+            if why is not None:
+                pytest.skip(f"no Debian guest cached and the configured Debian mirror cannot be reached: {why}")
+
+        def defaults(n):
+            return {"work_dir": str(tmp_path / f"w{n}"), "driver": "libvirt", "vm_dir": str(vm_dir),
+                    "disk_quota_mb": 0, "vm_memory_mb": 128, "retry_initial_s": 0.05, "guest": "debian"}
+        with node_starter(f"deb{os.getpid()}n", defaults) as start:
+            url, agent = start(capacity=1.0)
+            drv = requests.get(f"{url}/status", timeout=30).json()["driver"]
+            assert drv["guest"]["kind"] == "debian" and drv["guest"]["root_disk"].endswith("rootfs.qcow2"), drv
+            assert drv["why"].endswith("debian guest"), drv
+            t0 = time.monotonic()
+            post(url, receiver, "debnode", executable="/usr/bin/python3", std_output="out.txt",
+                 output_sandbox=["out.txt"],
+                 arguments="-c 'import os, sys; print(sys.version_info[0], os.getuid(), "
+                           "open(\"/proc/1/comm\").read().strip())'")
+            done = receiver.wait_event("debnode", "done", timeout_s=400)
+            print(f"\nDEBIAN NODE job done {time.monotonic() - t0:.1f} s after POST; boot "
+                  f"{agent.driver.stats['last_boot_s']} s")
+            assert done["exit_code"] == 0, done
+            assert receiver.outputs[("debnode", "out.txt")] == b"3 1000 systemd\n"
+    finally:
+        shutil.rmtree(vm_dir, ignore_errors=True)
         daemons.stop()

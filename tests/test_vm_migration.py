@@ -10,10 +10,11 @@ TLS (issue 14; ``node_migration``, ``ce_migration``), and its refusals.
   resumes the job there: node 1 hands the memory image over, node 2 pulls it (checksummed) and
   restores it. The counter goes on (1..N, no gap, no repeat); the events show node 1, then
   node 2; the CE's status reports the copy against the model's estimate.
-* ``test_kill_9_of_either_node_mid_copy``: node agents as processes; the copy is throttled so it
-  is cut in the middle: kill -9 of the source, then of the target, each ends in MigrationFailed
-  with the VM still suspended on the source (adopted by its restarted agent); a third try moves
-  it and the job finishes with its counter unbroken.
+* ``test_kill_9_of_either_node_mid_copy``: node agents as processes; the VM boots from a pool
+  overlay; the copy is throttled so it is cut in the middle: kill -9 of the source, then of the
+  target, each ends in MigrationFailed with the VM still suspended on the source (adopted by its
+  restarted agent) and its overlay still there; a third try moves it (overlay included: A's is
+  removed only then) and the job finishes with its counter unbroken.
 """
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.drivers import guest
 from vwn_agents.drivers.libvirtd import LibvirtUnavailable, ensure_libvirtd
+from vwn_agents.images.repository import ImageRepositoryConfig, create_app as repository_app
 from vwn_agents.node_agent import NodeAgentConfig, create_app as node_app
 from vwn_agents.testing import Receiver
 
 from .pki_site import site_pki, tls_fields
+from .test_vwn_image_disk import MARKER, make_ext2
 from .waiting import wait_until
 
 ADDR = {"ce": "127.0.34.1", "node1": "127.0.34.2", "node2": "127.0.34.3", "rogue": "127.0.34.4",
@@ -236,19 +239,29 @@ def test_kill_9_of_either_node_mid_copy(pki, tmp_path, libvirt_daemons, vm_dir):
                  f'work_dir = "{tmp_path / name}"', 'driver = "libvirt"', f'vm_dir = "{vm_dir}"',
                  "vm_memory_mb = 128", "disk_quota_mb = 0", "heartbeat_s = 0", "retry_initial_s = 0.05",
                  f'gridmapdir = "{tmp_path / (name + "-gm")}"', f'ce_dns = ["{dns["ce"]}"]',
-                 "migration_serve_mb_s = 16.0", "migration_pull_timeout_s = 5.0"]
+                 "migration_serve_mb_s = 16.0", "migration_pull_timeout_s = 5.0",
+                 f'image_repository = "{repo.url}"', f'image_pool_dir = "{vm_dir}/pool-{tag}{name}"']
         lines += [f'{k} = "{v}"' for k, v in tls_fields(d, name).items()]
         return "\n".join(lines) + "\n"
     ce = session(d, "ce")
     n = 20                 # 10 s of guest time: the VM is suspended from the first handover on
+    images = tmp_path / "images"           # the VM boots from a pool overlay: it travels too
+    images.mkdir()
+    make_ext2(images / "k.img", {"marker.txt": MARKER})
+    repo = BackgroundServer(repository_app(ImageRepositoryConfig.from_dict({"images_dir": str(images)})))
+    overlay_a = Path(vm_dir) / f"pool-{tag}node1" / "overlays" / "k.qcow2"   # crossable by libvirt-qemu
     try:
         with ServiceGroup(tmp_path / "svc") as group:
             (tmp_path / "svc").mkdir(exist_ok=True)
             a, b = group.start_many([("node", "node1", toml("node1")), ("node", "node2", toml("node2"))])
+            r = ce.post(f"{a.url}/images/pulls", json={"image": "k.img", "transfer": "t"}, timeout=30)
+            assert r.status_code == 202, r.text
+            wait_until(lambda: any(i["state"] == "ready" for i in ce.get(f"{a.url}/images", timeout=10)
+                                   .json()["images"]), "the image in node 1's pool", 60)
             body = {"job_id": f"{receiver.url}/jobs/k", "key": "k", "executable": "/bin/sh",
                     "arguments": f"-c '{counter(n)}'", "callback_url": f"{receiver.url}/events",
                     "output_upload_url": f"{receiver.url}/jobs/k/output", "std_output": "c.txt",
-                    "output_sandbox": ["c.txt"], "memory_mb": 128}
+                    "output_sandbox": ["c.txt"], "memory_mb": 128, "image": "k.img"}
             r = ce.post(f"{a.url}/vwns", json=body, timeout=30)
             assert r.status_code == 201, r.text
             vwn = r.json()["vwn"]
@@ -282,13 +295,16 @@ def test_kill_9_of_either_node_mid_copy(pki, tmp_path, libvirt_daemons, vm_dir):
                 rec = ce.get(f"{a.url}/vwns/{vwn}", timeout=10).json()
                 assert rec["state"] == "suspended", rec        # on node 1's disk, adopted, not lost
                 assert (Path(vm_dir) / f"{tag}node1" / vwn / "memory.save").exists()
+                assert overlay_a.exists()                      # nor its disk: A keeps its overlay
             assert not incoming.parent.exists()                # the target swept its partial copy
             new = mig.move(enact, lease, 0, vwn, 1)
             end = receiver.wait_event("k", "done", timeout_s=240)
             assert end["vwn"] == new and end["exit_code"] == 0
             assert [int(x) for x in receiver.outputs[("k", "c.txt")].split()] == list(range(1, n + 1))
             assert ce.get(f"{a.url}/vwns/{vwn}", timeout=10).json()["state"] == "cancelled"
+            assert not overlay_a.exists()                      # handed over, then removed on A
     finally:
+        repo.close()
         receiver.close()
 
 

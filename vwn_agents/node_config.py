@@ -84,6 +84,11 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 "every ancestor must be traversable by the qemu account)"})
     guest_cache: str = field(default="/var/cache/vgrid/guest", metadata={
         "help": "where the test guest (kernel + busybox initramfs) is built once (driver libvirt)"})
+    guest: str = field(default="busybox", metadata={
+        "help": "the libvirt VWNs' guest: busybox (shell jobs; kernel + busybox initramfs built at first use) | "
+                "debian (python3 and systemd: `vgrid guest build-debian`, built into guest_cache at the agent's "
+                "start when not cached, from this machine's configured Debian mirror; each VM boots from its own "
+                "qcow2 overlay of the root disk; no pool image disk yet) (driver libvirt)"})
     vm_accel: str = field(default="auto", metadata={
         "help": "auto (probe KVM, else TCG) | kvm | tcg (driver libvirt)"})
     kvm_probe_s: float = field(default=10.0, metadata={
@@ -104,6 +109,10 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 "migration (MB/s = 10^6 bytes/s; 0 = unlimited; seed 002's migration bandwidth b)"})
     migration_pull_timeout_s: float = field(default=30.0, metadata={
         "help": "a migration copy from the source node fails when no byte arrives for this long (s)"})
+    migration_image_wait_s: float = field(default=600.0, metadata={
+        "help": "how long a node taking over a migrated VM waits for the VM's pooled image to arrive in "
+                "its own pool (pulled from its image_repository unless already there) before it answers "
+                "503 image-unavailable (s; the CE agent retries)"})
 
     ce_dns: list[str] = field(default_factory=list, metadata={
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
@@ -123,6 +132,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
             return f"field 'cgroup': must be auto, v1, v2 or none, got {self.cgroup!r}"
         if self.driver not in ("cgroup", "libvirt"):
             return f"field 'driver': must be cgroup or libvirt, got {self.driver!r}"
+        if self.guest not in ("busybox", "debian"):
+            return f"field 'guest': must be busybox or debian, got {self.guest!r}"
         if self.vm_accel not in ("auto", "kvm", "tcg"):
             return f"field 'vm_accel': must be auto, kvm or tcg, got {self.vm_accel!r}"
         if self.vm_memory_mb < 1 or not self.kvm_probe_s > 0:

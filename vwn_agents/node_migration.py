@@ -7,7 +7,9 @@ Routes (installed by ``node_agent.create_app``):
 * ``POST /vwns/<vwn>/handover`` (source node A; the CE agents of ``ce_dns`` only): suspend the
   VWN to disk unless it already is (pause + save of its memory image, ``node_suspend``), then
   offer its directory: 200 ``{"vwn","node","dir","token","files":[{"name","size","sha256"}],
-  "request","memory_mb","save"}``. ``token`` (256 random bits, new at every handover, kept in
+  "request","memory_mb","save"}``; a VM booted from the image pool adds its overlay as file
+  ``disk.qcow2`` (``disk_handover``: staged, rebased and pinned on the target, removed here at
+  the completion only). ``token`` (256 random bits, new at every handover, kept in
   memory only: a restarted agent has none and the CE agent asks again) is the capability the
   target presents to fetch the files. 404 unknown VWN; 409 ``code`` "not-libvirt" (the node's
   driver cannot hand a VM over) or "not-running" (starting or ended); 503 the save failed.
@@ -54,7 +56,7 @@ from vgrid_runtime.authn import Forbidden, authorize, caller
 from vgrid_runtime.httpclient import new_session
 from vgrid_runtime.httpjson import ApiError, parse_body
 
-from . import fairshare, node_suspend
+from . import disk_handover, fairshare, node_suspend
 from .drivers.libvirt_driver import VMError
 from .images.tokenbucket import TokenBucket
 from .node_client import NodeAgentClient, NodeAgentError
@@ -141,7 +143,10 @@ def handover(agent, vwn: str) -> dict:
     except VMError as exc:
         raise ApiError(409, str(exc), code="not-running") from None
     files = [{"name": p.name, "size": p.stat().st_size, "sha256": sha256_of(p)}
-             for p in sorted(d.iterdir()) if p.is_file() and _plain(p.name)]
+             for p in sorted(d.iterdir()) if p.is_file() and _plain(p.name) and p.name != disk_handover.DISK]
+    disk = disk_handover.offer(agent, v)            # the pool overlay (docs/vwn.md)
+    if disk is not None:
+        files.append(disk)
     token = secrets.token_urlsafe(32)
     agent.handovers[vwn] = token
     return {"vwn": vwn, "node": agent.config.node, "dir": str(d), "token": token, "files": files,
@@ -159,7 +164,7 @@ def serve_file(agent, vwn: str, name: str):
         raise Forbidden(f"fetch the handover files of {vwn} (no valid {HEADER} token)")
     if not _plain(name):
         raise ApiError(400, f"bad file name {name!r}")
-    path = agent.driver.vms.files(vwn) / name
+    path = disk_handover.source_file(agent, vwn, name)
     try:
         size = path.stat().st_size
     except OSError:
@@ -195,7 +200,9 @@ def complete(agent, vwn: str, body: CompleteBody):
     v = agent.get(vwn)
     agent.handovers.pop(vwn, None)
     agent.driver.vms.left.add(vwn)       # its domain now belongs to the target (one libvirtd may host both)
-    return agent.delete_vwn(vwn, reason=f"migrated to node {body.node} as {body.vwn}") if v.active else v
+    out = agent.delete_vwn(vwn, reason=f"migrated to node {body.node} as {body.vwn}") if v.active else v
+    disk_handover.release(agent, v)      # only now: its overlay goes, the image is unpinned
+    return out
 
 
 # -- target side ---------------------------------------------------------------------------------
@@ -242,6 +249,9 @@ def migrate_in(agent, body: MigrationIn) -> dict:
         if req.key in agent.by_key and agent.vwns[agent.by_key[req.key]].active:
             v = agent.vwns[agent.by_key[req.key]]          # a repeated request (the answer was lost)
             return {"vwn": v.vwn, "node": agent.config.node, "repeated": True}
+    disk = disk_handover.entry(body.files)
+    staged = disk_handover.stage_backing(agent, disk, req.key, agent.config.migration_image_wait_s) \
+        if disk is not None else None
     vms = agent.driver.vms
     into = vms.vm_dir / f"{INCOMING}{body.source_vwn}"
     into.mkdir(parents=True, exist_ok=True)
@@ -261,13 +271,20 @@ def migrate_in(agent, body: MigrationIn) -> dict:
         except AccountError as exc:
             raise ApiError(503, f"no pool account on {agent.config.node}: {exc}") from None
         d = vms.files(name)
+        try:
+            rewrites = disk_handover.adopt(agent, disk, req.key, into / disk_handover.DISK) if disk else {}
+        except ApiError:
+            agent.conf.close(jail, False)
+            raise
         shutil.rmtree(d, ignore_errors=True)
         os.replace(into, d)
         share = fairshare.vwn_cap(agent.config.capacity, len(agent.sharing()))
         try:
-            restore = vms.restore_moved(name, body.source_dir, body.source_vwn, share)
+            restore = vms.restore_moved(name, body.source_dir, body.source_vwn, share, rewrites)
         except VMError as exc:
             agent.conf.close(jail, False)
+            if disk:
+                disk_handover.drop(agent, req.key)
             shutil.rmtree(d, ignore_errors=True)
             raise ApiError(503, f"cannot restore {body.source_vwn} on {agent.config.node}: {exc}",
                            code="restore-failed") from None
@@ -284,7 +301,9 @@ def migrate_in(agent, body: MigrationIn) -> dict:
     return {"vwn": name, "node": agent.config.node, "copy_s": round(copy_s, 3), "bytes": total,
             "moved_bytes": moved, "mb": round(restore.mb, 1),
             "copy_mb_s": round(total / 1e6 / copy_s, 1) if copy_s > 0 else None,
-            "restore_s": round(restore.seconds, 3), "restore_mb_s": restore.mb_s}
+            "restore_s": round(restore.seconds, 3), "restore_mb_s": restore.mb_s,
+            "disk": None if staged is None else {"image": disk["image"], "hit": staged["hit"],
+                                                 "path": rewrites[disk["path"]]}}
 
 
 def _emit_resumed(agent, v: VWN, body: MigrationIn) -> None:

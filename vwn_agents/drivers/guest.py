@@ -352,7 +352,11 @@ def _untar(b64: str) -> dict:
         return {}
 
 
-def describe(guest: Guest) -> dict:
-    """JSON-ready description of ``guest`` (for GET /status)."""
-    return json.loads(json.dumps({"kernel": str(guest.kernel), "initrd": str(guest.initrd),
-                                  "key": guest.key, "kernel_package": guest.kernel_package}))
+def describe(guest) -> dict:
+    """JSON-ready description of ``guest`` (a ``Guest``, or a ``debian_guest.DebianGuest``: it
+    has a root ``disk``) for GET /status: ``kind`` "busybox" | "debian", files, cache key."""
+    disk = getattr(guest, "disk", None)
+    return json.loads(json.dumps({"kind": "debian" if disk is not None else "busybox",
+                                  "kernel": str(guest.kernel), "initrd": str(guest.initrd),
+                                  "key": guest.key, "kernel_package": getattr(guest, "kernel_package", None),
+                                  "root_disk": str(disk) if disk is not None else None}))

@@ -224,6 +224,7 @@ class LibvirtVMs:
         os.chmod(initrd, 0o644)                    # read by the qemu account
         for f in ("console.log", "channel.out"):
             (d / f).touch()
+        disk = self._root_disk(vwn, d, disk)
         xml = domain_xml(self.name(vwn), memory_mb=memory_mb, fraction=fraction,
                          kernel=self.guest.kernel, initrd=initrd, files=d, kvm=self.kvm, disk=disk)
         (d / "domain.xml").write_text(xml)
@@ -234,6 +235,22 @@ class LibvirtVMs:
                 raise VMError(f"{vwn}: cannot start its domain: {exc}") from None
             self.caps[vwn] = fraction
         return self.qemu_pid(vwn)
+
+    def _root_disk(self, vwn: str, d: Path, disk: Path | None) -> Path | None:
+        """The disk to boot ``vwn`` with: ``disk`` (a pool overlay, or None) for the busybox guest;
+        for a guest with a root disk (the Debian guest) ``disk`` when the caller made its root
+        overlay itself, else a new qcow2 overlay ``<files>/root.qcow2`` on the root disk (a cold
+        migration moves it with the VWN's files). VMError: qemu-img failed."""
+        root = getattr(self.guest, "disk", None)
+        if root is None or disk is not None:
+            return disk
+        overlay = d / "root.qcow2"
+        done = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(root), "-F", "qcow2",
+                               str(overlay)], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise VMError(f"{vwn}: cannot make its root overlay: {done.stderr.strip()[:300]}")
+        os.chmod(overlay, 0o644)
+        return overlay
 
     def qemu_pid(self, vwn: str) -> int | None:
         """The pid of ``vwn``'s qemu process (libvirt's pid file), None when not running."""
@@ -391,11 +408,13 @@ class LibvirtVMs:
         copy_s = time.monotonic() - t0
         return copy_s, self.restore_moved(vwn, str(src), src_vwn, fraction)
 
-    def restore_moved(self, vwn: str, src_dir: str, src_vwn: str, fraction: float) -> Transfer:
+    def restore_moved(self, vwn: str, src_dir: str, src_vwn: str, fraction: float,
+                      rewrites: dict[str, str] | None = None) -> Transfer:
         """Cold migration, target side, once the files of ``src_vwn`` (another node's directory
         ``src_dir``) are in ``files(vwn)``: restore the VM here with every path of ``src_dir``
-        rewritten to this node's directory (libvirt keeps the domain's name: ``domain_name``),
-        capped at ``fraction``. VMError."""
+        rewritten to this node's directory and each key of ``rewrites`` (the pool overlay and its
+        image: ``disk_handover.adopt``) to its value (libvirt keeps the domain's name:
+        ``domain_name``), capped at ``fraction``. VMError."""
         d = self.files(vwn)
         os.chmod(d, 0o755)
         image = d / "memory.save"
@@ -404,6 +423,8 @@ class LibvirtVMs:
         except self._lv.libvirtError as exc:
             raise VMError(f"{vwn}: unreadable memory image: {exc}") from None
         xml = xml.replace(src_dir, str(d))
+        for old, new in (rewrites or {}).items():
+            xml = xml.replace(f"'{old}'", f"'{new}'").replace(f'"{old}"', f'"{new}"')
         m = re.search(r"<name>([^<]+)</name>", xml)
         (d / "domain-name").write_text(m.group(1) if m else self.name(src_vwn))
         with self._lock:

@@ -45,10 +45,11 @@ class LibvirtDriver(VWNDriver):
 
     def __init__(self, vms: LibvirtVMs, memory_mb: int, keep_files: bool = False) -> None:
         self.vms, self.memory_mb, self.keep_files = vms, memory_mb, keep_files
-        self.why = f"libvirt, {vms.why}"
+        kind = "debian" if getattr(vms.guest, "disk", None) is not None else "busybox"
+        self.why = f"libvirt, {vms.why}; {kind} guest"
         self.missing: dict[str, str] = {}        # the Freezer face: VWNs that cannot be suspended
         self.stats = {"saves": 0, "restores": 0, "last_boot_s": None, "boots": 0, "mean_boot_s": None,
-                      "max_boot_s": None}
+                      "max_boot_s": None, "last_boot_cpu_s": None, "cpu_boots": 0, "mean_boot_cpu_s": None}
         self._closed = False
 
     @property
@@ -70,14 +71,21 @@ class LibvirtDriver(VWNDriver):
                 "last_save": vms.last_save.record() if vms.last_save else None,
                 "last_restore": vms.last_restore.record() if vms.last_restore else None, **self.stats}
 
-    def record_boot(self, seconds: float) -> None:
+    def record_boot(self, seconds: float, cpu_s: float | None = None) -> None:
         """One guest boot (domain start to the agent's ``VGRID-RUNNING``, s): ``last_boot_s``,
         ``boots``, ``mean_boot_s``, ``max_boot_s`` in GET /status (the CE's ``vm_boot_lead_s =
-        -1`` and ``benchmarks/live_vs_sim.py --vms`` read them)."""
+        -1`` and ``benchmarks/live_vs_sim.py --vms`` read them); ``cpu_s``, the CPU time the
+        domain had used by then (libvirt's ``info``), gives ``last_boot_cpu_s`` and
+        ``mean_boot_cpu_s``: a TCG boot needs about the same CPU every time, so its wall time
+        grows with the host's load (docs/vwn.md)."""
         st, n = self.stats, self.stats["boots"] + 1
         st["last_boot_s"], st["boots"] = round(seconds, 2), n
         st["mean_boot_s"] = round(((st["mean_boot_s"] or 0.0) * (n - 1) + seconds) / n, 2)
         st["max_boot_s"] = round(max(st["max_boot_s"] or 0.0, seconds), 2)
+        if cpu_s is not None:
+            k = st.get("cpu_boots", 0) + 1
+            st["last_boot_cpu_s"], st["cpu_boots"] = round(cpu_s, 2), k
+            st["mean_boot_cpu_s"] = round(((st.get("mean_boot_cpu_s") or 0.0) * (k - 1) + cpu_s) / k, 2)
 
     def state(self, vwn: str) -> str:
         st = self.vms.state(vwn)
@@ -195,12 +203,16 @@ def open_libvirt(config) -> LibvirtDriver:
     is missing (libvirt-python, the daemon, the guest's packages)."""
     from .guest import GuestBuildError
     try:
-        guest = build_guest(config.guest_cache)
+        guest = build_guest(config.guest_cache)      # also the KVM probe's guest
+        booted = guest
+        if config.guest == "debian":                 # python3 + systemd (docs/vwn.md, "The Debian guest")
+            from .debian_guest import build_debian_guest
+            booted = build_debian_guest(config.guest_cache)
     except (GuestBuildError, OSError) as exc:
-        raise RuntimeError(f"node {config.node}: cannot build the VM guest: {exc}") from None
+        raise RuntimeError(f"node {config.node}: cannot build the {config.guest} VM guest: {exc}") from None
     kvm, why = _probe(guest, config.vm_accel, config.kvm_probe_s)
     try:
-        vms = LibvirtVMs(config.libvirt_uri, Path(config.vm_dir) / config.node, guest, kvm, why)
+        vms = LibvirtVMs(config.libvirt_uri, Path(config.vm_dir) / config.node, booted, kvm, why)
     except ImportError:
         raise RuntimeError("driver = \"libvirt\" needs libvirt-python (pip install 'vgrid[libvirt]')") from None
     except VMError as exc:

@@ -54,6 +54,10 @@ def _start(agent, v) -> None:
     except ValueError as exc:
         v.fail(Outcome.WRAPPER_ERROR, str(exc))
         return
+    if r.image and getattr(drv.vms.guest, "disk", None) is not None:      # its one disk is its root
+        v.fail(Outcome.WRAPPER_ERROR, f"cannot start the VWN's VM: the {agent.config.guest} guest boots "
+                                      f"from its root disk; a pool image disk ({r.image}) is not supported")
+        return
     memory = max(MIN_MEMORY_MB, r.memory_mb or drv.memory_mb)
     cap = v.cpu_caps[-1][1] if v.cpu_caps else agent.config.capacity
     drv.vms.destroy(v.vwn)                         # a domain an earlier agent started unrecorded
@@ -125,7 +129,7 @@ def run(agent, v) -> None:
         st = parse_channel(channel.read_bytes()) if size else parse_channel(b"")
         if st.running and v.state is VWNState.STARTING:
             if booted_at is not None:
-                drv.record_boot(time.monotonic() - booted_at)
+                drv.record_boot(time.monotonic() - booted_at, drv.cpu_usage_s(v.vwn))
             with agent._lock:
                 v.to(VWNState.RUNNING)
                 agent._emit(v, "running")

@@ -10,8 +10,8 @@ the VWN lives. The libvirt driver boots the domain with it as virtio disk ``vda`
 the guest mounts it at ``/image``); the cgroup driver has no use for it (the overlay only pins
 the image and makes the VWN wait for it). When the VWN ends (done, aborted, cancelled) the
 overlay is removed (``detach``), which unpins the image: it stays READY for reuse until the
-pool's LRU eviction takes it. A VWN migrated away keeps its overlay (the VM on the other node
-uses it).
+pool's LRU eviction takes it. A VWN migrated away hands its overlay over and removes it at the
+handover's completion (``disk_handover``), not here.
 
 Errors: ``attach`` raises ``ApiError`` 409 ``code = "not-ready"`` while the image has not
 arrived (the CE's lease engine retries the start on its next tick), 500 ``overlay-failed``
