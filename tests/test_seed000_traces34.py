@@ -71,14 +71,15 @@ def test_images_follow_table_8_2(jobs):
 
 def test_staging_attempts_option_places_a_multi_node_lease_on_an_idle_site():
     """A 2-VM lease on 16 one-slot nodes needs two back-to-back 48 s transfers; with 0 attempts
-    (one per node) it starts at 96 s. The engine's default (4) leaves it queued with no event."""
+    (0, the default: one per node plus one) it starts at 96 s; with 4 attempts, the engine's
+    default before session 6, it stays queued for ever when no other event comes."""
     def lease():   # a fresh one per run: the engine keeps its run-time record in the lease
         return Lease(1, LeaseType.BEST_EFFORT, 0.0, 60.0, 2, resource_vector(cpu=100, memory=512), "img1", 600.0)
     opts = {"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 100.0, "diskimage-reuse": "none"}
     site = uniform_site(16, cpus_per_node=1, mem_per_node=512)
-    placed = simulate([lease()], site, LeaseConfig({**opts, "besteffort-staging-attempts": 0})).scheduler.leases[1]
+    placed = simulate([lease()], site, LeaseConfig(opts)).scheduler.leases[1]
     assert placed.state is LeaseState.DONE and placed.start_s == 96.0 and placed.transfers == 2
-    stuck = simulate([lease()], site, LeaseConfig(opts)).scheduler.leases[1]
+    stuck = simulate([lease()], site, LeaseConfig({**opts, "besteffort-staging-attempts": 4})).scheduler.leases[1]
     assert stuck.state is LeaseState.QUEUED and stuck.start_s is None
 
 

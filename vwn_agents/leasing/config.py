@@ -156,11 +156,11 @@ OPTIONS: tuple[Option, ...] = (
            ("edf", "edf-jit", "job-style", "jit", "aggressive")),
     Option("avoid-redundant-transfers", "deploy-imagetransfer", bool, True,
            "Piggyback on scheduled transfers of the same image to the same node (seed 000 6.3.1)."),
-    Option("besteffort-staging-attempts", "deploy-imagetransfer", int, 4,
+    Option("besteffort-staging-attempts", "deploy-imagetransfer", int, 0,
            "vgrid: placements tried for a best-effort lease whose image transfers (one per node, "
            "back to back in the FIFO queue) end after the start first assumed; each retry waits "
            "for the nodes' real ready time. 0 = one more than the number of nodes (a multi-node "
-           "lease on an idle site needs that many; with 4 it can stay queued until the next event, "
+           "lease on an idle site needs that many, the default; with fewer it can stay queued until the next event, "
            "or for ever if none comes: seed 000 Traces III/IV).", minimum=0),
     Option("diskimage-reuse", "deploy-imagetransfer", str, "image-caches",
            "`none` (every lease gets its own transfer, deleted at its end) or `image-caches` "

@@ -289,7 +289,7 @@ VARIANTS = {
             {"nodes": 8, "vms_per_node": 2}),
     "bw-1000": ("a 1 Gb/s link (stated: 100 Mb/s)", {"bandwidth_mbps": 1000.0}),
     "with-21665": ("jobs up to #21665 inclusive (63 submissions, 148 VMs)", {"last_job": 21665}),
-    "attempts-4": ("the engine's default besteffort-staging-attempts = 4", {"staging_attempts": 4}),
+    "attempts-4": ("besteffort-staging-attempts = 4 (the engine's default before session 6)", {"staging_attempts": 4}),
 }
 
 

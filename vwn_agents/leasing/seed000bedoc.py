@@ -263,7 +263,7 @@ Our choices where the thesis is silent (`BeSpec`; their effect is in the last ta
 - At 1 Gb/s the link stops being the bottleneck: {bw_nc:.0f} s per image without reuse and
   {bw_c3:.0f} / {bw_c4:.0f} s with the pools. So the 100 Mb/s link sets the size of every
   number above.
-- The engine's default `besteffort-staging-attempts = 4` leaves most multi-node leases
+- `besteffort-staging-attempts = 4` (the engine's default before session 6) leaves most multi-node leases
   queued for ever (see the choices above).
 
 ### Traces III and IV in Section 8.3's configurations
