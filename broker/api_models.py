@@ -230,7 +230,9 @@ SPEC = ApiSpec(
         Op("POST", "/jobs/{key}/events", "a CE agent's event about the job",
            "the CE agent the job was dispatched to (or a service, for a past attempt)",
            {200: EventAnswer}, body=Event, errors={400: "bad event", 404: "unknown job",
-                                                    409: "illegal state change"}),
+                                                    409: "illegal state change",
+                                                    503: "retry: another broker process changed "
+                                                         "the job first (front_ends)"}),
         Op("POST", "/heartbeats", "a CE agent's heartbeat", "the CE agent whose URL its certificate serves",
            {200: Unknown}, body=Heartbeat, errors={400: "bad heartbeat (field named)"}),
         Op("GET", "/jobs/{key}/output", "names of the job's output files", _JOB, {200: OutputFiles},
