@@ -158,7 +158,8 @@ class BulkTransitions:
             if len(sets) > 1:
                 keyed = keyed_update(c, table, sets, new, now, expect, reason, increment)
                 if keyed is not None:
-                    self._history(c, [k for moved in keyed for k in moved], new, now, reason, quiet)
+                    (self._unclaim if quiet else self._history)(c, [k for moved in keyed for k in moved],
+                                                                 new, now, reason)
                     return keyed
             for keys, values in sets:
                 moved: set[str] = set()
@@ -167,24 +168,25 @@ class BulkTransitions:
                                                               _guard(table, expect))
                                           .values(**values, **common).returning(table.c.key)))
                     moved.update(done)
-                    self._history(c, done, new, now, reason, quiet)
+                    (self._unclaim if quiet else self._history)(c, done, new, now, reason)
                 out.append([k for k in keys if k in moved])
         return out
 
-    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None,
-                 unclaim: bool = False) -> None:
+    def _unclaim(self, conn, keys: list[str], *_ignored) -> None:
+        """For claims put back unmatched (:meth:`transition_many` ``quiet``): delete each key's
+        last history row where it is its claim's Ready row; one DELETE per chunk of keys."""
+        table = self.History.__table__
+        for part in chunks(keys):
+            last = select(func.max(table.c.id)).where(table.c.key.in_(part)).group_by(table.c.key)
+            conn.execute(delete(table).where(table.c.id.in_(last), table.c.state == JobState.READY.value))
+
+    def _history(self, conn, keys: list[str], state: JobState, now: float, reason: str | None) -> None:
         """One INSERT statement for the history rows of ``keys`` (executemany of one
         prepared statement; SQLAlchemy batches it into multi-row VALUES where the driver
-        gains from it). ``unclaim``: instead, one DELETE of each key's last row where that
-        row is the Ready row of its claim (:meth:`transition_many` ``quiet``)."""
+        gains from it)."""
         if not keys:
             return
         table = self.History.__table__
-        if unclaim:
-            for part in chunks(keys):
-                last = select(func.max(table.c.id)).where(table.c.key.in_(part)).group_by(table.c.key)
-                conn.execute(delete(table).where(table.c.id.in_(last), table.c.state == JobState.READY.value))
-            return
         if conn.dialect.paramstyle == "qmark":   # SQLite: the driver's executemany of tuples,
             q = conn.dialect.identifier_preparer.quote   # without per-row parameter processing
             conn.exec_driver_sql(f"INSERT INTO {q(table.name)} ({q('key')}, {q('state')}, {q('time')}, "
