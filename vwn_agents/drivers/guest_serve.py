@@ -31,7 +31,6 @@ sandboxes of VOC jobs should stay small (``MAX_JOB_BYTES``).
 from __future__ import annotations
 
 import base64
-import os
 import socket
 import stat
 import time
@@ -131,28 +130,15 @@ def start_serving(vms, vwn: str, memory_mb: int, fraction: float, disk: Path | N
     ``libvirt_driver.LibvirtVMs``), with ``disk`` (a qcow2 overlay: the VO's image, mounted at
     ``/image``) if given; returns the qemu pid (None if unknown). The UNIX socket path must fit
     ``sun_path`` (107 bytes): ServeError otherwise; VMError from libvirt."""
-    from .libvirt_driver import VMError, domain_xml
+    from .libvirt_driver import domain_xml
     d = vms.files(vwn)
     if len(str(d / "channel.in")) > 107:
         raise ServeError(f"{d}/channel.in is longer than a UNIX socket path may be: use a shorter vm_dir")
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o755)
-    initrd = d / "initrd"
-    initrd.write_bytes(vms.guest.initrd.read_bytes() + serve_archive())
-    os.chmod(initrd, 0o644)
-    for f in ("console.log", "channel.out"):
-        (d / f).touch()
+    d, initrd = vms.prepare(vwn, serve_archive())
     xml = serving_xml(domain_xml(vms.name(vwn), memory_mb=memory_mb, fraction=fraction,
                                  kernel=vms.guest.kernel, initrd=initrd, files=d, kvm=vms.kvm,
                                  disk=disk), d)
-    (d / "domain.xml").write_text(xml)
-    with vms._lock:
-        try:
-            vms.conn.createXML(xml, 0)
-        except vms._lv.libvirtError as exc:
-            raise VMError(f"{vwn}: cannot start its domain: {exc}") from None
-        vms.caps[vwn] = fraction
-    return vms.qemu_pid(vwn)
+    return vms.create(vwn, d, xml, fraction)
 
 
 def _send(files: Path, line: bytes, timeout_s: float) -> None:

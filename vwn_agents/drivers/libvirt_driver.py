@@ -216,17 +216,28 @@ class LibvirtVMs:
               disk: Path | None = None) -> int | None:
         """Create and boot ``vwn``'s transient domain with the job appended to the guest's
         initramfs; returns the qemu pid (None if unknown). VMError."""
+        d, initrd = self.prepare(vwn, job_cpio)
+        disk = self._root_disk(vwn, d, disk)
+        xml = domain_xml(self.name(vwn), memory_mb=memory_mb, fraction=fraction,
+                         kernel=self.guest.kernel, initrd=initrd, files=d, kvm=self.kvm, disk=disk)
+        return self.create(vwn, d, xml, fraction)
+
+    def prepare(self, vwn: str, cpio: bytes) -> tuple[Path, Path]:
+        """Make ``vwn``'s file directory and its initramfs (the guest's with ``cpio``, a newc
+        archive, appended); returns ``(directory, initrd path)``."""
         d = self.files(vwn)
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(d, 0o755)
         initrd = d / "initrd"
-        initrd.write_bytes(self.guest.initrd.read_bytes() + job_cpio)
+        initrd.write_bytes(self.guest.initrd.read_bytes() + cpio)
         os.chmod(initrd, 0o644)                    # read by the qemu account
         for f in ("console.log", "channel.out"):
             (d / f).touch()
-        disk = self._root_disk(vwn, d, disk)
-        xml = domain_xml(self.name(vwn), memory_mb=memory_mb, fraction=fraction,
-                         kernel=self.guest.kernel, initrd=initrd, files=d, kvm=self.kvm, disk=disk)
+        return d, initrd
+
+    def create(self, vwn: str, d: Path, xml: str, fraction: float) -> int | None:
+        """Create and boot the transient domain ``xml`` of ``vwn`` (its copy kept in ``d``),
+        capped at ``fraction`` (CPU fraction); returns the qemu pid (None if unknown). VMError."""
         (d / "domain.xml").write_text(xml)
         with self._lock:
             try:
