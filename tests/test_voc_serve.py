@@ -6,9 +6,7 @@ the domain is gone. Skips only where libvirt or qemu cannot run, saying why."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 
@@ -16,33 +14,18 @@ import pytest
 import requests
 
 from vgrid_runtime.clock import WallClock
-from vwn_agents.drivers import guest
 from vwn_agents.drivers.guest_serve import ServeError, job_state
-from vwn_agents.drivers.libvirtd import LibvirtUnavailable, ensure_libvirtd
 from vwn_agents.voc.policies import make_policy
 from vwn_agents.voc.pool import VOCNodeState, VOCPool
 from vwn_agents.voc.watchdog import Watchdog
 
+from .vm_site import libvirt_vms
 from .waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def vms():
-    try:
-        daemons = ensure_libvirtd()
-        g = guest.build_guest("/var/cache/vgrid/guest")
-        from vwn_agents.drivers.libvirt_driver import LibvirtVMs
-        from vwn_agents.drivers.libvirt_vwn import _probe
-        kvm, why = _probe(g, "auto", 10.0)
-        d = tempfile.mkdtemp(prefix="vgrid-voc-serve-", dir="/var/tmp")
-        os.chmod(d, 0o755)
-        v = LibvirtVMs("qemu:///system", d, g, kvm, why)
-    except (LibvirtUnavailable, guest.GuestBuildError, ImportError) as exc:
-        pytest.skip(f"libvirt/qemu cannot run here: {exc}")
-    yield v
-    v.close()
-    shutil.rmtree(d, ignore_errors=True)
-    daemons.stop()
+    yield from libvirt_vms("vgrid-voc-serve-")
 
 
 def test_job_state_reads_one_job_of_a_sequence():

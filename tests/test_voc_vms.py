@@ -6,40 +6,23 @@ run, saying why."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import threading
 
 import pytest
 
 from vgrid_runtime.clock import WallClock
-from vwn_agents.drivers import guest
-from vwn_agents.drivers.libvirtd import LibvirtUnavailable, ensure_libvirtd
 from vwn_agents.voc.policies import make_policy
 from vwn_agents.voc.pool import VOCNodeState, VOCPool
 from vwn_agents.voc.watchdog import Watchdog
 
+from .vm_site import libvirt_vms
 from .waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def vms():
-    try:
-        daemons = ensure_libvirtd()
-        g = guest.build_guest("/var/cache/vgrid/guest")
-        from vwn_agents.drivers.libvirt_driver import LibvirtVMs
-        from vwn_agents.drivers.libvirt_vwn import _probe
-        kvm, why = _probe(g, "auto", 10.0)
-        d = tempfile.mkdtemp(prefix="vgrid-test-voc-vms-", dir="/var/tmp")
-        os.chmod(d, 0o755)
-        v = LibvirtVMs("qemu:///system", d, g, kvm, why)
-    except (LibvirtUnavailable, guest.GuestBuildError, ImportError) as exc:
-        pytest.skip(f"libvirt/qemu cannot run here: {exc}")
-    yield v
-    v.close()
-    shutil.rmtree(d, ignore_errors=True)
-    daemons.stop()
+    yield from libvirt_vms("vgrid-test-voc-vms-")
 
 
 def test_voc_nodes_are_booted_vms_with_measured_boot_delay(vms):
