@@ -17,11 +17,14 @@ Every failure of a call is a ``ServiceError`` (each client raises its own subcla
 from __future__ import annotations
 
 import enum
+import json as jsonlib
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
+
+from .keptalive import KeptAlive, LeanError
 
 from typing import TYPE_CHECKING
 
@@ -77,7 +80,8 @@ def new_session(tls: "TLSFiles | None" = None) -> requests.Session:
     session = _Session()
     if tls is not None:
         from .tls import client_context
-        session.mount("https://", _ContextAdapter(client_context(tls)))
+        session.tls_context = client_context(tls)
+        session.mount("https://", _ContextAdapter(session.tls_context))
     return session
 
 
@@ -94,6 +98,31 @@ class _Session(requests.Session):
     def __init__(self) -> None:
         super().__init__()
         self._environment: dict[tuple, dict[str, Any]] = {}
+        self.tls_context = None          # the mutual-TLS context of https:// (new_session)
+        self._kept_alive: KeptAlive | None = None
+
+    def kept_alive(self, url: str) -> KeptAlive | None:
+        """The session's :class:`vgrid_runtime.keptalive.KeptAlive` pool (same TLS context)
+        for a JSON POST to ``url``, or None when requests must send it: a proxy applies to
+        ``url`` (environment), an ``https://`` URL without the session's mutual-TLS context
+        (requests' CA bundle rules apply), or the session was given its own auth,
+        certificate or adapters."""
+        if self.auth is not None or self.cert is not None or set(self.adapters) != {"https://", "http://"} \
+                or type(self.adapters["http://"]) is not HTTPAdapter \
+                or type(self.adapters["https://"]) not in (HTTPAdapter, _ContextAdapter):
+            return None
+        if self.tls_context is None and not url.startswith("http://"):
+            return None
+        if self.merge_environment_settings(url, {}, None, None, None)["proxies"]:
+            return None
+        if self._kept_alive is None:
+            self._kept_alive = KeptAlive(self.tls_context)
+        return self._kept_alive
+
+    def close(self) -> None:
+        if self._kept_alive is not None:
+            self._kept_alive.close()
+        super().close()
 
     def merge_environment_settings(self, url, proxies, stream, verify, cert):
         if proxies or not self.trust_env:
@@ -193,6 +222,41 @@ class ServiceClient:
             raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: the answer lacks "
                              f"{', '.join(missing)}", url, r.status_code)
         return data
+
+    def _post_json_lean(self, path: str, json: Any, required: tuple[str, ...] = ()) -> dict:
+        """:meth:`_call` ``POST`` for an **idempotent** request whose answer is a JSON object,
+        sent over the session's kept-alive ``http.client`` connections
+        (:mod:`vgrid_runtime.keptalive`: ~4x less CPU per request than requests; a stale
+        kept-alive connection is retried once) when the session allows it
+        (``_Session.kept_alive``), else through requests. Same answers and the same typed
+        errors as :meth:`_call`."""
+        url = f"{self.base_url}{path}"
+        pool = self.session.kept_alive(url) if isinstance(self.session, _Session) else None
+        if pool is None:
+            return self._call("POST", path, json=json, required=required)
+        body = jsonlib.dumps(json, separators=(",", ":")).encode()
+        try:
+            status, data = pool.post_json(url, body, self.timeout_s)
+        except LeanError as exc:
+            kind = ErrorKind.TIMEOUT if exc.kind == "timeout" else ErrorKind.UNREACHABLE
+            raise self.Error(kind, f"{exc.cause}: {exc}", url, cause=exc.cause) from exc
+        try:
+            answer = jsonlib.loads(data)
+        except ValueError:
+            answer = None
+        if status >= 300:
+            text = data[:200].decode("utf-8", "replace")
+            raise self.Error(ErrorKind.HTTP, f"HTTP {status} {text}", url, status,
+                             answer if isinstance(answer, dict) else None)
+        if not isinstance(answer, dict):
+            what = "not JSON" if answer is None else f"expected a JSON dict, got {type(answer).__name__}"
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: {what}: {data[:200]!r}",
+                             url, status)
+        missing = [k for k in required if k not in answer]
+        if missing:
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: the answer lacks "
+                             f"{', '.join(missing)}", url, status)
+        return answer
 
     def _get_stream(self, path: str, headers: dict | None = None, timeout_s: float | None = None,
                     chunk_bytes: int = 65536):

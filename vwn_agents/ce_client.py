@@ -43,7 +43,7 @@ class CEAgentClient(ServiceClient):
         "outcome": "refused","status","error"}`` (``vwn_agents.ce_bulk``). Raises CEAgentError
         for the whole request (HTTP 403 not a broker of this CE; 404 a CE agent without the
         endpoint; unreachable, timeout) or an answer without one result per body."""
-        answer = self._call("POST", "/jobs/bulk", json={"jobs": bodies}, required=("results",))
+        answer = self._post_json_lean("/jobs/bulk", {"jobs": bodies}, required=("results",))
         results = answer["results"]
         if not isinstance(results, list) or len(results) != len(bodies) or \
                 not all(isinstance(r, dict) for r in results):
