@@ -16,8 +16,8 @@ Requirements / Rank / owner classes, every job with its own Arguments, so no two
 equal) are stored in a real JobStore (SQLite file, or ``--store postgresql``: a throw-away
 PostgreSQL server from tests/pg_server.py), then ``--workers`` matcher workers
 (``broker.matcher_worker.match_pass``, each in a thread with its own JobStore) run one pass:
-claim ``--batch`` jobs at once, parse, choose a CE (task queues), one POST per CE per batch,
-record Scheduled (one keyed UPDATE per 500 jobs, each row with its CE). Checked: every matched job is Scheduled, the receiver
+claim ``--batch`` jobs at once, parse, choose a CE (task queues), one POST per CE per batch
+(``--senders`` of them in flight at once, over kept-alive connections), record Scheduled (one keyed UPDATE per 500 jobs, each row with its CE). Checked: every matched job is Scheduled, the receiver
 got each dispatch key exactly once (``duplicates`` 0).
 
 CPU = ``time.process_time()`` of the broker process (all its threads; the receiver excluded);
@@ -176,7 +176,8 @@ class Timer:
 
 
 def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers: int, batch: int, url: str,
-        receiver: str, prefix: str, tmp: Path, legacy: bool = False, warm: bool = False) -> dict:
+        receiver: str, prefix: str, tmp: Path, legacy: bool = False, warm: bool = False,
+        senders: int = BrokerSettings.dispatch_senders) -> dict:
     """One pass over ``jobs`` Waiting jobs by ``workers`` matcher workers; its figures.
     The jobs carry the class id and input sandbox the submission path stores
     (``broker.taskqueues.match_fields``, its CPU reported as ``submit_class_us``: the part
@@ -208,7 +209,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     mm = Matchmaker(ism.feedback, rng=random.Random(seed))
     broker = Broker(store, ism, mm, clock, tmp / f"{prefix}sandboxes",
                     BrokerSettings(base_url="https://broker.example.org:8440", match_expiry_s=3600,
-                                   match_batch=batch, matcher_workers=workers))
+                                   match_batch=batch, matcher_workers=workers, dispatch_senders=senders))
     matcher_worker.tune_gc(broker.settings)   # as the broker does when it starts its workers
     if path == "per_job":
         broker.queues = PerJob(mm)
@@ -216,7 +217,8 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
     real_batch = matcher_worker.match_batch
     matcher_worker.match_batch = timer.wrap("batch", real_batch)
     mm.filtered = timer.wrap("class_matching", mm.filtered)
-    broker.dispatcher.dispatch = timer.wrap("dispatch", broker.dispatcher.dispatch)
+    broker.dispatcher.dispatch = timer.wrap("dispatch", broker.dispatcher.dispatch)   # in the sender threads
+    broker.dispatcher.dispatch_all = timer.wrap("dispatch_all", broker.dispatcher.dispatch_all)   # the batch's share
     broker.dispatcher.record_all = timer.wrap("record", broker.dispatcher.record_all)
     real_parse = matcher_worker.jdlmod.parse_jdl
     matcher_worker.jdlmod.parse_jdl = timer.wrap("parse", real_parse)   # the JDL parse per job
@@ -234,8 +236,9 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
 
     def split(spent: dict[str, float]) -> dict[str, float]:
         # the choose step: what the batch loop spent outside parse, dispatch and record (it
-        # includes class matching and the per-job loop: signature lookup, selection, grouping)
-        sp = dict(spent, choose=spent.get("batch", 0.0) - sum(spent.get(k, 0.0) for k in ("parse", "dispatch", "record")))
+        # includes class matching and the per-job loop: signature lookup, selection, grouping);
+        # dispatch_all: the batch thread's own time in dispatch (all of it with one sender)
+        sp = dict(spent, choose=spent.get("batch", 0.0) - sum(spent.get(k, 0.0) for k in ("parse", "dispatch_all", "record")))
         return {k: round(1e6 * sp.get(k, 0.0) / jobs, 1)
                 for k in ("claim", "parse", "choose", "class_matching", "dispatch", "record")}
 
@@ -253,6 +256,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
                         "warm_split_us_per_job": split(timer.spent),
                         "warm_received": w_after["jobs"] - after["jobs"],
                         "warm_duplicates": w_after["duplicates"] - after["duplicates"]}
+    broker.dispatcher.close()   # its sender threads
     matcher_worker.jdlmod.parse_jdl = real_parse
     matcher_worker.match_batch = real_batch
     scheduled = [j for j in store.list(states=[JobState.SCHEDULED], history=False) if j.key.startswith(prefix)]
@@ -321,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="jobs of the per-job matcher's pass (choices compared; 0: skip it)")
     ap.add_argument("--batch", type=int, default=None,
                     help="match_batch: jobs a worker claims at once (default jobs / workers)")
+    ap.add_argument("--senders", type=int, default=BrokerSettings.dispatch_senders,
+                    help="dispatch_senders: bulk POSTs in flight at once (1: one after another)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="directory for broker_match.csv and .png")
     ap.add_argument("--legacy", action="store_true",
@@ -343,10 +349,11 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(a.repeat):
                         prefix = f"c{n}w{workers}r{rep}-"
                         res = run("classes", ads, a.jobs, a.classes, a.seed, workers, batch, fresh(prefix), receiver, prefix, tmp,
-                                  a.legacy, a.warm)
+                                  a.legacy, a.warm, a.senders)
                         out = {"benchmark": "broker_match", "ces": n, "jobs": a.jobs,
                                "classes": min(a.classes, a.jobs), "store": a.store, "workers": workers,
                                "batch": batch, "repeat": rep + 1, "dispatch": "POST /jobs/bulk to one loopback receiver (HTTP)",
+                               "senders": a.senders,
                                "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
                                **{k: v for k, v in res.items() if not k.startswith("_") and k != "path"}}
                         ok = res["received"] == res["scheduled"] and res["duplicates"] == 0 and \

@@ -64,6 +64,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                              "Python's cyclic garbage collector in the broker process (gc.set_threshold); "
                              "the matcher allocates ~30 objects per job, and at Python's default (700) a pass "
                              "spent ~15 % of its CPU collecting; 0 keeps Python's default")
+    dispatch_senders: int = opt(4, "bulk dispatch POSTs a matcher worker keeps in flight at once (sender "
+                                "threads shared by the workers); every POST has answered before a batch is "
+                                "recorded; 1: one after another")
     match_expiry_s: float = opt(30.0, "a job that no CE matches for this long ends Aborted")
     max_dispatch_attempts: int = opt(5, "dispatch attempts before a job ends Aborted")
     blacklist_s: float = opt(300.0, "seconds a CE that timed out, was unreachable or answered "
@@ -120,7 +123,7 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         for name in ("ism_refresh_s", "match_interval_s", "fuzzy_factor"):
             if getattr(self, name) <= 0:
                 return f"field {name!r} must be > 0"
-        for name in ("matcher_workers", "match_batch", "front_ends"):
+        for name in ("matcher_workers", "match_batch", "front_ends", "dispatch_senders"):
             if getattr(self, name) < 1:
                 return f"field {name!r} must be >= 1"
         if self.blacklist_s < 0:

@@ -158,7 +158,7 @@ def match_batch(broker, store, jobs: list) -> int:
         moved = store.transition_many([j.key for j in retry], JobState.WAITING, now, expect=JobState.READY,
                                       reason=f"{NO_MATCH} yet; retrying", quiet=True)
         broker.dispatcher._refresh_parents(retry, moved, now)
-    dispatched = [(target, broker.dispatcher.dispatch(target, batch)) for target, batch in groups.items()]
+    dispatched = broker.dispatcher.dispatch_all(groups)   # POSTs in flight at once (dispatch_senders)
     done += broker.dispatcher.record_all(store, dispatched, broker.clock.now())
     return done
 
@@ -230,3 +230,5 @@ def stop_workers(workers: list[MatcherWorker], timeout_s: float = 10.0) -> None:
     for w in workers:
         w.wake.set()
         w.join(timeout=timeout_s)
+    if workers:
+        workers[0].broker.dispatcher.close()

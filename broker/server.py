@@ -66,7 +66,8 @@ def build_broker(config: BrokerConfig, clock=None) -> Broker:
                               stalled_resubmit_s=config.stalled_resubmit_s,
                               default_ce_interval_s=config.default_ce_interval_s,
                               matcher_workers=config.matcher_workers, match_batch=config.match_batch,
-                              claim_lease_s=config.claim_lease_s, gc_threshold0=config.gc_threshold0)
+                              claim_lease_s=config.claim_lease_s, gc_threshold0=config.gc_threshold0,
+                              dispatch_senders=config.dispatch_senders)
     broker = Broker(store, ism, matchmaker, clock, state / "sandboxes", settings,
                     http=new_session(config.tls_files()))
     if config.peers:

@@ -61,6 +61,7 @@ class BrokerSettings:
     match_batch: int = 5000               # Waiting jobs claimed at once (broker.matcher_worker)
     claim_lease_s: float = 600.0          # a Ready claim older than this is requeued (broker.claims)
     gc_threshold0: int = 50_000           # Python's cyclic GC, youngest generation (matcher_worker.tune_gc)
+    dispatch_senders: int = 4             # bulk POSTs in flight at once (BulkDispatcher.dispatch_all)
 
 
 class Broker:
