@@ -23,6 +23,7 @@ setup(
         "prometheus-client>=0.20,<1",   # GET /metrics (vgrid_runtime.metrics)
         "pydantic>=2.6,<3",   # GET /openapi.json and request-body models (vgrid_runtime.openapi)
         "numpy>=1.26",
+        "orjson>=3.9,<4",   # bulk dispatch bodies (vgrid_runtime.httpclient._post_json_lean)
         "pyasn1>=0.5",
         "pyasn1-modules>=0.3",
         "regex>=2023.0",

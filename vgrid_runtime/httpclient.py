@@ -17,10 +17,10 @@ Every failure of a call is a ``ServiceError`` (each client raises its own subcla
 from __future__ import annotations
 
 import enum
-import json as jsonlib
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
 import requests
 from requests.adapters import HTTPAdapter
 
@@ -234,15 +234,15 @@ class ServiceClient:
         pool = self.session.kept_alive(url) if isinstance(self.session, _Session) else None
         if pool is None:
             return self._call("POST", path, json=json, required=required)
-        body = jsonlib.dumps(json, separators=(",", ":")).encode()
+        body = orjson.dumps(json)      # ~6x faster than json.dumps for the bulk bodies' JDL texts
         try:
             status, data = pool.post_json(url, body, self.timeout_s)
         except LeanError as exc:
             kind = ErrorKind.TIMEOUT if exc.kind == "timeout" else ErrorKind.UNREACHABLE
             raise self.Error(kind, f"{exc.cause}: {exc}", url, cause=exc.cause) from exc
         try:
-            answer = jsonlib.loads(data)
-        except ValueError:
+            answer = orjson.loads(data)
+        except ValueError:   # orjson.JSONDecodeError is one
             answer = None
         if status >= 300:
             text = data[:200].decode("utf-8", "replace")
