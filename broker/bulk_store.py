@@ -216,13 +216,14 @@ class BulkTransitions:
         if not keys:
             return
         table = self.History.__table__
+        value = state.value                      # once, not per row (an enum property)
         if conn.dialect.paramstyle == "qmark":   # SQLite: the driver's executemany of tuples,
             q = conn.dialect.identifier_preparer.quote   # without per-row parameter processing
             conn.exec_driver_sql(f"INSERT INTO {q(table.name)} ({q('key')}, {q('state')}, {q('time')}, "
                                  f"{q('reason')}) VALUES (?, ?, ?, ?)",
-                                 [(k, state.value, now, reason) for k in keys])
+                                 [(k, value, now, reason) for k in keys])
             return
-        conn.execute(insert(table), [{"key": k, "state": state.value, "time": now, "reason": reason} for k in keys])
+        conn.execute(insert(table), [{"key": k, "state": value, "time": now, "reason": reason} for k in keys])
 
     def claim(self, now: float, limit: int, kinds: Sequence[str] = ("job", "node"),
               after: tuple[float, str] | None = None, owner: str | None = None) -> list:

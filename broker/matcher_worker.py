@@ -48,6 +48,7 @@ from .taskqueues import class_aware
 log = logging.getLogger("vgrid.broker")
 
 NO_MATCH = "no compatible resources"
+_NONE: frozenset = frozenset()   # the exclusions of a job that failed on no CE (most): not made per job
 
 
 class Wakeup:
@@ -138,7 +139,7 @@ def match_batch(broker, store, jobs: list) -> int:
                 queues.remember(klass, desc)
         kw = {"klass": klass} if aware else {}
         chosen = queues.choose(desc, ads, now=now, vo=job.owner_vo, fqans=tuple(job.owner_fqans),
-                               exclude=frozenset(job.failed_ces), **kw)
+                               exclude=frozenset(job.failed_ces) if job.failed_ces else _NONE, **kw)
         if chosen is None:
             if now - (job.waiting_since or job.submitted_at) >= broker.settings.match_expiry_s:
                 tried = (f" (not on the CEs it failed on: {', '.join(job.failed_ces)}); last failure: "
