@@ -203,3 +203,25 @@ def test_a_claimed_job_carries_the_matchers_columns_as_stored(tier, tmp_path, re
             assert {f: getattr(job, f) for f in fields} == {f: getattr(full, f) for f in fields}
     finally:
         store.close()
+
+
+def test_tune_gc_freezes_the_startup_heap_once(monkeypatch):
+    """``gc_threshold0`` > 0: the threshold is set and the objects alive at the first call are
+    frozen once per process (later brokers in the process do not freeze again); 0: nothing."""
+    import gc
+    from types import SimpleNamespace
+
+    from broker import matcher_worker
+
+    frozen = []
+    monkeypatch.setattr(matcher_worker.gc, "freeze", lambda: frozen.append(1))
+    monkeypatch.setattr(matcher_worker, "_frozen", False)
+    before = gc.get_threshold()
+    try:
+        matcher_worker.tune_gc(SimpleNamespace(gc_threshold0=0))
+        assert frozen == [] and gc.get_threshold() == before
+        matcher_worker.tune_gc(SimpleNamespace(gc_threshold0=12_345))
+        matcher_worker.tune_gc(SimpleNamespace(gc_threshold0=12_345))
+        assert frozen == [1] and gc.get_threshold()[0] == 12_345
+    finally:
+        gc.set_threshold(*before)
