@@ -225,3 +225,28 @@ def test_tune_gc_freezes_the_startup_heap_once(monkeypatch):
         assert frozen == [1] and gc.get_threshold()[0] == 12_345
     finally:
         gc.set_threshold(*before)
+
+
+def test_idle_connections_stay_bounded_across_many_ces():
+    """One kept-alive connection per CE host would hold thousands of file descriptors; beyond
+    ``max_idle`` the least recently used idle connection is closed (and reopened when needed)."""
+    from vgrid_runtime.keptalive import KeptAlive
+
+    sims = [SimulatedCEs() for _ in range(4)]
+    servers = [BackgroundServer(s.app) for s in sims]
+    pool = KeptAlive(max_idle=2)
+    try:
+        for rnd in range(2):
+            for i, server in enumerate(servers):
+                status, data = pool.post_json(f"{server.url}/ce/x/jobs/bulk",
+                                              f'{{"jobs": [{{"key": "r{rnd}s{i}", "jdl": "[]"}}]}}'.encode(), 10)
+                assert status == 200 and b'"accepted":true' in data.replace(b" ", b"")
+                assert pool.idle() <= 2
+        assert pool.opened == 8                 # every host's connection was evicted before reuse
+        status, _ = pool.post_json(f"{servers[3].url}/ce/x/jobs/bulk", b'{"jobs": []}', 10)
+        assert status == 200 and pool.opened == 8   # the most recent one was kept
+        assert [s.stats()["duplicates"] for s in sims] == [0, 0, 0, 0]
+    finally:
+        pool.close()
+        for server in servers:
+            server.close()

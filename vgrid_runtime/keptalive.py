@@ -27,10 +27,14 @@ import http.client
 import socket
 import ssl
 import threading
+from collections import OrderedDict
 from urllib.parse import urlsplit
 
 #: Idle connections kept per (scheme, host, port); more concurrent senders open more, closed after use.
 MAX_IDLE_PER_HOST = 8
+#: Idle connections kept in all (a broker dispatches to thousands of CEs, each its own host:
+#: beyond this the least recently used idle connection is closed, so file descriptors stay bounded).
+MAX_IDLE_TOTAL = 256
 
 
 class LeanError(Exception):
@@ -49,11 +53,16 @@ class KeptAlive:
     """A pool of kept-alive ``http.client`` connections, per ``(scheme, host, port)``;
     ``context``: the ``ssl.SSLContext`` of every ``https://`` connection (None: a default
     verifying context). Thread-safe: a connection serves one request at a time; at most
-    :data:`MAX_IDLE_PER_HOST` idle ones are kept per host."""
+    ``max_idle_per_host`` idle ones are kept per host and ``max_idle`` in all (the least
+    recently used one is closed first)."""
 
-    def __init__(self, context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, context: ssl.SSLContext | None = None, max_idle: int = MAX_IDLE_TOTAL,
+                 max_idle_per_host: int = MAX_IDLE_PER_HOST) -> None:
         self.context = context
+        self.max_idle = max_idle
+        self.max_idle_per_host = max_idle_per_host
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._lru: OrderedDict[int, tuple[tuple[str, str, int], http.client.HTTPConnection]] = OrderedDict()
         self._lock = threading.Lock()
         self.opened = 0          # connections made since start (a test reads it: reuse)
 
@@ -104,6 +113,7 @@ class KeptAlive:
             idle = self._idle.get(where)
             if idle:
                 conn = idle.pop()
+                del self._lru[id(conn)]
                 conn.timeout = timeout_s
                 if conn.sock is not None:
                     conn.sock.settimeout(timeout_s)
@@ -116,17 +126,31 @@ class KeptAlive:
         return http.client.HTTPConnection(host, port, timeout=timeout_s), False
 
     def _give(self, where: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+        evicted = conn
         with self._lock:
             idle = self._idle.setdefault(where, [])
-            if len(idle) < MAX_IDLE_PER_HOST:
+            if len(idle) < self.max_idle_per_host:
                 idle.append(conn)
-                return
-        conn.close()
+                self._lru[id(conn)] = (where, conn)
+                evicted = None
+                if len(self._lru) > self.max_idle:
+                    _, (old_where, evicted) = self._lru.popitem(last=False)
+                    self._idle[old_where].remove(evicted)
+                    if not self._idle[old_where]:
+                        del self._idle[old_where]
+        if evicted is not None:
+            evicted.close()
+
+    def idle(self) -> int:
+        """How many idle connections are kept now."""
+        with self._lock:
+            return len(self._lru)
 
     def close(self) -> None:
         """Close every idle connection."""
         with self._lock:
             idle, self._idle = self._idle, {}
+            self._lru.clear()
         for conns in idle.values():
             for c in conns:
                 c.close()
