@@ -135,6 +135,11 @@ def test_mutual_tls_dispatch_over_kept_alive_connections(tmp_path):
         for i in range(3):
             assert client.submit_many([body(f"m{i}")])[0]["accepted"] is True
         assert session.kept_alive(server.url).opened == 1
+        port = int(server.url.rsplit(":", 1)[1])
+        server.close()                                      # its TLS connection dies with it
+        server = BackgroundServer(create_app(cfg), host=addr["ce"], port=port, tls=cfg.tls_files())
+        assert client.submit_many([body("m0")])[0]["accepted"] is True   # stored: the same key again
+        assert session.kept_alive(server.url).opened == 2
         other = CEAgentClient(server.url, session=new_session(files("other")))   # a host, not a broker
         with pytest.raises(CEAgentError) as err:
             other.submit_many([body("x1")])

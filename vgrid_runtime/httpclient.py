@@ -17,6 +17,7 @@ Every failure of a call is a ``ServiceError`` (each client raises its own subcla
 from __future__ import annotations
 
 import enum
+import threading
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,6 +86,9 @@ def new_session(tls: "TLSFiles | None" = None) -> requests.Session:
     return session
 
 
+_KEPT_ALIVE_LOCK = threading.Lock()
+
+
 class _Session(requests.Session):
     """A ``requests.Session`` that reads the environment's settings (``http(s)_proxy``,
     ``no_proxy``, ``REQUESTS_CA_BUNDLE``) once per scheme and host, not once per request.
@@ -116,7 +120,9 @@ class _Session(requests.Session):
         if self.merge_environment_settings(url, {}, None, None, None)["proxies"]:
             return None
         if self._kept_alive is None:
-            self._kept_alive = KeptAlive(self.tls_context)
+            with _KEPT_ALIVE_LOCK:              # sender threads share the session
+                if self._kept_alive is None:
+                    self._kept_alive = KeptAlive(self.tls_context)
         return self._kept_alive
 
     def close(self) -> None:

@@ -17,7 +17,8 @@ Errors: :class:`LeanError` with ``kind`` ``"timeout"`` or ``"unreachable"`` and 
 ``ConnectionError``), so receivers branch on the same codes for either transport.
 
 Stale connections: a kept-alive connection the server closed meanwhile (idle timeout) fails on
-its next request before any answer; the request is then sent once more on a fresh connection.
+its next request before any answer (reset, EOF, a TLS EOF); the request is then sent once more
+on a fresh connection.
 Only idempotent requests may come here (a bulk dispatch is idempotent by its dispatch keys:
 contract 7), so a repeat never creates anything twice.
 """
@@ -94,6 +95,8 @@ class KeptAlive:
                                 f"{url}: no answer within {timeout_s:g} s ({exc})") from exc
             except ssl.SSLError as exc:
                 conn.close()
+                if reused and attempt == 0:      # a TLS server closed a kept-alive connection (EOF)
+                    continue
                 raise LeanError("unreachable", "SSLError", f"{url}: TLS failed: {exc}") from exc
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
