@@ -4,11 +4,12 @@ The idea is DIRAC's task queues (issue 12): jobs whose match reads the same inpu
 same candidate CEs, so the filtering phase (Requirements + VO rule, Rank values, C_j and
 published jobs) runs once per class and ISM snapshot; per job only the selection phase runs:
 
-- SFETE: the class keeps its candidates in a sorted list of ``(sfete, position)``; before each
-  choice it re-reads the feedback counters of the entries tied at the front only (counters
-  only grow between refreshes, so a stored score is a lower bound) and re-sorts the stale
-  ones, so a choice costs O(ties + moved entries x log CEs) instead of O(CEs). Ties are the
-  leading entries with the minimum score, in ISM order; a refresh re-reads every counter.
+- SFETE: the class keeps its candidates in buckets of equal score with a heap of the scores
+  (:class:`broker.sfete_order.SfeteOrder`, session 7); before each choice it re-reads the
+  feedback counters of the candidates tied at the least score only (counters only grow between
+  refreshes, so a stored score is a lower bound) and moves the stale ones to their new bucket,
+  so a choice costs O(ties + moved candidates x log scores), not O(CEs). Ties are the least
+  bucket, in ISM order; a reset of the counters re-reads every counter.
 - Max Rank: the tied best candidates are computed once (Rank does not change with N_j).
 - Fuzzy Rank: the cumulative weights are computed once; one draw per job.
 
@@ -38,7 +39,6 @@ import hashlib
 import json
 import math
 import threading
-from bisect import bisect_left, bisect_right, insort
 from itertools import accumulate
 from typing import Any, Mapping, Sequence
 
@@ -48,6 +48,7 @@ from jdl import nodes as jn
 from jdl.nodes import unparse
 
 from .matchmaker import CE_ID, Matchmaker
+from .sfete_order import SfeteOrder
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
                         ad_value, sfete_rank)
 
@@ -152,7 +153,7 @@ class TaskQueue:
     feedback counter's key (CE id or CE/VO view key); ``policy``: the class's policy object."""
 
     __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "index",
-                 "counts", "scores", "order", "version", "ties", "cum", "jobs")
+                 "order", "ties", "cum", "jobs")
 
     def __init__(self, rows: list[tuple], policy) -> None:
         self.keys = [r[0] for r in rows]
@@ -164,10 +165,7 @@ class TaskQueue:
         self.index: dict[str, list[int]] = {}
         for i, k in enumerate(self.keys):
             self.index.setdefault(k, []).append(i)
-        self.counts: list[int] = []
-        self.scores: list[float] = []
-        self.order: list[tuple[float, int]] = []
-        self.version: int | None = None
+        self.order = SfeteOrder(self.keys, self.published, self.capacities)
         self.ties: list[int] | None = None
         self.cum: list[float] | None = None
         self.jobs = 0   # choices made from this class (reported by benchmarks)
@@ -180,42 +178,6 @@ class TaskQueue:
             weights = policy.scores([Candidate(k, {}, r, 0, 1.0) for k, r in zip(self.keys, self.ranks)])
             self.cum = list(accumulate(weights)) if sum(weights) > 0 else []
 
-    def _sfete(self, i: int) -> float:
-        c = self.capacities[i]
-        return sfete_rank(self.published[i], self.counts[i], c) if c > 0 else math.inf
-
-    def _sync(self, feedback) -> int:
-        """Bring the front of ``order`` up to date with ``feedback``; the number of tied best
-        entries (each with its current score).
-
-        Between two ISM refreshes a counter only grows, so a stored score is never above the
-        current one: only the entries tied at the front need checking (a stale one is re-sorted
-        and the front looked at again). A refresh, reset or subtract (``grown_only_since`` False)
-        or feedback without a version re-reads every counter; a restart of the change log does
-        not (session 6: it made every class re-read and re-sort all its candidates every 4,096
-        dispatches, ~100 µs per job at 10,000 CEs)."""
-        version = getattr(feedback, "version", None)
-        grown = getattr(feedback, "grown_only_since", None)   # a restarted change log is no reset
-        full = self.version is None or version is None or not (
-            grown(self.version) if grown is not None else feedback.changed_since(self.version) is not None)
-        self.version = version
-        get, keys, order = feedback.get, self.keys, self.order
-        if full:
-            self.counts = [get(k) for k in keys]
-            self.scores = [self._sfete(i) for i in range(len(keys))]
-            self.order = order = sorted(zip(self.scores, range(len(keys))))
-        while True:
-            best = order[0][0]
-            ties = bisect_right(order, (best, math.inf))
-            stale = [i for _, i in order[:ties] if get(keys[i]) != self.counts[i]]
-            if not stale:
-                return ties
-            for i in stale:
-                del order[bisect_left(order, (self.scores[i], i))]
-                self.counts[i] = get(keys[i])
-                self.scores[i] = self._sfete(i)
-                insort(order, (self.scores[i], i))
-
     def choose(self, feedback, rng) -> Candidate | None:
         """The chosen candidate for the next job of this class (None: no candidate)."""
         n = len(self.keys)
@@ -223,8 +185,8 @@ class TaskQueue:
             return None
         self.jobs += 1
         if isinstance(self.policy, SfeteSelection):
-            ties = self._sync(feedback)
-            pos = self.order[0][1] if ties == 1 else self.order[rng.choice(range(ties))][1]
+            ties = self.order.best(feedback)
+            pos = ties[0] if len(ties) == 1 else rng.choice(ties)
         elif self.ties is not None:
             pos = self.ties[0] if len(self.ties) == 1 else rng.choice(self.ties)
         elif self.cum is not None:
