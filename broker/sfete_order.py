@@ -31,7 +31,6 @@ from bisect import bisect_left, insort
 from heapq import heapify, heappop, heappush
 from typing import Callable, Sequence
 
-from .selection import sfete_rank
 
 #: The heap of scores is rebuilt when it holds more than this many times the live buckets (+64).
 COMPACT_FACTOR = 2
@@ -60,17 +59,15 @@ class SfeteOrder:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def _score(self, i: int, count: int) -> float:
-        c = self.capacities[i]
-        return sfete_rank(self.published[i], count, c) if c > 0 else math.inf
-
     def reload(self, get: Callable[[str], int]) -> None:
         """Re-read every counter (``get(key) -> jobs dispatched since the refresh``) and
-        rebuild the buckets: O(N log N)."""
-        self.counts = [get(k) for k in self.keys]
-        self.scores = [self._score(i, n) for i, n in enumerate(self.counts)]
+        rebuild the buckets: O(N)."""
+        self.counts = counts = [get(k) for k in self.keys]
+        inf = math.inf
+        self.scores = scores = [(p + n + 1) / c if c > 0 else inf   # broker.selection.sfete_rank
+                                for p, n, c in zip(self.published, counts, self.capacities)]
         buckets: dict[float, list[int]] = {}
-        for i, s in enumerate(self.scores):   # ascending positions: each bucket sorted
+        for i, s in enumerate(scores):   # ascending positions: each bucket sorted
             b = buckets.get(s)
             if b is None:
                 buckets[s] = [i]
@@ -79,24 +76,6 @@ class SfeteOrder:
         self.buckets = buckets
         self.heap = list(buckets)
         heapify(self.heap)
-
-    def _move(self, i: int, count: int) -> None:
-        """Candidate ``i``'s counter is now ``count``: move it to the bucket of its new score."""
-        self.counts[i] = count
-        old, new = self.scores[i], self._score(i, count)
-        if new == old:
-            return
-        bucket = self.buckets[old]
-        del bucket[bisect_left(bucket, i)]
-        if not bucket:
-            del self.buckets[old]   # its score leaves the heap when it reaches the top
-        self.scores[i] = new
-        b = self.buckets.get(new)
-        if b is None:
-            self.buckets[new] = [i]
-            heappush(self.heap, new)
-        else:
-            insort(b, i)
 
     def best(self, feedback) -> list[int]:
         """The positions (ISM order) of the candidates tied at the least current score; [] when
@@ -127,10 +106,10 @@ class SfeteOrder:
             stale = [(i, n) for i in bucket for n in (get(keys[i]),) if n != counts[i]]
             if not stale:
                 return bucket
-            for i, n in stale:   # _move, inlined (the hot loop: ~10-16 moves per choice)
+            for i, n in stale:   # to the bucket of its new score (the hot loop)
                 counts[i] = n
                 old, c = scores[i], capacities[i]
-                new = (published[i] + n + 1) / c if c > 0 else math.inf   # sfete_rank
+                new = (published[i] + n + 1) / c if c > 0 else math.inf   # broker.selection.sfete_rank
                 if new == old:
                     continue
                 b = buckets[old]

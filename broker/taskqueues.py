@@ -47,6 +47,7 @@ from infosys.ism import DISPATCHED
 from jdl import nodes as jn
 from jdl.nodes import unparse
 
+from .class_filter import RANK_LATER
 from .matchmaker import CE_ID, Matchmaker
 from .sfete_order import SfeteOrder
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
@@ -150,21 +151,21 @@ class TaskQueue:
     """One class on one snapshot: its candidates (ISM order) and the selection state.
 
     ``rows``: ``(key, ad, rank, published jobs, C_j)`` per candidate, ``key`` being the
-    feedback counter's key (CE id or CE/VO view key); ``policy``: the class's policy object."""
+    feedback counter's key (CE id or CE/VO view key), ``rank`` :data:`RANK_LATER` when not
+    evaluated yet (SFETE ignores it: ``rank_of(ad)`` gives the chosen candidate's);
+    ``policy``: the class's policy object."""
 
-    __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "index",
+    __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "rank_of",
                  "order", "ties", "cum", "jobs")
 
-    def __init__(self, rows: list[tuple], policy) -> None:
+    def __init__(self, rows: list[tuple], policy, rank_of=None) -> None:
         self.keys = [r[0] for r in rows]
         self.ads = [r[1] for r in rows]
         self.ranks = [r[2] for r in rows]
         self.published = [r[3] for r in rows]
         self.capacities = [r[4] for r in rows]
         self.policy = policy
-        self.index: dict[str, list[int]] = {}
-        for i, k in enumerate(self.keys):
-            self.index.setdefault(k, []).append(i)
+        self.rank_of = rank_of
         self.order = SfeteOrder(self.keys, self.published, self.capacities)
         self.ties: list[int] | None = None
         self.cum: list[float] | None = None
@@ -201,8 +202,10 @@ class TaskQueue:
         return [self._candidate(i, feedback.get(k)) for i, k in enumerate(self.keys)]
 
     def _candidate(self, i: int, count: int) -> Candidate:
-        c = self.capacities[i]
-        return Candidate(self.keys[i], self.ads[i], self.ranks[i], self.published[i] + count, c,
+        c, rank = self.capacities[i], self.ranks[i]
+        if rank is RANK_LATER:
+            rank = self.ranks[i] = self.rank_of(self.ads[i])
+        return Candidate(self.keys[i], self.ads[i], rank, self.published[i] + count, c,
                          sfete_rank(self.published[i], count, c) if c > 0 else math.inf)
 
 
@@ -280,13 +283,16 @@ class TaskQueues:
                 self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
             queue = self._queues.get(key)
             if queue is None:
+                policy = mm.policy_for(desc)
+                sfete = isinstance(policy, SfeteSelection)   # Rank only for the chosen CEs
                 rows = mm.filtered(desc, ads, blacklist, now=now, vo=vo, fqans=tuple(fqans),
-                                   memo_key=("taskqueue",) + key[:-1])
+                                   ranks=not sfete)
                 if exclude:
                     rows = [r for r in rows if ad_value(r[1], CE_ID) not in exclude]
                 if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
                     self._queues, self._rows = {}, 0
                 self._rows += len(rows)
-                queue = self._queues[key] = TaskQueue(rows, mm.policy_for(desc))
+                queue = self._queues[key] = TaskQueue(
+                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None)
                 self.matched += 1
             return queue.choose(mm.feedback, mm.rng)
