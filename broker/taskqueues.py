@@ -153,12 +153,13 @@ class TaskQueue:
     ``rows``: ``(key, ad, rank, published jobs, C_j)`` per candidate, ``key`` being the
     feedback counter's key (CE id or CE/VO view key), ``rank`` :data:`RANK_LATER` when not
     evaluated yet (SFETE ignores it: ``rank_of(ad)`` gives the chosen candidate's);
-    ``policy``: the class's policy object."""
+    ``policy``: the class's policy object; ``order``: the SFETE order of these candidates
+    (shared with the classes that have the same candidates), else a new one."""
 
     __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "rank_of",
                  "order", "ties", "cum", "jobs")
 
-    def __init__(self, rows: list[tuple], policy, rank_of=None) -> None:
+    def __init__(self, rows: list[tuple], policy, rank_of=None, order: SfeteOrder | None = None) -> None:
         self.keys = [r[0] for r in rows]
         self.ads = [r[1] for r in rows]
         self.ranks = [r[2] for r in rows]
@@ -166,7 +167,9 @@ class TaskQueue:
         self.capacities = [r[4] for r in rows]
         self.policy = policy
         self.rank_of = rank_of
-        self.order = SfeteOrder(self.keys, self.published, self.capacities)
+        if order is None and isinstance(policy, SfeteSelection):
+            order = SfeteOrder(self.keys, self.published, self.capacities)
+        self.order = order
         self.ties: list[int] | None = None
         self.cum: list[float] | None = None
         self.jobs = 0   # choices made from this class (reported by benchmarks)
@@ -230,6 +233,9 @@ class TaskQueues:
         self._snapshot: tuple | None = None
         self._queues: dict[tuple, TaskQueue] = {}
         self._rows = 0      # candidates held by the classes of this snapshot
+        #: SFETE orders shared by the classes with the same candidates (feedback key,
+        #: published jobs, C_j in ISM order) on this snapshot: one move per dispatch, not one per class
+        self._orders: dict[tuple, SfeteOrder] = {}
         self._texts: dict[str, str] = {}
         self.representatives: dict[str, "jdlmod.JobDescription"] = {}
         self.matched = 0    # classes matched (filtering runs) since creation
@@ -281,6 +287,7 @@ class TaskQueues:
             key = (klass, vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
             if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
                 self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
+                self._orders = {}
             queue = self._queues.get(key)
             if queue is None:
                 policy = mm.policy_for(desc)
@@ -290,9 +297,16 @@ class TaskQueues:
                 if exclude:
                     rows = [r for r in rows if ad_value(r[1], CE_ID) not in exclude]
                 if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
-                    self._queues, self._rows = {}, 0
+                    self._queues, self._rows, self._orders = {}, 0, {}
                 self._rows += len(rows)
+                order = None
+                if sfete:
+                    same = tuple((r[0], r[3], r[4]) for r in rows)
+                    order = self._orders.get(same)
+                    if order is None:
+                        order = self._orders[same] = SfeteOrder([r[0] for r in rows], [r[3] for r in rows],
+                                                                [r[4] for r in rows])
                 queue = self._queues[key] = TaskQueue(
-                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None)
+                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None, order)
                 self.matched += 1
             return queue.choose(mm.feedback, mm.rng)
