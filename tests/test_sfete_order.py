@@ -104,3 +104,24 @@ def test_a_long_run_keeps_the_heap_bounded():
         feedback.increment(keys[order.best(feedback)[0]])
     assert len(order.heap) <= 2 * len(order.buckets) + 64
     assert sum(len(b) for b in order.buckets.values()) == n
+
+
+def test_the_choice_benchmark_prints_one_json_line_per_ce_count():
+    """benchmarks/taskqueue_choose.py on a tiny grid: one JSON line per CE count with the warm
+    and cold figures and the digest of its choices; exit 2 on a bad --ces."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "taskqueue_choose.py"
+    out = subprocess.run([sys.executable, str(script), "--ces", "30,60", "--jobs", "300"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-500:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["ces"] for r in rows] == [30, 60]
+    assert all(r["warm_cpu_us_per_job"] > 0 and r["evaluations"] > 0 and len(r["choices_digest"]) == 16
+               for r in rows)
+    bad = subprocess.run([sys.executable, str(script), "--ces", "ten"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--ces" in bad.stderr
