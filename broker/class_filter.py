@@ -21,11 +21,15 @@ from typing import Any, Sequence
 
 import jdl as jdlmod
 from infosys.ism import ad_id
-from jdl import MappingAd
+from jdl import MappingAd, nodes as jn
 
 from .projection import ad_reads, projection
 
 _UNSET = object()
+#: Requirements ``a && b && ...`` are evaluated conjunct by conjunct when (whole-expression groups
+#: - conjunct groups) x this > ads x (conjuncts - 1): one evaluation (~4 µs) against one lookup
+#: per conjunct per ad (~0.3 µs). None: always (the tests use it to exercise both paths).
+SPLIT_COST_RATIO: int | None = 13
 #: The rank of a row whose Rank was not evaluated (``want_rank`` False: SFETE ignores Rank).
 RANK_LATER = object()
 
@@ -97,7 +101,11 @@ def filter_class(job: "jdlmod.JobDescription", index: SnapshotIndex, blacklist, 
     job's Rank (float or None; :data:`RANK_LATER` unless ``want_rank``). ``evaluations``:
     Requirements + Rank evaluations run."""
     records = index.records
-    req_ids, req_firsts = index.groups(ad_reads(job.record, job.requirements.node))
+    req = job.requirements.node
+    req_ids, req_firsts = index.groups(ad_reads(job.record, req))
+    parts = _split(job, index, req, len(req_firsts))
+    if parts is not None:   # one group per ad of the conjunction: Requirements = and of its parts
+        req_ids, req_firsts = list(range(index.n)), list(range(index.n))
     ok: list = [_UNSET] * len(req_firsts)
     acl_ok = [_UNSET] * len(index.acls)
     rank_ids, rank_firsts = index.groups(ad_reads(job.record, job.rank.node) if want_rank else ())
@@ -117,8 +125,12 @@ def filter_class(job: "jdlmod.JobDescription", index: SnapshotIndex, blacklist, 
         g = req_ids[k]
         passed = ok[g]
         if passed is _UNSET:
-            evaluations += 1
-            passed = ok[g] = jdlmod.matches(job, records[req_firsts[g]], now)
+            if parts is None:
+                evaluations += 1
+                passed = ok[g] = jdlmod.matches(job, records[req_firsts[g]], now)
+            else:
+                passed, n = _all_parts(job, parts, k, records, now)
+                evaluations += n
         if not passed or keys[k] in blacklist:
             continue
         if not want_rank:
@@ -131,3 +143,54 @@ def filter_class(job: "jdlmod.JobDescription", index: SnapshotIndex, blacklist, 
             rank = ranks[r] = jdlmod.rank_value(job, records[rank_firsts[r]], now)
         rows.append((keys[k], ads[k], rank, index.published[k], index.capacities[k]))
     return rows, evaluations
+
+
+def _conjuncts(node) -> list:
+    """The operands of a top-level ``a && b && ...`` (nested ``&&`` flattened), else [node]."""
+    out, stack = [], [node]
+    while stack:
+        x = stack.pop()
+        if type(x) is jn.Binary and x.op == "&&":
+            stack.append(x.right)
+            stack.append(x.left)
+        else:
+            out.append(x)
+    return out
+
+
+def _true(v) -> bool:
+    """Whether ``&&`` takes ``v`` as true (``jdl.operators.to_bool``: True or a non-zero number)."""
+    return v is True or ((type(v) is int or type(v) is float) and v != 0)
+
+
+def _split(job, index: SnapshotIndex, req, whole_groups: int) -> list | None:
+    """``[(conjunct, group of each ad, first ad of each group, verdicts)]`` when evaluating
+    Requirements' conjuncts on their own projections is cheaper than the whole expression on
+    its projection (each distinct whole projection costs one evaluation, ~4 µs; each ad then
+    costs a lookup per conjunct, ~0.3 µs), else None. ``a && b && ...`` is true iff every
+    operand is true for ``&&`` (:func:`_true`; the operands are pure), so the verdicts combine
+    exactly."""
+    parts = _conjuncts(req) if type(req) is jn.Binary and req.op == "&&" else [req]
+    if len(parts) < 2:
+        return None
+    grouped = [(p,) + index.groups(ad_reads(job.record, p)) for p in parts]
+    part_groups = sum(len(firsts) for _, _, firsts in grouped)
+    ratio = SPLIT_COST_RATIO
+    if ratio is not None and (whole_groups - part_groups) * ratio <= index.n * (len(parts) - 1):
+        return None
+    return [(p, ids, firsts, [_UNSET] * len(firsts)) for p, ids, firsts in grouped]
+
+
+def _all_parts(job, parts: list, k: int, records, now: float) -> tuple[bool, int]:
+    """Whether ad ``k`` passes every conjunct (verdicts memoized per conjunct group); the
+    evaluations run."""
+    n = 0
+    for node, ids, firsts, verdicts in parts:
+        g = ids[k]
+        v = verdicts[g]
+        if v is _UNSET:
+            n += 1
+            v = verdicts[g] = _true(jdlmod.evaluate(node, job.ad, records[firsts[g]], now))
+        if not v:
+            return False, n
+    return True, n

@@ -13,6 +13,7 @@ import math
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import jdl as jdlmod
+from broker import class_filter
 from broker.class_filter import RANK_LATER, SnapshotIndex, filter_class
 from broker.matchmaker import _ad_facts, acl_rules, rules_allow
 from broker.projection import ad_reads, canonical
@@ -31,6 +32,9 @@ JDLS = [
     'Requirements = eval("other.A > 0"); Rank = other.A;',
     'Requirements = true; Rank = other.Missing;',
     'Requirements = other.B == 0 && 1 / other.B < 0; Rank = other.B;',
+    'Requirements = other.A && other.B; Rank = 0;',
+    'Requirements = other.B >= 0 && (other.C && other.A < 2) && Flag; Flag = other.N.x; Rank = other.C;',
+    'Requirements = other.A == undefined && other.B is undefined || other.C; Rank = 1;',
 ]
 VALUES = st.sampled_from([0, 1, 2, 1.0, 0.0, -0.0, True, False, "1", "a", None, [1, 2], [1.0],
                           [], {"x": 1}, {"X": 1.0}, {"x": 0}])
@@ -71,20 +75,26 @@ def same(a, b) -> bool:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ce_ads(), st.lists(st.integers(0, len(JDLS) - 1), min_size=1, max_size=4),
-       st.sampled_from([None, "dteam"]), st.sets(st.integers(0, 24), max_size=3), st.booleans())
-def test_projection_filter_equals_per_ad_evaluation(ads, which, vo, black, want_rank):
-    index = SnapshotIndex(ads, _ad_facts)    # shared by the classes, as on one snapshot
-    blacklist = frozenset(f"ce{i}" for i in black)
-    for w in which:
-        job = jdlmod.parse_jdl(f'[ Executable = "/bin/true"; {JDLS[w]} ]', "t.jdl", local_files=False)
-        rows, _ = filter_class(job, index, blacklist, 5.0, lambda rules: not vo or rules_allow(rules, vo, None),
-                               want_rank)
-        want = direct(job, ads, blacklist, vo)
-        assert [r[0] for r in rows] == [k for k, _ in want]
-        if want_rank:
-            assert all(same(r[2], rank) for r, (_, rank) in zip(rows, want))
-        else:
-            assert all(r[2] is RANK_LATER for r in rows)
+       st.sampled_from([None, "dteam"]), st.sets(st.integers(0, 24), max_size=3), st.booleans(),
+       st.sampled_from([0, 13, None]))
+def test_projection_filter_equals_per_ad_evaluation(ads, which, vo, black, want_rank, split_ratio):
+    """split_ratio: 0 never splits Requirements into conjuncts, None splits whenever it can."""
+    class_filter.SPLIT_COST_RATIO = split_ratio
+    try:
+        index = SnapshotIndex(ads, _ad_facts)    # shared by the classes, as on one snapshot
+        blacklist = frozenset(f"ce{i}" for i in black)
+        for w in which:
+            job = jdlmod.parse_jdl(f'[ Executable = "/bin/true"; {JDLS[w]} ]', "t.jdl", local_files=False)
+            rows, _ = filter_class(job, index, blacklist, 5.0, lambda rules: not vo or rules_allow(rules, vo, None),
+                                   want_rank)
+            want = direct(job, ads, blacklist, vo)
+            assert [r[0] for r in rows] == [k for k, _ in want]
+            if want_rank:
+                assert all(same(r[2], rank) for r, (_, rank) in zip(rows, want))
+            else:
+                assert all(r[2] is RANK_LATER for r in rows)
+    finally:
+        class_filter.SPLIT_COST_RATIO = 13
 
 
 def test_reads_are_bounded_only_through_other_dot_name():
