@@ -273,6 +273,7 @@ def run(path: str, ads: list[dict], jobs: int, classes: int, seed: int, workers:
             "posts": after["posts"] - before["posts"], "received": after["jobs"] - before["jobs"],
             "duplicates": after["duplicates"] - before["duplicates"],
             "classes_matched": getattr(broker.queues, "matched", None), "_chosen": chosen,
+            "evaluations": mm.evaluations,   # Requirements + Rank run by the class filtering (both passes)
             "peak_rss_mb": peak_rss_mb(), **warm_figures}
 
 

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 import jdl as jdlmod
 from infosys.ism import DISPATCHED, ad_id
 
+from .class_filter import SnapshotIndex, filter_class
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SelectionPolicy,
                         SfeteSelection, ad_value, ce_capacity, published_jobs, sfete_rank)
 
@@ -56,6 +57,13 @@ def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
     if rules is None:
         return None
     return tuple(str(r).lower() for r in ([rules] if isinstance(rules, str) else rules))
+
+
+def _ad_facts(ad: Mapping[str, Any]) -> tuple:
+    """What the filtering reads of an ad whatever the job: (has a string CE id, ACL rules,
+    published jobs, C_j)."""
+    raw = getattr(ad, "ad", ad)
+    return (isinstance(ad_value(ad, CE_ID), str), acl_rules(ad), published_jobs(raw), ce_capacity(raw))
 
 
 @lru_cache(maxsize=8192)
@@ -228,6 +236,8 @@ class Matchmaker:
         self._snapshot: tuple | None = None            # (ads, blacklist) the groups belong to
         self._groups: dict[str, _Group] = {}           # JDL text -> its group on that snapshot
         self._facts: dict[int, tuple] = {}             # id(ad) -> (ad, has id, ACL, published, C_j, record)
+        self._index: SnapshotIndex | None = None       # the latest ads' facts for filtered()
+        self.evaluations = 0                           # Requirements + Rank run by filtered()
         self._memo: dict[str, dict[int, list]] = {}    # JDL text -> id(ad dict) -> its
         #                           [dict, ok, rank, published jobs, C_j, last candidate or None]
 
@@ -280,14 +290,23 @@ class Matchmaker:
 
     def filtered(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
                  blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
-                 fqans: tuple[str, ...] = (), memo_key) -> list[tuple]:
+                 fqans: tuple[str, ...] = (), memo_key=None, ranks: bool = True) -> list[tuple]:
         """The filtering phase alone (for :mod:`broker.taskqueues`): ``[(key, ad, rank,
         published jobs, C_j)]`` of the ads that pass ``job``'s Requirements and VO rule, in
-        ISM order (``key``: the feedback counter's key). ``memo_key`` (hashable) names the
-        job's class: ads evaluated under it on an earlier snapshot are reused when unchanged."""
+        ISM order (``key``: the feedback counter's key). Evaluates each expression once per
+        distinct projection of the ads (:func:`broker.class_filter.filter_class`; session 7),
+        the per-ad facts kept for the latest ``ads`` object. ``ranks`` False: Rank not
+        evaluated (``rank`` is :data:`broker.class_filter.RANK_LATER`). ``memo_key``: unused
+        (kept for callers of session 6). ``evaluations`` counts the evaluations run."""
+        access = (vo, tuple(fqans)) if vo is not None else (job.virtual_organisation, None)
         with self._lock:
-            g = self._filter(job, ads, blacklist, True, now, memo_key, vo, fqans)
-        return list(zip(g.ids, g.ads, g.ranks, g.published, g.capacities))
+            index = self._index
+            if index is None or index.ads is not ads:
+                index = self._index = SnapshotIndex(ads, _ad_facts)
+            rows, n = filter_class(job, index, blacklist, now,
+                                   lambda rules: not access[0] or rules_allow(rules, *access), ranks)
+            self.evaluations += n
+        return rows
 
     def _filter(self, job, ads, blacklist, reusable: bool, now: float, key: str,
                 vo: str | None, fqans: tuple[str, ...]) -> _Group:

@@ -4,11 +4,12 @@ The idea is DIRAC's task queues (issue 12): jobs whose match reads the same inpu
 same candidate CEs, so the filtering phase (Requirements + VO rule, Rank values, C_j and
 published jobs) runs once per class and ISM snapshot; per job only the selection phase runs:
 
-- SFETE: the class keeps its candidates in a sorted list of ``(sfete, position)``; before each
-  choice it re-reads the feedback counters of the entries tied at the front only (counters
-  only grow between refreshes, so a stored score is a lower bound) and re-sorts the stale
-  ones, so a choice costs O(ties + moved entries x log CEs) instead of O(CEs). Ties are the
-  leading entries with the minimum score, in ISM order; a refresh re-reads every counter.
+- SFETE: the class keeps its candidates in buckets of equal score with a heap of the scores
+  (:class:`broker.sfete_order.SfeteOrder`, session 7); before each choice it re-reads the
+  feedback counters of the candidates tied at the least score only (counters only grow between
+  refreshes, so a stored score is a lower bound) and moves the stale ones to their new bucket,
+  so a choice costs O(ties + moved candidates x log scores), not O(CEs). Ties are the least
+  bucket, in ISM order; a reset of the counters re-reads every counter.
 - Max Rank: the tied best candidates are computed once (Rank does not change with N_j).
 - Fuzzy Rank: the cumulative weights are computed once; one draw per job.
 
@@ -38,7 +39,6 @@ import hashlib
 import json
 import math
 import threading
-from bisect import bisect_left, bisect_right, insort
 from itertools import accumulate
 from typing import Any, Mapping, Sequence
 
@@ -47,7 +47,9 @@ from infosys.ism import DISPATCHED
 from jdl import nodes as jn
 from jdl.nodes import unparse
 
+from .class_filter import RANK_LATER
 from .matchmaker import CE_ID, Matchmaker
+from .sfete_order import SfeteOrder
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
                         ad_value, sfete_rank)
 
@@ -149,25 +151,25 @@ class TaskQueue:
     """One class on one snapshot: its candidates (ISM order) and the selection state.
 
     ``rows``: ``(key, ad, rank, published jobs, C_j)`` per candidate, ``key`` being the
-    feedback counter's key (CE id or CE/VO view key); ``policy``: the class's policy object."""
+    feedback counter's key (CE id or CE/VO view key), ``rank`` :data:`RANK_LATER` when not
+    evaluated yet (SFETE ignores it: ``rank_of(ad)`` gives the chosen candidate's);
+    ``policy``: the class's policy object; ``order``: the SFETE order of these candidates
+    (shared with the classes that have the same candidates), else a new one."""
 
-    __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "index",
-                 "counts", "scores", "order", "version", "ties", "cum", "jobs")
+    __slots__ = ("keys", "ads", "ranks", "published", "capacities", "policy", "rank_of",
+                 "order", "ties", "cum", "jobs")
 
-    def __init__(self, rows: list[tuple], policy) -> None:
+    def __init__(self, rows: list[tuple], policy, rank_of=None, order: SfeteOrder | None = None) -> None:
         self.keys = [r[0] for r in rows]
         self.ads = [r[1] for r in rows]
         self.ranks = [r[2] for r in rows]
         self.published = [r[3] for r in rows]
         self.capacities = [r[4] for r in rows]
         self.policy = policy
-        self.index: dict[str, list[int]] = {}
-        for i, k in enumerate(self.keys):
-            self.index.setdefault(k, []).append(i)
-        self.counts: list[int] = []
-        self.scores: list[float] = []
-        self.order: list[tuple[float, int]] = []
-        self.version: int | None = None
+        self.rank_of = rank_of
+        if order is None and isinstance(policy, SfeteSelection):
+            order = SfeteOrder(self.keys, self.published, self.capacities)
+        self.order = order
         self.ties: list[int] | None = None
         self.cum: list[float] | None = None
         self.jobs = 0   # choices made from this class (reported by benchmarks)
@@ -180,42 +182,6 @@ class TaskQueue:
             weights = policy.scores([Candidate(k, {}, r, 0, 1.0) for k, r in zip(self.keys, self.ranks)])
             self.cum = list(accumulate(weights)) if sum(weights) > 0 else []
 
-    def _sfete(self, i: int) -> float:
-        c = self.capacities[i]
-        return sfete_rank(self.published[i], self.counts[i], c) if c > 0 else math.inf
-
-    def _sync(self, feedback) -> int:
-        """Bring the front of ``order`` up to date with ``feedback``; the number of tied best
-        entries (each with its current score).
-
-        Between two ISM refreshes a counter only grows, so a stored score is never above the
-        current one: only the entries tied at the front need checking (a stale one is re-sorted
-        and the front looked at again). A refresh, reset or subtract (``grown_only_since`` False)
-        or feedback without a version re-reads every counter; a restart of the change log does
-        not (session 6: it made every class re-read and re-sort all its candidates every 4,096
-        dispatches, ~100 µs per job at 10,000 CEs)."""
-        version = getattr(feedback, "version", None)
-        grown = getattr(feedback, "grown_only_since", None)   # a restarted change log is no reset
-        full = self.version is None or version is None or not (
-            grown(self.version) if grown is not None else feedback.changed_since(self.version) is not None)
-        self.version = version
-        get, keys, order = feedback.get, self.keys, self.order
-        if full:
-            self.counts = [get(k) for k in keys]
-            self.scores = [self._sfete(i) for i in range(len(keys))]
-            self.order = order = sorted(zip(self.scores, range(len(keys))))
-        while True:
-            best = order[0][0]
-            ties = bisect_right(order, (best, math.inf))
-            stale = [i for _, i in order[:ties] if get(keys[i]) != self.counts[i]]
-            if not stale:
-                return ties
-            for i in stale:
-                del order[bisect_left(order, (self.scores[i], i))]
-                self.counts[i] = get(keys[i])
-                self.scores[i] = self._sfete(i)
-                insort(order, (self.scores[i], i))
-
     def choose(self, feedback, rng) -> Candidate | None:
         """The chosen candidate for the next job of this class (None: no candidate)."""
         n = len(self.keys)
@@ -223,8 +189,8 @@ class TaskQueue:
             return None
         self.jobs += 1
         if isinstance(self.policy, SfeteSelection):
-            ties = self._sync(feedback)
-            pos = self.order[0][1] if ties == 1 else self.order[rng.choice(range(ties))][1]
+            ties = self.order.best(feedback)
+            pos = ties[0] if len(ties) == 1 else rng.choice(ties)
         elif self.ties is not None:
             pos = self.ties[0] if len(self.ties) == 1 else rng.choice(self.ties)
         elif self.cum is not None:
@@ -239,8 +205,10 @@ class TaskQueue:
         return [self._candidate(i, feedback.get(k)) for i, k in enumerate(self.keys)]
 
     def _candidate(self, i: int, count: int) -> Candidate:
-        c = self.capacities[i]
-        return Candidate(self.keys[i], self.ads[i], self.ranks[i], self.published[i] + count, c,
+        c, rank = self.capacities[i], self.ranks[i]
+        if rank is RANK_LATER:
+            rank = self.ranks[i] = self.rank_of(self.ads[i])
+        return Candidate(self.keys[i], self.ads[i], rank, self.published[i] + count, c,
                          sfete_rank(self.published[i], count, c) if c > 0 else math.inf)
 
 
@@ -265,6 +233,9 @@ class TaskQueues:
         self._snapshot: tuple | None = None
         self._queues: dict[tuple, TaskQueue] = {}
         self._rows = 0      # candidates held by the classes of this snapshot
+        #: SFETE orders shared by the classes with the same candidates (feedback key,
+        #: published jobs, C_j in ISM order) on this snapshot: one move per dispatch, not one per class
+        self._orders: dict[tuple, SfeteOrder] = {}
         self._texts: dict[str, str] = {}
         self.representatives: dict[str, "jdlmod.JobDescription"] = {}
         self.matched = 0    # classes matched (filtering runs) since creation
@@ -316,15 +287,26 @@ class TaskQueues:
             key = (klass, vo, tuple(fqans) if vo is not None else None, frozenset(exclude))
             if self._snapshot is None or self._snapshot[0] is not ads or self._snapshot[1] != blacklist:
                 self._snapshot, self._queues, self._rows = (ads, blacklist), {}, 0
+                self._orders = {}
             queue = self._queues.get(key)
             if queue is None:
+                policy = mm.policy_for(desc)
+                sfete = isinstance(policy, SfeteSelection)   # Rank only for the chosen CEs
                 rows = mm.filtered(desc, ads, blacklist, now=now, vo=vo, fqans=tuple(fqans),
-                                   memo_key=("taskqueue",) + key[:-1])
+                                   ranks=not sfete)
                 if exclude:
                     rows = [r for r in rows if ad_value(r[1], CE_ID) not in exclude]
                 if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
-                    self._queues, self._rows = {}, 0
+                    self._queues, self._rows, self._orders = {}, 0, {}
                 self._rows += len(rows)
-                queue = self._queues[key] = TaskQueue(rows, mm.policy_for(desc))
+                order = None
+                if sfete:
+                    same = tuple((r[0], r[3], r[4]) for r in rows)
+                    order = self._orders.get(same)
+                    if order is None:
+                        order = self._orders[same] = SfeteOrder([r[0] for r in rows], [r[3] for r in rows],
+                                                                [r[4] for r in rows])
+                queue = self._queues[key] = TaskQueue(
+                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None, order)
                 self.matched += 1
             return queue.choose(mm.feedback, mm.rng)

@@ -127,6 +127,31 @@ def test_one_class_is_matched_once_per_snapshot():
     assert queues.matched == 2 and len(queues) == 2 and queues.per_job == 0
 
 
+def test_classes_with_the_same_candidates_share_one_sfete_order():
+    """Session 7: classes whose Requirements keep the same CEs share one SFETE order (one move
+    per dispatch, not one per class) and still choose what the per-job matcher chooses."""
+    texts = ['[ Executable = "/bin/true"; Arguments = "{i}"; Requirements = other.GlueCEInfoTotalCPUs >= 0; ]',
+             '[ Executable = "/bin/true"; Arguments = "{i}"; Requirements = other.GlueHostBenchmarkSI00 > 0; ]',
+             '[ Executable = "/bin/true"; Arguments = "{i}"; Requirements = other.GlueCEInfoTotalCPUs >= 4; ]']
+    ads = ce_ads(random.Random(3), 40, 0)
+    chosen = {}
+    for matcher in ("classes", "per-job"):
+        feedback = FeedbackCounters()
+        mm = Matchmaker(feedback, default_policy="sfete", rng=random.Random(9))
+        queues = TaskQueues(mm)
+        seq = []
+        for i in range(300):
+            desc = jdlmod.parse_jdl(texts[i % 3].format(i=i), "w.jdl", local_files=False)
+            c = (queues.choose(desc, ads, now=0.0) if matcher == "classes"
+                 else mm.select(mm.match(desc, ads, now=0.0)))
+            feedback.increment(c.ce_id)
+            seq.append((c.ce_id, c.n_jobs))
+        chosen[matcher] = seq
+        if matcher == "classes":
+            assert queues.matched == 3 and len(queues._orders) == 2
+    assert chosen["classes"] == chosen["per-job"]
+
+
 def test_signature_reads_what_the_match_reads():
     parse = lambda t: jdlmod.parse_jdl(t, "s.jdl", local_files=False)  # noqa: E731
     a = parse('[ Executable = "/bin/a"; Arguments = "1"; Requirements = other.X > MinX; MinX = 2; ]')
