@@ -1,5 +1,6 @@
 """Seed 004 Table I baselines (broker.gridsim.offline): FCFS/EDF/LLF with ECT, and SFETE."""
 import json
+import re
 from collections import Counter
 
 from click.testing import CliRunner
@@ -116,6 +117,12 @@ def test_report_command_writes_figures_and_json(tmp_path):
     fig6 = res_.output[res_.output.index("deadlines missed (tasks), Figure 6"):]
     cells = [f"{(direct[(a, 70.0, 0)].missed + direct[(a, 70.0, 1)].missed) / 2:.0f}" for a in ALGORITHMS]
     assert "| 70 | " + " | ".join(cells) + " |" in fig6
+    md = (tmp_path / "sfete-table1.md").read_text()
+    assert "| 70 | " + " | ".join(cells) + " |" in md and "(table1_fig6_missed.png)" in md
+    fewest = sum(min(ALGORITHMS, key=lambda a: ((direct[(a, rate, 0)].missed + direct[(a, rate, 1)].missed) / 2, a))
+                 == "sfete" for rate in (20.0, 70.0))
+    assert re.search(rf"^\| fewer tasks miss their deadlines with SFETE \(Figure 6\) \| fewest at {fewest} of 2 rates "
+                     rf".*\| {'yes' if fewest == 2 else 'no'} \|$", md, re.M)
 
 
 def test_report_command_refuses_an_unknown_algorithm(tmp_path):
