@@ -223,8 +223,14 @@ def test_a_worker_killed_mid_run_loses_no_run(tmp_path):
     t.start()
     me = psutil.Process()
 
+    def cmdline(p):              # another test's zombie child, or a process gone meanwhile: not a worker
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:
+            return ""
+
     def busy_worker():
-        procs = [p for p in me.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+        procs = [p for p in me.children(recursive=True) if "spawn_main" in cmdline(p)]
         return len(procs) >= 2 and store.rows(status="done") and procs
 
     try:
