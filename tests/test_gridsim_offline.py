@@ -1,5 +1,6 @@
 """Seed 004 Table I baselines (broker.gridsim.offline): FCFS/EDF/LLF with ECT, and SFETE."""
 import json
+import re
 from collections import Counter
 
 from click.testing import CliRunner
@@ -102,6 +103,26 @@ def test_report_command_writes_figures_and_json(tmp_path):
     assert len(doc["results"]) == len(ALGORITHMS) * 2 * 2
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
         ["table1_fig4_delay.png", "table1_delay_sd.png", "table1_fig5_excess.png", "table1_fig6_missed.png"])
+    # the numbers: every cell is the direct run's, and the printed Figure 4/6 tables hold their means
+    spec = OfflineSpec(tasks=200, rates=(20.0, 70.0))
+    direct = {(a, rate, s): run_one(spec, a, rate, s) for a in ALGORITHMS for rate in (20.0, 70.0) for s in (0, 1)}
+    for r in doc["results"]:
+        d = direct[(r["algorithm"], r["rate"], r["seed"])]
+        assert (r["avg_delay_s"], r["std_delay_s"], r["missed"], r["tasks"]) == (d.avg_delay_s, d.std_delay_s,
+                                                                                  d.missed, 200)
+    fig4 = res_.output[res_.output.index("average delay (s), Figure 4"):res_.output.index("delay standard deviation")]
+    for rate in (20.0, 70.0):
+        cells = [f"{(direct[(a, rate, 0)].avg_delay_s + direct[(a, rate, 1)].avg_delay_s) / 2:.2f}" for a in ALGORITHMS]
+        assert f"| {rate:g} | " + " | ".join(cells) + " |" in fig4
+    fig6 = res_.output[res_.output.index("deadlines missed (tasks), Figure 6"):]
+    cells = [f"{(direct[(a, 70.0, 0)].missed + direct[(a, 70.0, 1)].missed) / 2:.0f}" for a in ALGORITHMS]
+    assert "| 70 | " + " | ".join(cells) + " |" in fig6
+    md = (tmp_path / "sfete-table1.md").read_text()
+    assert "| 70 | " + " | ".join(cells) + " |" in md and "(table1_fig6_missed.png)" in md
+    fewest = sum(min(ALGORITHMS, key=lambda a: ((direct[(a, rate, 0)].missed + direct[(a, rate, 1)].missed) / 2, a))
+                 == "sfete" for rate in (20.0, 70.0))
+    assert re.search(rf"^\| fewer tasks miss their deadlines with SFETE \(Figure 6\) \| fewest at {fewest} of 2 rates "
+                     rf".*\| {'yes' if fewest == 2 else 'no'} \|$", md, re.M)
 
 
 def test_report_command_refuses_an_unknown_algorithm(tmp_path):

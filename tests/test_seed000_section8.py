@@ -76,6 +76,13 @@ def test_report_command_writes_the_page(tmp_path, monkeypatch):
     assert "| I | EDF (scheduled) |" in page and "| EDF-JIT |" in page
     assert page.index("## Section 8.2: image reuse") < page.index("## Section 8.3:")
     assert len(doc["section_8_2"]) > 4 and (tmp_path / "seed000_fig8_6_8_7.png").stat().st_size > 10_000
+    # the numbers: each trace's row holds the mean all-best-effort time of its runs per configuration
+    from vwn_agents.leasing.seed000 import CONFIGS
+    for cell in {(r["duration"], r["ar_size"], r["mix"]) for r in doc["section_8_3"]}:
+        times = [sum(v) / len(v) for v in ([r["all_best_effort_s"] for r in doc["section_8_3"]
+                                            if (r["duration"], r["ar_size"], r["mix"]) == cell and r["config"] == c]
+                                           for c in CONFIGS)]
+        assert "| " + " | ".join(list(cell) + [f"{t:.0f}" for t in times]) + " |" in page, cell
 
 
 def test_report_command_refuses_an_unknown_duration(tmp_path):

@@ -223,8 +223,14 @@ def test_a_worker_killed_mid_run_loses_no_run(tmp_path):
     t.start()
     me = psutil.Process()
 
+    def cmdline(p):              # another test's zombie child, or a process gone meanwhile: not a worker
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:
+            return ""
+
     def busy_worker():
-        procs = [p for p in me.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+        procs = [p for p in me.children(recursive=True) if "spawn_main" in cmdline(p)]
         return len(procs) >= 2 and store.rows(status="done") and procs
 
     try:
@@ -235,3 +241,34 @@ def test_a_worker_killed_mid_run_loses_no_run(tmp_path):
     assert not t.is_alive()
     assert (out["planned"], out["present"], out["failed"]) == (6, 6, [])
     assert {r["key"] for r in store.rows(status="done")} == {r.key() for r in runs}
+
+
+def test_progress_bar_on_a_tty_and_quiet_in_a_pipe(tmp_path):
+    """rich's bar (runs done / total) goes to standard error when it is a terminal (a pty
+    here); in a pipe standard error stays empty and the summary is one unwrapped line."""
+    import pty
+    spec = write_spec(tmp_path, grid='configurations = ["NOVM-NOSR"]')
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
+    r = subprocess.run([*VGRID, "sweep", str(spec), "--store", str(tmp_path / "p.sqlite"), "--workers", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.splitlines()[0].startswith("1/1 runs in ") and r.stdout.splitlines()[0].endswith(" 0 retried")
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*VGRID, "sweep", str(spec), "--store", str(tmp_path / "t.sqlite"), "--workers", "1"],
+                                stdout=subprocess.PIPE, stderr=slave, env=env)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:                         # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=300) == 0
+    finally:
+        os.close(master)
+    text = seen.decode("utf-8", "replace")
+    assert "sweep" in text and "\u2501" in text and "0/1" in text     # the bar, runs done / total

@@ -36,7 +36,7 @@ def _section82(out_dir: Path) -> tuple[str, list]:
     """Traces III/IV (seed 000 Section 8.2): run every variant, write the two PNGs, return the
     Markdown and the rows (without their per-VM series). ClickException if the input is missing."""
     from vgrid_runtime.traces import TraceNameError, bundled
-    from vwn_agents.leasing import seed000_be, seed000bedoc
+    from vwn_agents.leasing import seed000_be, seed000bedoc, seed000_sge
 
     try:
         jobs = seed000_be.read_jobs(bundled("datastar-express"))
@@ -44,11 +44,12 @@ def _section82(out_dir: Path) -> tuple[str, list]:
         raise click.ClickException(str(exc)) from None
     cpu0 = time.process_time()
     rows = seed000_be.run_all(jobs)
-    cpu = time.process_time() - cpu0
     traces = {t: seed000_be.build(t, jobs)[0] for t in seed000_be.TABLE_8_2}
+    sge_rows = seed000_sge.run_all(traces)          # the inferred SGE prototype, beside ours
+    cpu = time.process_time() - cpu0
     seed000bedoc.figure_submissions(traces["III"], out_dir)
     seed000bedoc.figure_deployed(rows, out_dir)
-    text = seed000bedoc.section(rows, traces, cpu)
+    text = seed000bedoc.section(rows, traces, cpu, sge_rows)
     return text, [{k: v for k, v in r.items() if k != "deployed"} for r in rows]
 
 

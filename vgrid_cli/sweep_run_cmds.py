@@ -88,7 +88,7 @@ def sweep_run_cmd(spec_file, store_path, scheduler, workers, retries, max_runs, 
         console = Console()
         console.print(f"{s['present']}/{s['planned']} runs in {s['store']}; {s['computed_now']} computed now in "
                       f"{s['wall_s']} s on {s['workers']} worker(s) ({s['scheduler']}); {s['retried']} retried",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)   # one line, also in a pipe
         if s["failed"]:
             t = Table(title="failed runs (after retries)")
             for c in ("configuration", "inject", "seed", "attempts", "error"):

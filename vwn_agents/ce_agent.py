@@ -354,6 +354,8 @@ class CEAgent(CEPublishing):
         self.beats.stop()
         self.outbox.flush(flush_s)
         self.outbox.close()
+        if self.leases is not None:
+            self.leases.close()
         self.http.close()
         self.store.close()
         if self._tmp_state:

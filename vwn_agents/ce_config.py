@@ -5,6 +5,7 @@ Every option with its default and help text; ``validate`` names the offending fi
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from vgrid_runtime.authn import TLSOptions
@@ -65,6 +66,12 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                 "LeaseStart (its lease starts earlier and lasts as much longer) so that they have booted "
                 "at LeaseStart (libvirt nodes under TCG: 10-20 s); -1 = the longest boot the node agents "
                 "measured (GET /status driver.max_boot_s; 0 before any boot); docs/vwn.md"})
+    decision_log: str = field(default="", metadata={
+        "help": "scheduler = leases: a file to which the lease engine writes one JSON line per scheduling "
+                "decision (placed, accepted, preempted, rejected: why a job's lease went where it did, with "
+                "its job key; docs/vwn.md, \"Decision log\"); empty = off"})
+    decision_log_max_mb: float = field(default=10.0, metadata={
+        "help": "the decision log is renamed to <decision_log>.1 when it would grow past this (MB, > 0)"})
     voc_policy: str = field(default="damped", metadata={
         "help": "scheduler = voc: the watchdog's sizing policy, greedy (seed 003 Section 5.2.2) or damped"})
     voc_interval_s: float = field(default=10.0, metadata={"help": "scheduler = voc: watchdog interval (s, > 0)"})
@@ -166,6 +173,10 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         for name in ("heartbeat_s", "node_lost_s"):
             if getattr(self, name) < 0:
                 return f"field '{name}': must be >= 0, got {getattr(self, name)}"
+        if self.decision_log_max_mb <= 0:
+            return f"field 'decision_log_max_mb': must be > 0 (MB), got {self.decision_log_max_mb}"
+        if self.decision_log and not os.path.isdir(os.path.dirname(os.path.abspath(self.decision_log))):
+            return f"field 'decision_log': directory of {self.decision_log!r} does not exist"
         if self.lease_tick_s <= 0:
             return f"field 'lease_tick_s': must be > 0, got {self.lease_tick_s}"
         if self.lease_config:

@@ -147,6 +147,18 @@ class LeaseScheduling:
                                          config.migration_timeout_s) if migrate else None)
         if self.engine is not None:
             self.engine.enactment.rates, self.engine.enactment.migration = self.rates, self.migration
+        self.decision_sink = None             # decision_log: why each lease went where (decision_file)
+        if self.engine is not None and getattr(config, "decision_log", ""):
+            from .decision_file import attach
+            try:
+                self.decision_sink = attach(self.engine, config.decision_log, config.decision_log_max_mb)
+            except OSError as exc:
+                raise ValueError(f"field 'decision_log': {config.decision_log}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        """Close the decision log (the engine itself holds nothing to release)."""
+        if self.decision_sink is not None:
+            self.decision_sink.close()
 
     # -- requests ---------------------------------------------------------------------------------
 

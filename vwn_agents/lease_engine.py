@@ -167,6 +167,10 @@ class LeaseEngine:
                             or self.enactment.keeps_vms(lease.id)))
             return job_key, current
 
+    def job_key(self, lease_id: int) -> str | None:
+        """The job key of lease ``lease_id`` (None for a lease this engine did not make)."""
+        return self._bodies.get(lease_id, {}).get("key")
+
     def submit_job(self, key: str, body: dict, vms: int = 1, cpu: int = 100, memory_mb: int = 512,
                    duration_s: float | None = None, start_s: float | None = None,
                    immediate: bool = False, preemptible: bool | None = None,
@@ -376,6 +380,7 @@ class LeaseEngine:
             need = resource_vector(cpu=cpu, memory=memory_mb)
             length = duration_s or self.default_duration_s
             tx = sched.st.begin()
+            decisions, sched.decisions = sched.decisions, None   # what-if placements are not decisions
             try:
                 for lease in list(sched.queue):
                     place_besteffort(sched, lease, now, allow_future=True)
@@ -383,6 +388,7 @@ class LeaseEngine:
                 found = sched.mapper.earliest(need, 1, length, now)
             finally:
                 sched.st.rollback(tx)
+                sched.decisions = decisions
             return {"start_s": None if found is None else float(found[0]), "free_now": int(free)}
 
     def start(self, interval_s: float = 1.0) -> None:
