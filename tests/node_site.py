@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 from contextlib import contextmanager
+from pathlib import Path
 
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.node_agent import NodeAgentConfig, create_app
@@ -14,12 +15,19 @@ _names = itertools.count(1)
 def node_starter(prefix: str, defaults):
     """Yields ``start(clock=None, **config) -> (url, NodeAgent)``; the node is named
     ``<prefix><n>`` and configured with ``defaults(n)`` updated by ``config``; every node is
-    shut down on exit."""
+    shut down on exit.
+
+    Unless the test names one, the gridmapdir is ``gridmapdir`` beside the node's work_dir (the
+    test's own): the default one is host-wide, and the suites of other checkouts running at the
+    same time would lease the same pool accounts, so a test could not say which account a DN
+    gets, nor that a lease ended."""
     started = []
 
     def start(clock=None, **overrides):
         n = next(_names)
         cfg = {"node": f"{prefix}{n}", **defaults(n), **overrides}
+        if "work_dir" in cfg:
+            cfg.setdefault("gridmapdir", str(Path(cfg["work_dir"]).parent / "gridmapdir"))
         app = create_app(NodeAgentConfig.from_dict(cfg), clock=clock)
         server = BackgroundServer(app)
         started.append(server)

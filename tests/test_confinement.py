@@ -10,7 +10,7 @@ import itertools
 import json
 import os
 import shutil
-import time
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from vgrid_runtime.wsgi import BackgroundServer
 
 from .node_site import node_starter
 from .paths import JOB_PYTHON
+from .waiting import wait_until
 
 _names = itertools.count(1)
 ALICE = {"dn": "/DC=org/DC=vgrid/OU=users/CN=Alice", "vo": "dteam",
@@ -55,16 +56,6 @@ def run(url: str, receiver, key: str, script: str, timeout_s: float = 30, **extr
     assert resp.status_code == 201, resp.text
     return receiver.wait_for(lambda r: next((e for e in r.events_for(key)
                                              if e["event"] in ("done", "aborted")), None), timeout_s)
-
-
-def wait_until(predicate, timeout_s: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def test_job_runs_as_a_pool_account_never_root(start_node, receiver):
@@ -356,3 +347,47 @@ def test_a_vwn_takes_a_spare_quota_file_system_and_one_is_made_again(start_node,
     again = wait_until(lambda: spares.ready(), timeout_s=30, what="a new spare image")
     assert again[0] != first
     assert not any(p.name.endswith(".mnt") and p.name.startswith(first.stem) for p in first.parent.iterdir())
+
+
+def _fake_useradd(tmp_path: Path, monkeypatch, script: str) -> Path:
+    """A ``useradd`` first on PATH running ``script`` (sh); returns its call counter file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "useradd").write_text(f'#!/bin/sh\necho x >> {calls}\nn=$(wc -l < {calls})\n{script}\n')
+    (bin_dir / "useradd").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return calls
+
+
+def test_useradd_is_retried_while_another_holds_the_passwd_lock(tmp_path, monkeypatch):
+    """Several node agents (or test suites) creating accounts at once: useradd gives up at once
+    on a held lock, so create_account retries it (the real useradd runs on the 4th call)."""
+    from vwn_agents.pool_accounts import create_account
+    real = shutil.which("useradd")
+    calls = _fake_useradd(tmp_path, monkeypatch, 'if [ "$n" -le 3 ]; then echo "useradd: cannot lock '
+                          '/etc/passwd; try again later." >&2; exit 1; fi\n'
+                          f'exec {real} "$@"')
+    subprocess.run(["userdel", "vgtlock001"], capture_output=True)     # left by an interrupted run
+    try:
+        account = create_account("vgtlock001")
+        assert account.name == "vgtlock001" and account.uid != 0
+        assert len(calls.read_text().split()) == 4
+    finally:
+        subprocess.run(["userdel", "vgtlock001"], capture_output=True)
+
+
+def test_useradd_failing_for_another_reason_is_not_retried(tmp_path, monkeypatch):
+    from vwn_agents.pool_accounts import create_account
+    calls = _fake_useradd(tmp_path, monkeypatch, 'echo "useradd: invalid user name" >&2; exit 3')
+    with pytest.raises(AccountError, match="cannot create pool account vgtbad001: useradd: invalid user name"):
+        create_account("vgtbad001")
+    assert len(calls.read_text().split()) == 1
+
+
+def test_a_lock_held_longer_than_the_wait_fails_naming_it(tmp_path, monkeypatch):
+    from vwn_agents.pool_accounts import create_account
+    calls = _fake_useradd(tmp_path, monkeypatch, 'echo "useradd: cannot lock /etc/passwd; try again later." >&2; exit 1')
+    with pytest.raises(AccountError, match="cannot lock /etc/passwd"):
+        create_account("vgtlock002", lock_wait_s=0.3)
+    assert len(calls.read_text().split()) >= 2

@@ -147,3 +147,40 @@ def test_the_node_agent_compiles_the_wrappers_bytecode():
         os.unlink(pyc)
     compile_wrapper()
     assert os.path.getsize(pyc) > 0 and os.path.getmtime(pyc) >= os.path.getmtime(wrapper.__file__)
+
+
+def _busy_executable(tmp_path: Path) -> tuple[Path, int]:
+    """A script and a write descriptor held open on it: exec of it fails with ETXTBSY (as while
+    a child forked by another thread of the node agent still holds the sandbox file open)."""
+    import os
+    script = tmp_path / "busy.sh"
+    script.write_text("#!/bin/sh\nexit 7\n")
+    script.chmod(0o755)
+    return script, os.open(script, os.O_WRONLY)
+
+
+def test_spawn_retries_an_executable_that_is_busy_until_it_is_closed(tmp_path):
+    import os
+    import threading
+    script, fd = _busy_executable(tmp_path)
+    with pytest.raises(OSError) as busy:                       # the condition is real here
+        wrapper.spawn([str(script)], {}, [], busy_wait_s=0)
+    assert busy.value.errno == __import__("errno").ETXTBSY
+    closer = threading.Timer(0.3, os.close, (fd,))
+    closer.start()
+    pid = wrapper.spawn([str(script)], {}, [], busy_wait_s=60)
+    closer.join()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+
+
+def test_spawn_gives_up_on_a_busy_executable_after_the_wait(tmp_path):
+    import os
+    import time
+    script, fd = _busy_executable(tmp_path)
+    try:
+        start = time.monotonic()
+        with pytest.raises(OSError, match="Text file busy"):
+            wrapper.spawn([str(script)], {}, [], busy_wait_s=0.5)
+        assert time.monotonic() - start >= 0.5                 # retried for the whole wait
+    finally:
+        os.close(fd)

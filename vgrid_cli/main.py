@@ -23,7 +23,7 @@ from vgrid_runtime.wsgi import ServeError
 
 from .common import exit_on, fail
 from .tables import jobs_table, out_console
-from broker.config import BrokerConfig, ConfigError
+from vgrid_runtime.config import ConfigError
 
 def handle_errors(fn):
     """Turn the errors people cause into a message and an exit code (never a traceback)."""
@@ -255,6 +255,7 @@ def serve(service: str, config_file: str | None, ready_file: str | None, port: i
     import logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if service == "broker":
+        from broker.config import BrokerConfig      # here: its import costs every command ~1 s
         from broker.server import serve_broker
         config = BrokerConfig.from_toml(config_file) if config_file else BrokerConfig()
         if port is not None:

@@ -267,7 +267,7 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
                 return 2
     ok = 1
     try:
-        with ServiceGroup(root, start_timeout_s=60.0) as group:
+        with ServiceGroup(root) as group:
             try:
                 ok = _serve(group, root, n_ces, ready_file, tls, ism_refresh_s, match_expiry_s,
                             options or {}, poll_s, err, again=layout is not None)

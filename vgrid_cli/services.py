@@ -17,6 +17,17 @@ from pathlib import Path
 
 from vgrid_runtime.config import ConfigError
 
+#: How long a started service may take to write its ready file before it counts as failed (s).
+#: Only a bound for a service that hangs (one that exits is seen at once): a vgrid service
+#: imports Flask, SQLAlchemy and cryptography, which takes 1-2 s on an idle machine and over
+#: 30 s on a 2-core host at load 50-90, where a tighter bound failed healthy starts.
+START_TIMEOUT_S = 120.0
+#: How long a service may take to stop after SIGTERM before SIGKILL (s). A node agent's
+#: shutdown kills its VWNs, joins their monitors and flushes its outbox; SIGKILL in the middle
+#: leaves jobs running (a node agent restart adopts them), so the grace is generous: a service
+#: that stops sooner ends the wait at once.
+STOP_GRACE_S = 30.0
+
 
 def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
     """Run a node agent (``kind="node"``) or a CE agent (``"ce"``) in the foreground."""
@@ -112,7 +123,7 @@ def runs_command(pid: int, cmd: tuple[str, ...]) -> bool:
 class ServiceGroup:
     """Child ``vgrid serve`` processes under ``workdir``; a context manager that stops them all."""
 
-    def __init__(self, workdir: Path, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, workdir: Path, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.workdir = Path(workdir)
         self.start_timeout_s = start_timeout_s
         self.services: list[Service] = []
@@ -159,7 +170,7 @@ class ServiceGroup:
         self.services.append(svc)
         return svc
 
-    def stop(self, svc: Service, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
+    def stop(self, svc: Service, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> None:
         """Stop the service's child and a process restarted by hand from its command line
         (``sig``, then SIGKILL after ``grace_s``); the latter is not our child: polled, not waited."""
         self._stop_together([svc], sig, grace_s)
@@ -199,7 +210,7 @@ class ServiceGroup:
             else:
                 tiers.append([svc])
         for tier in tiers:
-            self._stop_together(tier, signal.SIGTERM, 10.0)
+            self._stop_together(tier, signal.SIGTERM, STOP_GRACE_S)
         unmount_leftovers(self.workdir)
 
     def __enter__(self) -> "ServiceGroup":

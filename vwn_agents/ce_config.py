@@ -12,11 +12,12 @@ from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
+from .outbox_config import OutboxOptions
 from .placement import PLACEMENTS
 
 
 @dataclass
-class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
+class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions, OutboxOptions):
     """Configuration of one CE agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "CE agent config"
@@ -124,16 +125,10 @@ class CEAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "a node agent not heard of (no heartbeat, event or answer) this long is lost: its active "
                 "jobs end Aborted, outcome node-lost (s; 0 = 3 x the node's heartbeat interval_s, or 30 s "
                 "while it has never sent one)"})
-    outbox_give_up_s: float = field(default=3600.0, metadata={
-        "help": "the event outbox gives an event up after failing to deliver it this long (s)"})
-    outbox_max_items: int = field(default=100000, metadata={
-        "help": "most undelivered events kept; beyond it the oldest is dropped (logged)"})
-    outbox_senders: int = field(default=4, metadata={
-        "help": "threads delivering events, one event per job at a time (1..32)"})
 
     def validate(self) -> str | None:
-        if not 1 <= self.outbox_senders <= 32:
-            return f"field 'outbox_senders': must be 1..32, got {self.outbox_senders}"
+        if self.outbox_problem():
+            return self.outbox_problem()
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():

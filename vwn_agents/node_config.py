@@ -7,10 +7,11 @@ from vgrid_runtime.authn import TLSOptions
 from vgrid_runtime.metrics import MetricsOptions
 from vgrid_runtime.serving import ServeOptions
 from vgrid_runtime.config import ConfigSchema
+from .outbox_config import OutboxOptions
 
 
 @dataclass
-class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
+class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions, OutboxOptions):
     """Configuration of one node agent (TOML table or dict; see docs/vwn.md)."""
 
     SOURCE = "node agent config"
@@ -62,12 +63,6 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
     db_url: str = field(default="", metadata={
         "help": "database of the node's VWNs and undelivered events: a SQLAlchemy URL, or \"\" "
                 "for the SQLite file <work_dir>/node.db"})
-    outbox_give_up_s: float = field(default=3600.0, metadata={
-        "help": "an event still undeliverable this long after its first failure is dropped (s)"})
-    outbox_max_items: int = field(default=100000, metadata={
-        "help": "most undelivered events kept; beyond it the oldest is dropped"})
-    outbox_senders: int = field(default=4, metadata={
-        "help": "threads delivering events, one event per job at a time (1..32)"})
     heartbeat_s: float = field(default=10.0, metadata={
         "help": "interval of the heartbeats to the CE agents' heartbeat_url (s; 0 = off)"})
     keep_ended_s: float = field(default=604800.0, metadata={
@@ -118,8 +113,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         "help": "DNs of the CE agents that may create, read and delete VWNs here (TLS mode)"})
 
     def validate(self) -> str | None:
-        if not 1 <= self.outbox_senders <= 32:
-            return f"field 'outbox_senders': must be 1..32, got {self.outbox_senders}"
+        if self.outbox_problem():
+            return self.outbox_problem()
         if self.tls_problem():
             return self.tls_problem()
         if self.serve_problem():
@@ -147,9 +142,8 @@ class NodeAgentConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
         for name in ("memory_per_vwn_mb", "pids_max", "disk_quota_mb"):
             if getattr(self, name) < 0:
                 return f"field '{name}': must be >= 0 (0 = no limit), got {getattr(self, name)}"
-        if self.outbox_give_up_s <= 0 or self.outbox_max_items < 1 or self.heartbeat_s < 0:
-            return ("fields 'outbox_give_up_s', 'outbox_max_items': must be > 0; "
-                    "'heartbeat_s': must be >= 0")
+        if self.heartbeat_s < 0:
+            return f"field 'heartbeat_s': must be >= 0, got {self.heartbeat_s}"
         if self.image_pool_mb < 0 or not self.image_pull_patience_s > 0:
             return "field 'image_pool_mb': must be >= 0 (0 = unlimited); 'image_pull_patience_s': must be > 0"
         if not self.max_sandbox_mb > 0 or not self.max_body_mb > 0:

@@ -165,20 +165,31 @@ def lookup(name: str) -> Account | None:
     return Account(pw.pw_name, pw.pw_uid, pw.pw_gid)
 
 
-def create_account(name: str) -> Account:
-    """``useradd`` a pool account: own group, no home, no login shell; AccountError."""
-    for _ in range(20):                          # useradd fails while another one holds the lock
+#: How long ``create_account`` retries a useradd that found /etc/passwd or /etc/group locked (s).
+USERADD_LOCK_WAIT_S = 30.0
+
+
+def create_account(name: str, lock_wait_s: float = USERADD_LOCK_WAIT_S) -> Account:
+    """``useradd`` a pool account: own group, no home, no login shell; AccountError.
+
+    useradd gives up at once while another useradd (another node agent, or a package's
+    postinst) holds the passwd/group lock; on a loaded host that holder may be descheduled for
+    seconds, so a locked attempt is retried for up to ``lock_wait_s`` seconds."""
+    deadline = time.monotonic() + lock_wait_s
+    while True:
         proc = subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent",
                                "--shell", "/usr/sbin/nologin", "--user-group",
                                "--comment", "vgrid pool account", name],
                               capture_output=True, text=True)
         account = lookup(name)
-        if account is not None or proc.returncode not in (1, 10):   # 1, 10: passwd/group locked
+        locked = proc.returncode in (1, 10) and "lock" in proc.stderr   # "cannot lock /etc/passwd"
+        if account is not None or not locked or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
     if account is None:
+        said = proc.stderr.strip().removeprefix("useradd: ")     # it names itself
         raise AccountError(f"cannot create pool account {name}: useradd: "
-                           f"{proc.stderr.strip() or f'exit status {proc.returncode}'}")
+                           f"{said or f'exit status {proc.returncode}'}")
     return account
 
 

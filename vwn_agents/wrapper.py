@@ -26,6 +26,7 @@ SIGTERM is forwarded to the job's process group.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -141,10 +142,8 @@ def run_job(spec: dict, workdir) -> dict:
         fds.append(fds[1] if same else _open_std(workdir, spec.get("std_error"), _APPEND, "StdError"))
         start = time.monotonic()
         os.chdir(str(workdir))    # the wrapper's own directory too: posix_spawn has no cwd
-        try:                      # its own session (process group); SIGPIPE/SIGXFSZ default
-            pid = os.posix_spawn(argv[0], argv, env, setsid=True,
-                                 setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-                                 file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(fds)])
+        try:
+            pid = spawn(argv, env, fds)
         except OSError as exc:
             raise WrapperError(f"Executable {spec.get('executable')}: {exc.strerror}") from None
     finally:
@@ -164,6 +163,33 @@ def run_job(spec: dict, workdir) -> dict:
     return {"exit_code": 128 + sig if sig else code, "signal": sig,
             "wall_s": round(time.monotonic() - start, 3),
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+
+
+#: How long ``spawn`` retries an executable that is busy being written (ETXTBSY), in seconds.
+TEXT_BUSY_WAIT_S = 10.0
+
+
+def spawn(argv: list[str], env: dict[str, str], fds: list[int],
+          busy_wait_s: float = TEXT_BUSY_WAIT_S) -> int:
+    """``posix_spawn`` the job in its own session (process group) with ``fds`` as its stdin,
+    stdout and stderr and SIGPIPE/SIGXFSZ at their defaults; its pid. OSError from the spawn.
+
+    ETXTBSY ("Text file busy") is retried for up to ``busy_wait_s`` seconds: a sandbox
+    executable the node agent has just written is still open for writing in any child that a
+    thread of the agent forked meanwhile, until that child's exec closes it (O_CLOEXEC) -- a
+    window of microseconds on an idle host, but seconds on a loaded one, where it aborted jobs
+    (benchmarks/faults.py at load ~40: "Executable faults_job.sh: Text file busy")."""
+    deadline, delay = time.monotonic() + busy_wait_s, 0.02
+    while True:
+        try:
+            return os.posix_spawn(argv[0], argv, env, setsid=True,
+                                  setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                                  file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(fds)])
+        except OSError as exc:
+            if exc.errno != errno.ETXTBSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def _forward_sigterm(pid: int) -> None:

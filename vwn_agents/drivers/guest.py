@@ -59,11 +59,10 @@ mount -t tmpfs tmp /tmp
 exec /bin/sh /agent.sh
 """
 
-AGENT = r"""# vgrid guest agent (busybox sh): runs /job/run.sh, reports on ttyS1, powers off.
-out=/dev/ttyS1
-stty -F $out raw -echo 2>/dev/null
-if grep -q vgrid.probe /proc/cmdline; then echo VGRID-PROBE-OK > $out; sync; poweroff -f; fi
-if grep -q vgrid.disk /proc/cmdline; then
+#: Shell fragment of both busybox guest agents (this one-job ``AGENT`` and the VOC guest's
+#: ``guest_serve.SERVE_AGENT``), with ``$out`` the channel: when booted with ``vgrid.disk``, load
+#: the disk modules, wait for ``/dev/vda`` (at most 10 s) and mount it at ``/image`` (module doc).
+DISK_SH = r"""if grep -q vgrid.disk /proc/cmdline; then
   for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko 2>/dev/null; done
   n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
   mkdir -p /image
@@ -71,9 +70,14 @@ if grep -q vgrid.disk /proc/cmdline; then
   elif mount -o nosuid,nodev /dev/vda /image 2>/dev/null; then echo "VGRID-DISK mounted" > $out
   else chown 1000:1000 /dev/vda; echo "VGRID-DISK raw" > $out; fi
 fi
-chown -R 1000:1000 /job/work
+"""
+
+#: Shell fragment of both busybox guest agents: run the unpacked ``/job`` (``job_archive``) as
+#: ``vgrid`` (uid 1000) in ``/job/work``, report ``VGRID-PROGRESS`` every second, kill whatever
+#: of the account's processes outlive the job, then report ``VGRID-RESULT``, ``VGRID-FILES``,
+#: the outputs (base64 tar) and ``VGRID-END`` on ``$out``.
+JOB_SH = r"""chown -R 1000:1000 /job/work
 cd /job/work
-echo VGRID-RUNNING > $out
 su -s /bin/sh vgrid -c 'exec sh /job/run.sh' &
 pid=$!
 stdout=$(cat /job/stdout 2>/dev/null)
@@ -83,13 +87,20 @@ while kill -0 $pid 2>/dev/null; do
 done
 wait $pid
 code=$?
+su -s /bin/sh vgrid -c 'kill -9 -1' 2>/dev/null
 echo "VGRID-RESULT $code" > $out
 echo VGRID-FILES > $out
 files=""
 while read -r f; do [ -e "$f" ] && files="$files $f"; done < /job/outputs
 if [ -n "$files" ]; then tar -cf - $files | base64 > $out; fi
 echo VGRID-END > $out
-umount /image 2>/dev/null
+"""
+
+AGENT = r"""# vgrid guest agent (busybox sh): runs /job/run.sh, reports on ttyS1, powers off.
+out=/dev/ttyS1
+stty -F $out raw -echo 2>/dev/null
+if grep -q vgrid.probe /proc/cmdline; then echo VGRID-PROBE-OK > $out; sync; poweroff -f; fi
+""" + DISK_SH + "echo VGRID-RUNNING > $out\n" + JOB_SH + """umount /image 2>/dev/null
 sync
 poweroff -f
 """

@@ -33,13 +33,14 @@ from __future__ import annotations
 import base64
 import socket
 import stat
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from lxml import etree
 
-from .guest import cpio_newc, parse_channel
+from .guest import DISK_SH, JOB_SH, cpio_newc, parse_channel
 
 #: The largest job archive sent to a serving guest (bytes, before base64).
 MAX_JOB_BYTES = 4_000_000
@@ -50,15 +51,7 @@ in=/dev/ttyS2
 stty -F $out raw -echo 2>/dev/null
 stty -F $in raw -echo -icanon min 1 time 0 2>/dev/null
 exec 3<$in
-if grep -q vgrid.disk /proc/cmdline; then
-  for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko 2>/dev/null; done
-  n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
-  mkdir -p /image
-  if [ ! -b /dev/vda ]; then echo "VGRID-DISK absent" > $out
-  elif mount -o nosuid,nodev /dev/vda /image 2>/dev/null; then echo "VGRID-DISK mounted" > $out
-  else chown 1000:1000 /dev/vda; echo "VGRID-DISK raw" > $out; fi
-fi
-echo VGRID-RUNNING > $out
+""" + DISK_SH + r"""echo VGRID-RUNNING > $out
 while true; do
   echo VGRID-READY > $out
   cmd=""; seq=""; size=""
@@ -78,25 +71,7 @@ while true; do
   fi
   rm -f /tmp/job.b64
   echo "VGRID-JOB $seq" > $out
-  chown -R 1000:1000 /job/work
-  cd /job/work
-  su -s /bin/sh vgrid -c 'exec sh /job/run.sh' &
-  pid=$!
-  stdout=$(cat /job/stdout 2>/dev/null)
-  while kill -0 $pid 2>/dev/null; do
-    if [ -n "$stdout" ] && [ -f "$stdout" ]; then echo "VGRID-PROGRESS $(wc -c < "$stdout")" > $out; fi
-    sleep 1
-  done
-  wait $pid
-  code=$?
-  su -s /bin/sh vgrid -c 'kill -9 -1' 2>/dev/null
-  echo "VGRID-RESULT $code" > $out
-  echo VGRID-FILES > $out
-  files=""
-  while read -r f; do [ -e "$f" ] && files="$files $f"; done < /job/outputs
-  if [ -n "$files" ]; then tar -cf - $files | base64 > $out; fi
-  echo VGRID-END > $out
-  cd /
+""" + textwrap.indent(JOB_SH, "  ") + """  cd /
 done
 """
 
