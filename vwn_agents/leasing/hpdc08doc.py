@@ -109,7 +109,17 @@ NOTES = """## Differences explained
   With the join the ARs add 927 (3,937 against 3,010), the mean wait is 14,448 s, and both
   reuse cells at rho = 10 % are within 1 pp (+0.55 / +0.53 %). VM-REUSE-SKEWED at rho = 20 %
   is +5.16 % (paper +2.48 %, 2.68 pp): better than VM-MULT's +5.55 %, but the paper's reuse
-  gains 1.47 pp over its VM-MULT at 20 % and ours 0.39 pp. SKEW20NOTE Resumed leases do
+  gains 1.47 pp over its VM-MULT at 20 % and ours 0.39 pp. VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
+  VM-MULT, and made 5,136 transfers against VM-MULT's 3,935: with 37 uniform images a 20 GB
+  pool (5 images) rarely hits, and a full pool costs more than no pool. With unlimited pools
+  (`diskimage-cache-size = 0`, one run) VM-REUSE-SKEWED at 20 % is +3.24 % (0.76 pp from the
+  paper) with 680 transfers. So the remaining reuse gap is the pool model, and the likely
+  cause (not yet measured) is what a full pool does: in vgrid an image that finds no
+  evictable (unpinned) room on one node fails the lease's whole placement, which waits for
+  the next queue pass (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1
+  (`_add_diskimages`, `purge_downto`) then simply does not cache the image and still gives
+  the lease its own copy, so a pool never delays a lease. A `diskimage-cache-full = uncached`
+  option doing the same is the next step. Resumed leases do
   not re-stage images in vgrid (a resumption moves only memory); Haizea 1.1 with `migration =
   yes` also copies each moved VM's disk image node to node before resuming it elsewhere
   (`schedule_migration`: `image_size` per VM at the migration bandwidth), which would make its
