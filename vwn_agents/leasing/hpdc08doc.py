@@ -93,9 +93,10 @@ NOTES = """## Differences explained
   = 10 / 20 / 30 %. The specs now set `multicast-join = true` (`multicastjoin.py`; vgrid's
   default stays off). Measured 2026-11-24: the baseline is -0.09 % with 3,827 transfers
   (15.7 TB); at rho = 10 % a multicast serves 12 nodes on average and keeps the best-effort
-  link busy 55 % of the time, and VM-MULT is +0.61 % (paper +0.60 %). At rho = 20 % it is
-  +5.55 % (paper +3.95 %): VM-MULT minus VM-PREDEPLOY is +2.92 pp against the paper's +2.37
-  pp, so most of the gap is VM-PREDEPLOY's (+1.05 pp, the suspension model). With Haizea's
+  link busy 55 % of the time, and VM-MULT is +0.61 % (paper +0.60 %). At rho = 20 / 30 % it
+  is +5.55 / +14.58 % (paper +3.95 / +12.21 %): VM-MULT minus VM-PREDEPLOY is +2.92 / +4.39
+  pp against the paper's +2.37 / +5.02 pp, so the gap is VM-PREDEPLOY's (+1.05 / +3.00 pp,
+  the suspension model without Haizea's aging horizon), not the transfers. With Haizea's
   7-day aging horizon (`preemption-horizon = 604800`, one run) VM-MULT at rho = 20 % is +4.94
   % (0.99 pp from the paper; 3 ARs rejected instead of 1), as the horizon brings
   VM-PREDEPLOY within 0.81 pp. vgrid joins best-effort transfers only; Haizea's one link
