@@ -75,7 +75,7 @@ NOTES = """## Differences explained
   NOVM-SR worse (+4.35 / +18.43 %), so vgrid keeps its per-VM estimate.
 - **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets in
   the configurations without image transfers (it cancels or suspends best-effort leases to
-  make room); with it, see above. In the four image-transfer configurations one AR of every
+  make room); with it, see above. In the three image-transfer configurations one AR of every
   set is rejected: each set's first AR is submitted at 0 s for a start at 0 s, and its 4,096 MB
   image cannot arrive by then (Haizea 1.1's `__schedule_deadline` rejects it too: the last
   transfer slot would start before `nexttime`).
@@ -84,47 +84,46 @@ NOTES = """## Differences explained
 - **VM-MULT: joining a pending multicast (fixed, issue 16, session 7).** Haizea 1.1 with
   `transfer-mechanism = multicast` and `avoid-redundant-transfers` (its `imagetransfer.py`:
   `find_earliest_starting_times`, `__schedule_asap`) lets a best-effort lease ride on any
-  scheduled transfer of its image that has not started: every node's earliest start becomes
-  that transfer's end when it is earlier than a new FIFO transfer, and the placed lease's
-  nodes are added to the multicast. vgrid's multicast used to group only one lease's own
-  nodes and piggyback only on a copy already bound for the same node, so each lease got its
-  own 4,096 MB transfer at 10 MB/s (410 s): 7,751 transfers (31.7 TB) in the baseline, the
-  link saturated, and VM-MULT was +47.78 % without ARs and +67.60 / +16.76 / +22.33 % at rho
-  = 10 / 20 / 30 %. The specs now set `multicast-join = true` (`multicastjoin.py`; vgrid's
-  default stays off). Measured 2026-11-24: the baseline is -0.09 % with 3,827 transfers
-  (15.7 TB); at rho = 10 % a multicast serves 12 nodes on average and keeps the best-effort
-  link busy 55 % of the time, and VM-MULT is +0.61 % (paper +0.60 %). At rho = 20 / 30 % it
-  is +5.55 / +14.58 % (paper +3.95 / +12.21 %): VM-MULT minus VM-PREDEPLOY is +2.92 / +4.39
-  pp against the paper's +2.37 / +5.02 pp, so the gap is VM-PREDEPLOY's (+1.05 / +3.00 pp,
-  the suspension model without Haizea's aging horizon), not the transfers. With Haizea's
-  7-day aging horizon (`preemption-horizon = 604800`, one run) VM-MULT at rho = 20 % is +4.94
-  % (0.99 pp from the paper; 3 ARs rejected instead of 1), as the horizon brings
-  VM-PREDEPLOY within 0.81 pp. vgrid joins best-effort transfers only; Haizea's one link
-  would also let a best-effort lease ride on an AR's transfer (93-291 AR transfers against
-  3,600-3,900 best-effort ones; not measured).
-- **VM-REUSE with ARs (session 7: mostly the missing join).** VM-REUSE-UNIFORM at rho = 10 %
-  was +10.23 % and VM-REUSE-SKEWED at rho = 10 / 20 % +0.23 / +7.54 % (paper +0.03 / -0.36 /
-  +2.48 %). Measured in the stored runs: without the join the 10 % ARs added 2,688 best-effort
-  transfers to VM-REUSE-UNIFORM (6,129 against 3,441 without ARs) on a link that one
-  transfer per lease already kept busy, and the mean wait rose from 10,238 s to 93,809 s.
-  With the join the ARs add 927 (3,937 against 3,010), the mean wait is 14,448 s, and both
-  reuse cells at rho = 10 % are within 1 pp (+0.55 / +0.53 %). VM-REUSE-SKEWED at rho = 20 %
-  is +5.16 % (paper +2.48 %, 2.68 pp): better than VM-MULT's +5.55 %, but the paper's reuse
-  gains 1.47 pp over its VM-MULT at 20 % and ours 0.39 pp. VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
-  VM-MULT, and made 5,136 transfers against VM-MULT's 3,935: with 37 uniform images a 20 GB
-  pool (5 images) rarely hits, and a full pool costs more than no pool. With unlimited pools
+  scheduled transfer of its image that has not started: every node's earliest start becomes that
+  transfer's end when it is earlier than a new FIFO transfer, and the placed lease's nodes are
+  added to the multicast. vgrid's multicast used to group only one lease's own nodes and
+  piggyback only on a copy already bound for the same node, so each lease got its own 4,096 MB
+  transfer at 10 MB/s (410 s): 7,751 transfers (31.7 TB) in the baseline, the link saturated,
+  and VM-MULT was +47.78 % without ARs and +67.60 / +16.76 / +22.33 % at rho = 10 / 20 / 30 %.
+  The specs now set `multicast-join = true` (`multicastjoin.py`; vgrid's default stays off).
+  Measured 2026-11-24: the baseline is -0.09 % with 3,827 transfers (15.7 TB); at rho = 10 % a
+  multicast serves 12 nodes on average and keeps the best-effort link busy 55 % of the time, and
+  VM-MULT is +0.61 % (paper +0.60 %). At rho = 20 / 30 % it is +5.55 / +14.58 % (paper +3.95 /
+  +12.21 %): VM-MULT minus VM-PREDEPLOY is +2.92 / +4.39 pp against the paper's +2.37 / +5.02
+  pp, so the gap is VM-PREDEPLOY's (+1.05 / +3.00 pp, the suspension model without Haizea's
+  aging horizon), not the transfers. With Haizea's 7-day aging horizon (`preemption-horizon =
+  604800`, one run) VM-MULT at rho = 20 % is +4.94 % (0.99 pp from the paper; 3 ARs rejected
+  instead of 1), as the horizon brings VM-PREDEPLOY within 0.81 pp. vgrid joins best-effort
+  transfers only; Haizea's one link would also let a best-effort lease ride on an AR's transfer
+  (93-291 AR transfers against 3,600-3,900 best-effort ones; not measured).
+- **VM-REUSE with ARs (session 7: mostly the missing join).** VM-REUSE-UNIFORM at rho = 10 % was
+  +10.23 % and VM-REUSE-SKEWED at rho = 10 / 20 % +0.23 / +7.54 % (paper +0.03 / -0.36 / +2.48
+  %). Measured in the stored runs: without the join the 10 % ARs added 2,688 best-effort
+  transfers to VM-REUSE-UNIFORM (6,129 against 3,441 without ARs) on a link that one transfer
+  per lease already kept busy, and the mean wait rose from 10,238 s to 93,809 s. With the join
+  the ARs add 927 (3,937 against 3,010), the mean wait is 14,448 s, and both reuse cells at rho
+  = 10 % are within 1 pp (+0.55 / +0.53 %). VM-REUSE-SKEWED at rho = 20 % is +5.16 % (paper
+  +2.48 %, 2.68 pp): better than VM-MULT's +5.55 %, but the paper's reuse gains 1.47 pp over its
+  VM-MULT at 20 % and ours 0.39 pp. VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
+  VM-MULT, and made 5,136 transfers against VM-MULT's 3,935: with 37 uniform images a 20 GB pool
+  (5 images) rarely hits, and a full pool costs more than no pool. With unlimited pools
   (`diskimage-cache-size = 0`, one run) VM-REUSE-SKEWED at 20 % is +3.24 % (0.76 pp from the
-  paper) with 680 transfers. So the remaining reuse gap is the pool model, and the likely
-  cause (not yet measured) is what a full pool does: in vgrid an image that finds no
-  evictable (unpinned) room on one node fails the lease's whole placement, which waits for
-  the next queue pass (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1
-  (`_add_diskimages`, `purge_downto`) then simply does not cache the image and still gives
-  the lease its own copy, so a pool never delays a lease. A `diskimage-cache-full = uncached`
-  option doing the same is the next step. Resumed leases do
-  not re-stage images in vgrid (a resumption moves only memory); Haizea 1.1 with `migration =
-  yes` also copies each moved VM's disk image node to node before resuming it elsewhere
-  (`schedule_migration`: `image_size` per VM at the migration bandwidth), which would make its
-  VM configurations slower, not faster, than ours.
+  paper) with 680 transfers, and with Haizea's aging horizon (one run) +4.04 % (1.56 pp). So the
+  remaining reuse gap is the horizon and the pool model, and the likely cause in the pool model
+  (not yet measured) is what a full pool does: in vgrid an image that finds no evictable
+  (unpinned) room on one node fails the lease's whole placement, which waits for the next queue
+  pass (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1 (`_add_diskimages`,
+  `purge_downto`) then simply does not cache the image and still gives the lease its own copy,
+  so a pool never delays a lease. A `diskimage-cache-full = uncached` option doing the same is
+  the next step. Resumed leases do not re-stage images in vgrid (a resumption moves only
+  memory); Haizea 1.1 with `migration = yes` also copies each moved VM's disk image node to node
+  before resuming it elsewhere (`schedule_migration`: `image_size` per VM at the migration
+  bandwidth), which would make its VM configurations slower, not faster, than ours.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.
