@@ -109,7 +109,9 @@ NOTES = """## Differences explained
   the ARs add 927 (3,937 against 3,010), the mean wait is 14,448 s, and both reuse cells at rho
   = 10 % are within 1 pp (+0.55 / +0.53 %). VM-REUSE-SKEWED at rho = 20 % is +5.16 % (paper
   +2.48 %, 2.68 pp): better than VM-MULT's +5.55 %, but the paper's reuse gains 1.47 pp over its
-  VM-MULT at 20 % and ours 0.39 pp. VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
+  VM-MULT at 20 % and ours 0.39 pp. At rho = 30 % VM-REUSE-SKEWED is +13.43 % (paper +10.43 %,
+  3.00 pp: VM-PREDEPLOY's gap) and VM-REUSE-UNIFORM +15.19 % (paper +10.74 %, 4.45 pp; 5,949
+  transfers against VM-MULT's 4,024). VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
   VM-MULT, and made 5,136 transfers against VM-MULT's 3,935: with 37 uniform images a 20 GB pool
   (5 images) rarely hits, and a full pool costs more than no pool. With unlimited pools
   (`diskimage-cache-size = 0`, one run) VM-REUSE-SKEWED at 20 % is +3.24 % (0.76 pp from the
