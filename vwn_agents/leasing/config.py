@@ -156,6 +156,12 @@ OPTIONS: tuple[Option, ...] = (
            ("edf", "edf-jit", "job-style", "jit", "aggressive")),
     Option("avoid-redundant-transfers", "deploy-imagetransfer", bool, True,
            "Piggyback on scheduled transfers of the same image to the same node (seed 000 6.3.1)."),
+    Option("multicast-join", "deploy-imagetransfer", bool, False,
+           "vgrid (Haizea 1.1's multicast with `avoid-redundant-transfers`): a best-effort lease's "
+           "nodes join a best-effort multicast of the same image that has not started, on any "
+           "node, and get the image when it ends, instead of a transfer of their own "
+           "(`multicastjoin.py`). Only with `transfer-mechanism = multicast` and "
+           "`avoid-redundant-transfers`; on for Haizea INI files, off by default."),
     Option("besteffort-staging-attempts", "deploy-imagetransfer", int, 0,
            "vgrid: placements tried for a best-effort lease whose image transfers (one per node, "
            "back to back in the FIFO queue) end after the start first assumed; each retry waits "

@@ -33,7 +33,7 @@ from .traces import parse_time
 HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "diskimage-reuse": "none",
                    "lease-preparation": "unmanaged", "backfilling": "off", "transfer-mechanism": "unicast",
                    "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
-                   "runtime-slowdown-rule": "haizea",
+                   "runtime-slowdown-rule": "haizea", "multicast-join": True,
                    "compat": "haizea-1.1"}   # vgrid's Haizea-compatible mode (compat.py)
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",

@@ -17,7 +17,7 @@ CONFIG_TEXT = """| configuration | lease options (examples/sweeps/hpdc08.toml) |
 | NOVM-NOSR | aggressive backfilling; no suspension: an AR needing a running job's nodes cancels it, it is requeued and restarts |
 | NOVM-SR | suspension of every best-effort lease at 50 MB/s (1,024 MB: 21 s per VM), resumption elsewhere copying the memory image node to node over each node's 100 Mb/s NIC (`migration-transfer = node-to-node`) |
 | VM-PREDEPLOY | as NOVM-SR, plus `add-overhead = all`, `runtime-slowdown-overhead = 5` (%), `bootshutdown-overhead = 20` (s); images on every node |
-| VM-MULT | as VM-PREDEPLOY, plus one of 37 images of 4,096 MB (uniform) transferred for every lease at 10 MB/s (`imagetransfer-bandwidth = 80` Mb/s), multicast, no reuse |
+| VM-MULT | as VM-PREDEPLOY, plus one of 37 images of 4,096 MB (uniform) transferred for every lease at 10 MB/s (`imagetransfer-bandwidth = 80` Mb/s), multicast, no reuse; a lease joins a pending multicast of its image (`multicast-join`, Haizea 1.1's `avoid-redundant-transfers`) |
 | VM-REUSE-UNIFORM | as VM-MULT with per-node image pools of 20,480 MB (`diskimage-reuse = image-caches`) |
 | VM-REUSE-SKEWED | as VM-REUSE-UNIFORM, images drawn with weights `7,10 30,1` (7 images get 70 % of the leases) |"""
 
@@ -73,30 +73,59 @@ NOTES = """## Differences explained
   -0.1 / +0.1 pp. Haizea 1.0's suspend-time estimate (total memory of the lease x its VMs,
   quadratic in the VMs) and its cancel-instead-of-suspend rule below the threshold make
   NOVM-SR worse (+4.35 / +18.43 %), so vgrid keeps its per-VM estimate.
-- **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets (it
-  cancels or suspends best-effort leases to make room); with it, see above.
+- **AR rejections.** Without the horizon vgrid accepts every AR of the 3-hour medium sets in
+  the configurations without image transfers (it cancels or suspends best-effort leases to
+  make room); with it, see above. In the three image-transfer configurations one AR of every
+  set is rejected: each set's first AR is submitted at 0 s for a start at 0 s, and its 4,096 MB
+  image cannot arrive by then (Haizea 1.1's `__schedule_deadline` rejects it too: the last
+  transfer slot would start before `nexttime`).
 - **Missing cells** (`-`): runs not computed yet (resume with the command at the top); an
-  image-transfer run costs 1-2 CPU minutes (docs/benchmarks.md, "HPDC'08 sweep on Dask").
-- **VM-MULT (not within 1 pp, a model difference).** Our VM-MULT baseline is +47.8 % (3,936,118
-  s) against the paper's +0.60 % at rho = 10 %: with one 4,096 MB multicast transfer per lease
-  at 10 MB/s (410 s) the best-effort link needs 5,108 x 410 s = 2.09 million s, 78 % of the
-  month, before any requeue; the link saturates, the queue waits 644,000 s on average, and
-  31.7 TB cross it. The paper's +0.60 % is only possible if leases share transfers: Haizea's
-  multicast with `avoid-redundant-transfers` (as we read it; to check in Haizea 1.1's
-  `deployment/imagetransfer.py`) adds a lease's nodes to an already scheduled, not yet started
-  multicast of the same image, where vgrid's multicast only groups one lease's own nodes and
-  piggybacks only on a copy already bound for the same node. Joining a pending multicast of
-  the same image is the next step (`staging.stage_be`); with 37 images most queued leases would
-  ride on a transfer already planned. With the link saturated, VM-MULT's all-best-effort time
-  is not even monotone in rho (the 20 % set ends earlier than the 10 % set): it is set by the
-  order in which the queue's transfers happen to run, not by the ARs.
-- **VM-REUSE with ARs (open).** Without ARs both reuse configurations are within 0.25 % of
-  NOVM-NOSR, and VM-REUSE-SKEWED at rho = 10 % is within 1 pp; but VM-REUSE-UNIFORM at 10 %
-  (+10.2 %) and VM-REUSE-SKEWED at 20 % (+7.5 %) are far above the paper (+0.03 / +2.48 %).
-  Not explained yet. Candidates, in the order we would measure them: each medium AR stages its
-  image on 72 nodes over the AR link and, with 20 GB pools, evicts cached images that the
-  queue then fetches again over the saturated best-effort link (the same missing multicast
-  join as VM-MULT); and resumed leases re-stage images on their new nodes.
+  image-transfer run costs 13-45 CPU s (docs/benchmarks.md, "HPDC'08 sweep on Dask").
+- **VM-MULT: joining a pending multicast (fixed, issue 16, session 7).** Haizea 1.1 with
+  `transfer-mechanism = multicast` and `avoid-redundant-transfers` (its `imagetransfer.py`:
+  `find_earliest_starting_times`, `__schedule_asap`) lets a best-effort lease ride on any
+  scheduled transfer of its image that has not started: every node's earliest start becomes that
+  transfer's end when it is earlier than a new FIFO transfer, and the placed lease's nodes are
+  added to the multicast. vgrid's multicast used to group only one lease's own nodes and
+  piggyback only on a copy already bound for the same node, so each lease got its own 4,096 MB
+  transfer at 10 MB/s (410 s): 7,751 transfers (31.7 TB) in the baseline, the link saturated,
+  and VM-MULT was +47.78 % without ARs and +67.60 / +16.76 / +22.33 % at rho = 10 / 20 / 30 %.
+  The specs now set `multicast-join = true` (`multicastjoin.py`; vgrid's default stays off).
+  Measured 2026-11-24: the baseline is -0.09 % with 3,827 transfers (15.7 TB); at rho = 10 % a
+  multicast serves 12 nodes on average and keeps the best-effort link busy 55 % of the time, and
+  VM-MULT is +0.61 % (paper +0.60 %). At rho = 20 / 30 % it is +5.55 / +14.58 % (paper +3.95 /
+  +12.21 %): VM-MULT minus VM-PREDEPLOY is +2.92 / +4.39 pp against the paper's +2.37 / +5.02
+  pp, so the gap is VM-PREDEPLOY's (+1.05 / +3.00 pp, the suspension model without Haizea's
+  aging horizon), not the transfers. With Haizea's 7-day aging horizon (`preemption-horizon =
+  604800`, one run) VM-MULT at rho = 20 % is +4.94 % (0.99 pp from the paper; 3 ARs rejected
+  instead of 1), as the horizon brings VM-PREDEPLOY within 0.81 pp. vgrid joins best-effort
+  transfers only; Haizea's one link would also let a best-effort lease ride on an AR's transfer
+  (93-291 AR transfers against 3,600-3,900 best-effort ones; not measured).
+- **VM-REUSE with ARs (session 7: mostly the missing join).** VM-REUSE-UNIFORM at rho = 10 % was
+  +10.23 % and VM-REUSE-SKEWED at rho = 10 / 20 % +0.23 / +7.54 % (paper +0.03 / -0.36 / +2.48
+  %). Measured in the stored runs: without the join the 10 % ARs added 2,688 best-effort
+  transfers to VM-REUSE-UNIFORM (6,129 against 3,441 without ARs) on a link that one transfer
+  per lease already kept busy, and the mean wait rose from 10,238 s to 93,809 s. With the join
+  the ARs add 927 (3,937 against 3,010), the mean wait is 14,448 s, and both reuse cells at rho
+  = 10 % are within 1 pp (+0.55 / +0.53 %). VM-REUSE-SKEWED at rho = 20 % is +5.16 % (paper
+  +2.48 %, 2.68 pp): better than VM-MULT's +5.55 %, but the paper's reuse gains 1.47 pp over its
+  VM-MULT at 20 % and ours 0.39 pp. At rho = 30 % VM-REUSE-SKEWED is +13.43 % (paper +10.43 %,
+  3.00 pp: VM-PREDEPLOY's gap) and VM-REUSE-UNIFORM +15.19 % (paper +10.74 %, 4.45 pp; 5,949
+  transfers against VM-MULT's 4,024). VM-REUSE-UNIFORM at 20 % is +6.64 % (paper +3.15 %), above
+  VM-MULT, and made 5,136 transfers against VM-MULT's 3,935: with 37 uniform images a 20 GB pool
+  (5 images) rarely hits, and a full pool costs more than no pool. With unlimited pools
+  (`diskimage-cache-size = 0`, one run) VM-REUSE-SKEWED at 20 % is +3.24 % (0.76 pp from the
+  paper) with 680 transfers, and with Haizea's aging horizon (one run) +4.04 % (1.56 pp). So the
+  remaining reuse gap is the horizon and the pool model, and the likely cause in the pool model
+  (not yet measured) is what a full pool does: in vgrid an image that finds no evictable
+  (unpinned) room on one node fails the lease's whole placement, which waits for the next queue
+  pass (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1 (`_add_diskimages`,
+  `purge_downto`) then simply does not cache the image and still gives the lease its own copy,
+  so a pool never delays a lease. A `diskimage-cache-full = uncached` option doing the same is
+  the next step. Resumed leases do not re-stage images in vgrid (a resumption moves only
+  memory); Haizea 1.1 with `migration = yes` also copies each moved VM's disk image node to node
+  before resuming it elsewhere (`schedule_migration`: `image_size` per VM at the migration
+  bandwidth), which would make its VM configurations slower, not faster, than ours.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.

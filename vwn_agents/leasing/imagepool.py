@@ -337,3 +337,9 @@ class ImagePools:
                 self._pop(node, e)
             elif e.evicted_by is transfer:
                 self._set_evicted(node, e, None)
+
+    def discard_pending(self, node: int, entry: PoolEntry) -> None:
+        """Drop an entry that has not arrived (a private copy no lease needs any more, its
+        transfer still scheduled: ``multicastjoin.unstage``); undoable."""
+        if not entry.arrived:
+            self._pop(node, entry)

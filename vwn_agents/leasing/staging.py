@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from . import multicastjoin
 from .config import LeaseConfig
 from .imagepool import ImagePools, PoolEntry
 from .model import Lease
@@ -47,6 +48,9 @@ class Staging:
         self.multicast = config.transfer_mechanism == "multicast"
         self.piggyback = config.avoid_redundant_transfers
         self.shared = config.imagetransfer_link == "shared"
+        # Haizea 1.1's multicast join (multicastjoin.py): off unless asked for
+        self.join = bool(config.multicast_join and self.multicast and self.piggyback)
+        self.pending = multicastjoin.PendingMulticasts(st) if self.join else None
         self.be_tail = 0.0
         self.naive: list[Reservation] = []
         self._ready_cache: dict = {}
@@ -255,6 +259,8 @@ class Staging:
         pass instead of one per lease and node). A lease with no usable copy anywhere (every
         queued lease without reuse) is ready everywhere at the FIFO tail: one entry per image
         size, whatever the image or the pools (issue 16, session 6: VM-MULT)."""
+        if self.join:
+            return multicastjoin.ready(self, lease, now, n_nodes)
         copies = self._copies(lease, now)
         if copies:
             key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
@@ -283,6 +289,8 @@ class Staging:
         when every node is ready (s). ``inf`` if an image pool has no room."""
         if not self.enabled:
             return now
+        if self.join:
+            return multicastjoin.stage(self, lease, mapping, start, end, now)
         copy = self.copy_time(lease)
         ready = now
         missing = []
@@ -311,6 +319,9 @@ class Staging:
         """Release a lease's pins and drop its transfers that have not started and that no
         other lease rides on."""
         if not self.enabled:
+            return
+        if self.join:
+            multicastjoin.unstage(self, lease, now)
             return
         for _node, e in sorted(self.pools.entries_pinned_by(lease.id), key=lambda ne: (ne[0], ne[1].key)):
             self.pools.release(e, lease.id, now)
