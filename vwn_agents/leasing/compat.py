@@ -165,3 +165,17 @@ def host_scorer(sched, lease, t_s: float):
         d_score = 1.0 if dur is None or dur >= lease.duration_s else dur / lease.duration_s
         scores[node] = 0.5 * (horizon - k) / horizon + 0.25 + 0.25 * d_score
     return lambda node, hostable: (scores[node],)
+
+
+def premature_order(sched, events: list) -> list:
+    """The order in which premature ends due at one time are handled: vgrid's (time, lease
+    id); Haizea 1.1 walks its slot table's reservations sorted by their scheduled end, ties in
+    the order they entered the table (``get_prematurely_ending_res``), and re-evaluates after
+    each one, so with ``compat = haizea-1.1`` the events are sorted by (time, the VM
+    reservation's scheduled end, its slot-table id)."""
+    if not haizea(sched.cfg) or len(events) < 2:
+        return events
+    def key(ev):
+        vm = sched.vm_reservation(sched.leases[ev[1]])
+        return (ev[0], vm.end, vm.id) if vm is not None else (ev[0], float("inf"), 0)
+    return sorted(events, key=key)

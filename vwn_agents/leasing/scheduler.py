@@ -238,7 +238,7 @@ class LeaseScheduler:
         failed: dict = {}  # reservations whose start failed in this call: retried on the next one
         for _ in range(100_000):
             handled = False
-            for t, lease_id in self.enactment.pop_events(now):
+            for t, lease_id in compat.premature_order(self, self.enactment.pop_events(now)):
                 self._premature_end(self.leases[lease_id], t)
                 handled = True
             due = self.st.pop_due(now)
