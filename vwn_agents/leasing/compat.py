@@ -131,13 +131,43 @@ def reevaluate(sched, now: float, place) -> None:
     before the queue is processed."""
     for lid in sorted(sched.future, key=lambda i: (sched.leases[i].submit_s, i)):
         lease = sched.leases[lid]
-        resv = frozenhold.plan(sched.st, lease)
+        resv = live_plan(sched, lease, now)
         if not resv or any(r.state is not ResState.SCHEDULED for r in resv):
             continue
         sched.unschedule(lease, now)
         allow = len(sched.future) < sched.cfg.max_future_reservations
-        if not place(sched, lease, now, allow_future=allow):
+        sched.reevaluating = True
+        try:
+            placed = place(sched, lease, now, allow_future=allow)
+        finally:
+            sched.reevaluating = False
+        if not placed:
             sched.requeue(lease)
+
+
+def live_plan(sched, lease, now: float) -> list:
+    """The reservations of ``lease`` that :func:`reevaluate` looks at: those ending after
+    ``now`` (s). vgrid keeps a finished resumption in the slot table (state ACTIVE) until the
+    lease's VM reservation ends; Haizea 1.1 re-places a lease suspended again after a resumption
+    (state SUSPENDED_SCHEDULED) like any other, so the past resumption must not hide it."""
+    return [r for r in frozenhold.plan(sched.st, lease) if r.end > now]
+
+
+def starts_before_queue(cfg) -> bool:
+    """Whether the reservations due at a time step start before the queue pass (Haizea 1.1's
+    simulated clock: ``process_starting_reservations`` before ``process_requests``), so that a
+    future (backfilled) lease starting now frees its future slot for the queue at once, and a
+    lease leaving the future set marks the queue for another pass. vgrid: the queue first."""
+    return haizea(cfg)
+
+
+def threshold_resume_s(sched, resume_s: float) -> float:
+    """The resumption time (s) counted in a suspended lease's scheduling threshold: all of it
+    (vgrid, and Haizea 1.1 for a lease placed from the queue), but none while
+    :func:`reevaluate` re-places it: Haizea 1.1's ``__compute_scheduling_threshold`` adds the
+    resume estimate only in state SUSPENDED_QUEUED, and ``reevaluate_schedule`` re-places a
+    lease in state SUSPENDED_PENDING, so there the threshold is suspend x (1 + factor)."""
+    return 0.0 if getattr(sched, "reevaluating", False) else resume_s
 
 
 def host_scorer(sched, lease, t_s: float):
