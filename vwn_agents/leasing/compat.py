@@ -34,6 +34,14 @@ The places (docs/leasing.md, "Haizea-compatible mode", gives each one's measured
 4. AR node order (Haizea ``GreedyPolicy.get_host_score`` in ``GreedyMapper.map``): the hosts
    are scored on the schedule before preemption, so nodes that held a preempted lease come
    after free ones; vgrid maps by node index on the schedule after preemption.
+5. Simultaneous premature ends (Haizea ``get_prematurely_ending_res``): handled by scheduled
+   end, ties in slot-table order, each with its re-evaluation (:func:`premature_order`).
+6. The time step (Haizea's simulated clock): due starts before the queue pass, so a started
+   backfilled lease frees the future slot at once (:func:`starts_before_queue`).
+7. A re-evaluated suspended lease's threshold has no resume time (Haizea
+   ``__compute_scheduling_threshold`` in state SUSPENDED_PENDING; :func:`threshold_resume_s`).
+8. A lease resumed before and suspended again is re-evaluated too (:func:`live_plan`).
+Places 5-8 were found in session 7 by comparing placements (time and nodes) with Haizea 1.1's.
 """
 from __future__ import annotations
 
