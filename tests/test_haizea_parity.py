@@ -144,20 +144,25 @@ def _placement_differences():
     leases += read_trace(AR10, id_offset=max(l.id for l in leases)).leases
     leases = [l for l in leases if l.submit_s < DAYS8]
     site, buf = uniform_site(144, 1, 1024), io.StringIO()
-    simulate(leases, site, load_haizea(NOVM_SR).config, decisions=DecisionLog(buf, site))
+    report = simulate(leases, site, load_haizea(NOVM_SR).config, decisions=DecisionLog(buf, site)).report()
     ours = {}
     for ln in buf.getvalue().splitlines():
         d = json.loads(ln)
         if d["decision"] in ("placed", "accepted") and d["t"] <= cut:
             nodes = tuple(sorted(int(n.lstrip("P")) - 1 for n in d["nodes"]))
             ours[d["lease"]] = (d["start"] + (21.0 if d.get("resuming") else 0.0), nodes)
-    return sorted(lid for lid, (_, start, nodes) in golden.items() if ours.get(lid) != (start, nodes))
+    return sorted(lid for lid, (_, start, nodes) in golden.items() if ours.get(lid) != (start, nodes)), report
 
 
 def test_blue_8_days_with_ars_every_placement_node_for_node_as_haizea():
     """NOVM-SR + 10 % ARs, 8 days: every lease's last placement up to day 6.9 (1,502 leases,
-    re-placements and resumptions included) has Haizea 1.1's start and nodes."""
-    assert _placement_differences() == []
+    re-placements and resumptions included) has Haizea 1.1's start and nodes, and all 1,749
+    leases Haizea's start and end (29 / 29 AR decisions agree)."""
+    diff, report = _placement_differences()
+    assert diff == []
+    out = compare(read_haizea_csv(GOLDEN / "blue8-ar10-novm-sr.csv"), report["leases"])
+    assert out["leases"] == 1749 and out["identical"] == 1749, out["first_difference"]
+    assert out["ar"]["agree"] == 29 == out["ar"]["haizea_accepted"]
 
 
 @pytest.mark.parametrize("rule, off, first", [
@@ -172,7 +177,7 @@ def test_each_session_7_rule_is_needed_for_those_placements(monkeypatch, rule, o
     (first: lease 1019 at t = 182,505 s, placed on other nodes), starts before the queue pass,
     no resume time in a re-evaluated lease's threshold, past resumptions ignored."""
     monkeypatch.setattr(compat, rule, off)
-    diff = _placement_differences()
+    diff = _placement_differences()[0]
     assert diff, rule
     if first is not None:
         assert diff[0] == first
