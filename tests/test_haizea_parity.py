@@ -120,3 +120,64 @@ def test_parity_benchmark_prints_one_json_line_and_exits_2_without_input(tmp_pat
     assert line["identical"] == line["leases"] == 527 and line["vgrid"]["cpu_s"] > 0
     missing = subprocess.run(cmd[:-1] + [str(tmp_path / "none.csv")], capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "none.csv" in missing.stderr
+
+
+# ---------------------------------------------------------------- placements, node for node
+DAYS8 = 8 * 86400
+PLACE_GOLDEN = GOLDEN / "blue8-ar10-novm-sr.place.csv"
+
+
+def _golden_placements():
+    rows = [ln.split(",") for ln in PLACE_GOLDEN.read_text().splitlines()[2:]]
+    cut = float(PLACE_GOLDEN.read_text().split("t = ")[1].split()[0])
+    return cut, {int(r[0]): (float(r[1]), float(r[2]), tuple(int(n) for n in r[3].split("+"))) for r in rows}
+
+
+def _placement_differences():
+    """vgrid's last placement of each lease decided by the golden file's cut time against
+    Haizea 1.1's: the leases whose VM start or nodes differ (Haizea's VM start of a resumption
+    is after the resumption: 21 s for 1024 MB at 50 MB/s)."""
+    import io
+    from vwn_agents.leasing.decisionlog import DecisionLog
+    cut, golden = _golden_placements()
+    leases = list(read_trace(BLUE).leases)
+    leases += read_trace(AR10, id_offset=max(l.id for l in leases)).leases
+    leases = [l for l in leases if l.submit_s < DAYS8]
+    site, buf = uniform_site(144, 1, 1024), io.StringIO()
+    report = simulate(leases, site, load_haizea(NOVM_SR).config, decisions=DecisionLog(buf, site)).report()
+    ours = {}
+    for ln in buf.getvalue().splitlines():
+        d = json.loads(ln)
+        if d["decision"] in ("placed", "accepted") and d["t"] <= cut:
+            nodes = tuple(sorted(int(n.lstrip("P")) - 1 for n in d["nodes"]))
+            ours[d["lease"]] = (d["start"] + (21.0 if d.get("resuming") else 0.0), nodes)
+    return sorted(lid for lid, (_, start, nodes) in golden.items() if ours.get(lid) != (start, nodes)), report
+
+
+def test_blue_8_days_with_ars_every_placement_node_for_node_as_haizea():
+    """NOVM-SR + 10 % ARs, 8 days: every lease's last placement up to day 6.9 (1,502 leases,
+    re-placements and resumptions included) has Haizea 1.1's start and nodes, and all 1,749
+    leases Haizea's start and end (29 / 29 AR decisions agree)."""
+    diff, report = _placement_differences()
+    assert diff == []
+    out = compare(read_haizea_csv(GOLDEN / "blue8-ar10-novm-sr.csv"), report["leases"])
+    assert out["leases"] == 1749 and out["identical"] == 1749, out["first_difference"]
+    assert out["ar"]["agree"] == 29 == out["ar"]["haizea_accepted"]
+
+
+@pytest.mark.parametrize("rule, off, first", [
+    ("premature_order", lambda sched, events: events, 1019),
+    ("starts_before_queue", lambda cfg: False, None),
+    ("threshold_resume_s", lambda sched, resume_s: resume_s, None),
+    ("live_plan", lambda sched, lease, now: compat.frozenhold.plan(sched.st, lease), None),
+])
+def test_each_session_7_rule_is_needed_for_those_placements(monkeypatch, rule, off, first):
+    """Each Haizea rule of session 7 alone off breaks node-for-node parity on the 8-day input
+    (docs/leasing.md, 'Haizea-compatible mode'): simultaneous premature ends in Haizea's order
+    (first: lease 1019 at t = 182,505 s, placed on other nodes), starts before the queue pass,
+    no resume time in a re-evaluated lease's threshold, past resumptions ignored."""
+    monkeypatch.setattr(compat, rule, off)
+    diff = _placement_differences()[0]
+    assert diff, rule
+    if first is not None:
+        assert diff[0] == first

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
-from . import frozenhold
+from . import compat, frozenhold
 from .preemption import (can_suspend, lease_op_estimate, migration_estimate, migration_time, resume_reservations,
                          scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
@@ -54,7 +54,8 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
     r_est, s_est, m_est = _estimates(sched, lease, resuming)
     min_dur = None
     if suspendable:
-        min_dur = scheduling_threshold(s_est + r_est, sched.threshold_factor, cfg.force_scheduling_threshold)
+        min_dur = scheduling_threshold(s_est + compat.threshold_resume_s(sched, r_est), sched.threshold_factor,
+                                       cfg.force_scheduling_threshold)
     need, n = lease.per_vm, lease.n_vms
     base = r_est + remaining
     ready = None if resuming else sched.staging.be_ready(lease, now, len(sched.nodes))

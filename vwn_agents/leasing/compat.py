@@ -34,6 +34,14 @@ The places (docs/leasing.md, "Haizea-compatible mode", gives each one's measured
 4. AR node order (Haizea ``GreedyPolicy.get_host_score`` in ``GreedyMapper.map``): the hosts
    are scored on the schedule before preemption, so nodes that held a preempted lease come
    after free ones; vgrid maps by node index on the schedule after preemption.
+5. Simultaneous premature ends (Haizea ``get_prematurely_ending_res``): handled by scheduled
+   end, ties in slot-table order, each with its re-evaluation (:func:`premature_order`).
+6. The time step (Haizea's simulated clock): due starts before the queue pass, so a started
+   backfilled lease frees the future slot at once (:func:`starts_before_queue`).
+7. A re-evaluated suspended lease's threshold has no resume time (Haizea
+   ``__compute_scheduling_threshold`` in state SUSPENDED_PENDING; :func:`threshold_resume_s`).
+8. A lease resumed before and suspended again is re-evaluated too (:func:`live_plan`).
+Places 5-8 were found in session 7 by comparing placements (time and nodes) with Haizea 1.1's.
 """
 from __future__ import annotations
 
@@ -131,13 +139,43 @@ def reevaluate(sched, now: float, place) -> None:
     before the queue is processed."""
     for lid in sorted(sched.future, key=lambda i: (sched.leases[i].submit_s, i)):
         lease = sched.leases[lid]
-        resv = frozenhold.plan(sched.st, lease)
+        resv = live_plan(sched, lease, now)
         if not resv or any(r.state is not ResState.SCHEDULED for r in resv):
             continue
         sched.unschedule(lease, now)
         allow = len(sched.future) < sched.cfg.max_future_reservations
-        if not place(sched, lease, now, allow_future=allow):
+        sched.reevaluating = True
+        try:
+            placed = place(sched, lease, now, allow_future=allow)
+        finally:
+            sched.reevaluating = False
+        if not placed:
             sched.requeue(lease)
+
+
+def live_plan(sched, lease, now: float) -> list:
+    """The reservations of ``lease`` that :func:`reevaluate` looks at: those ending after
+    ``now`` (s). vgrid keeps a finished resumption in the slot table (state ACTIVE) until the
+    lease's VM reservation ends; Haizea 1.1 re-places a lease suspended again after a resumption
+    (state SUSPENDED_SCHEDULED) like any other, so the past resumption must not hide it."""
+    return [r for r in frozenhold.plan(sched.st, lease) if r.end > now]
+
+
+def starts_before_queue(cfg) -> bool:
+    """Whether the reservations due at a time step start before the queue pass (Haizea 1.1's
+    simulated clock: ``process_starting_reservations`` before ``process_requests``), so that a
+    future (backfilled) lease starting now frees its future slot for the queue at once, and a
+    lease leaving the future set marks the queue for another pass. vgrid: the queue first."""
+    return haizea(cfg)
+
+
+def threshold_resume_s(sched, resume_s: float) -> float:
+    """The resumption time (s) counted in a suspended lease's scheduling threshold: all of it
+    (vgrid, and Haizea 1.1 for a lease placed from the queue), but none while
+    :func:`reevaluate` re-places it: Haizea 1.1's ``__compute_scheduling_threshold`` adds the
+    resume estimate only in state SUSPENDED_QUEUED, and ``reevaluate_schedule`` re-places a
+    lease in state SUSPENDED_PENDING, so there the threshold is suspend x (1 + factor)."""
+    return 0.0 if getattr(sched, "reevaluating", False) else resume_s
 
 
 def host_scorer(sched, lease, t_s: float):
@@ -165,3 +203,17 @@ def host_scorer(sched, lease, t_s: float):
         d_score = 1.0 if dur is None or dur >= lease.duration_s else dur / lease.duration_s
         scores[node] = 0.5 * (horizon - k) / horizon + 0.25 + 0.25 * d_score
     return lambda node, hostable: (scores[node],)
+
+
+def premature_order(sched, events: list) -> list:
+    """The order in which premature ends due at one time are handled: vgrid's (time, lease
+    id); Haizea 1.1 walks its slot table's reservations sorted by their scheduled end, ties in
+    the order they entered the table (``get_prematurely_ending_res``), and re-evaluates after
+    each one, so with ``compat = haizea-1.1`` the events are sorted by (time, the VM
+    reservation's scheduled end, its slot-table id)."""
+    if not haizea(sched.cfg) or len(events) < 2:
+        return events
+    def key(ev):
+        vm = sched.vm_reservation(sched.leases[ev[1]])
+        return (ev[0], vm.end, vm.id) if vm is not None else (ev[0], float("inf"), 0)
+    return sorted(events, key=key)

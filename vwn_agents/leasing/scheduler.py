@@ -238,7 +238,7 @@ class LeaseScheduler:
         failed: dict = {}  # reservations whose start failed in this call: retried on the next one
         for _ in range(100_000):
             handled = False
-            for t, lease_id in self.enactment.pop_events(now):
+            for t, lease_id in compat.premature_order(self, self.enactment.pop_events(now)):
                 self._premature_end(self.leases[lease_id], t)
                 handled = True
             due = self.st.pop_due(now)
@@ -251,23 +251,13 @@ class LeaseScheduler:
                     if is_start:
                         self.st.repush(res)
                 break
+            if compat.starts_before_queue(self.cfg):   # Haizea 1.1: due starts, then the queue
+                handled = self._run_starts(due, now, failed) or handled
             if self._dirty and self.queue:
                 self._dirty = False
                 schedule_queue(self, now)
             self._dirty = False
-            for t, is_start, res in due + self.st.pop_due(now):
-                if is_start and res in self.st and res.state is ResState.SCHEDULED and res.start <= now:
-                    if res in failed:
-                        continue
-                    res.state = ResState.ACTIVE
-                    self.st.repush(res)
-                    try:
-                        self._handlers[res.kind][0](res, t)
-                    except Exception as exc:  # enactment failed (a node agent is down): retry later
-                        res.state = ResState.SCHEDULED
-                        failed[res] = exc
-                        continue
-                    handled = True
+            handled = self._run_starts(due + self.st.pop_due(now), now, failed) or handled
             if not handled:
                 break
         for res in failed:
@@ -275,6 +265,25 @@ class LeaseScheduler:
                 self.st.repush(res)
         if failed:  # the others were started; the first error goes to the caller
             raise next(iter(failed.values()))
+
+    def _run_starts(self, due: list, now: float, failed: dict) -> bool:
+        """Start the reservations in ``due`` (``(t, is_start, res)``) that are still to start;
+        a start whose enactment fails goes to ``failed``. True if any started."""
+        handled = False
+        for t, is_start, res in due:
+            if is_start and res in self.st and res.state is ResState.SCHEDULED and res.start <= now:
+                if res in failed:
+                    continue
+                res.state = ResState.ACTIVE
+                self.st.repush(res)
+                try:
+                    self._handlers[res.kind][0](res, t)
+                except Exception as exc:  # enactment failed (a node agent is down): retry later
+                    res.state = ResState.SCHEDULED
+                    failed[res] = exc
+                    continue
+                handled = True
+        return handled
 
     # ------------------------------------------------------------ node availability
     def set_node_down(self, node: int, down: bool, now: float) -> list[Lease]:
@@ -343,6 +352,7 @@ class LeaseScheduler:
             raise
         if lease.id in self.future:
             self.future = self.future - {lease.id}
+            self._dirty = self._dirty or compat.starts_before_queue(self.cfg)   # its slot is free
 
     def _images_present(self, lease: Lease, mapping: tuple) -> bool:
         if not self.staging.enabled:
