@@ -24,6 +24,7 @@ from hypothesis import given
 from vgrid_runtime import traces as catalogue
 from vwn_agents.leasing import LeaseConfig, besteffort, simulate, uniform_site
 from vwn_agents.leasing.mapper import Mapper
+from vwn_agents.leasing.queuescan import QueueScan
 from vwn_agents.leasing.slottable import INF
 from vwn_agents.leasing.tracefile import assign_images
 from vwn_agents.leasing.traces import read_trace
@@ -113,4 +114,26 @@ def test_fast_paths_answer_as_their_definitions_in_random_simulations(wl, opts):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(besteffort, "_may_start", checked_may_start)
         m.setattr(Mapper, "could_start_before", checked_could)
+        simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))
+
+
+@SETTINGS
+@given(wl=workloads(), opts=configs)
+def test_queue_scan_answers_every_lease_as_may_start_would(wl, opts):
+    """Session 7: ``QueueScan`` answers runs of the queue at once (a no for every lease without a
+    copy of its image whose slot count at the FIFO ready time is too small, from slot arrays
+    that may predate the pass's placements); each answer must equal ``_may_start``'s
+    definition on the slot table as it is when the pass reaches that lease."""
+    n_nodes, cpus, leases = wl
+    opts = dict(opts, **{"lease-preparation": "imagetransfer"})
+    allows = QueueScan.allows
+    asked = []
+
+    def checked_allows(self, i):
+        got = allows(self, i)
+        assert got == reference_may_start(self.sched, self.queue[i], self.now)
+        asked.append(got)
+        return got
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(QueueScan, "allows", checked_allows)
         simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))
