@@ -49,6 +49,10 @@ class QueueScan:
     def allows(self, i: int) -> bool:
         """``may_start(sched, queue[i], now)`` for the i-th lease of the pass (Queued)."""
         sched = self.sched
+        if self._static is None:     # the rows are built at the first lease without a copy
+            lease = self.queue[i]
+            if (lease.image_id, None if sched.pools.reuse else lease.id) in sched.pools.entry_keys():
+                return self.may_start(sched, lease, self.now)
         state = (sched.st.version, sched.staging.be_tail, sched.pools.version, len(self.queue))
         if state != self._state or i > self._next:
             self._state = state
@@ -90,10 +94,18 @@ class QueueScan:
         if i >= end:
             return end
         by_image = sched.pools.entry_keys()
-        # a lease is covered when it is Queued and no pool holds an entry of its image it may use
-        covered = np.array([k not in by_image for k in keys[i:]], dtype=bool) & queued[i:]
+        # a lease is covered when it is Queued and no pool holds an entry of its image it may use;
+        # only the run of covered leases from i is scanned (with reuse most leases have a copy:
+        # each of them ends a run at once, without numpy work)
+        stop = i
+        while stop < end and queued[stop] and keys[stop] not in by_image:
+            stop += 1
+        if stop == i:
+            return i
+        end = stop
+        covered = np.ones(end - i, dtype=bool)
         no = np.zeros(end - i, dtype=bool)
-        gid, n_rest, len_rest = gid_arr[i:], n_arr[i:], len_arr[i:]
+        gid, n_rest, len_rest = gid_arr[i:end], n_arr[i:end], len_arr[i:end]
         now = self.now
         for g in np.unique(gid[covered]).tolist():
             ks = np.flatnonzero(covered & (gid == g))
