@@ -14,12 +14,15 @@ more FIFO transfer of its image size (``Staging.fifo_ready``), so ``_may_start``
     T < inf  and  count_free_at(need, max(T, now), L) >= n
 
 with L its minimum slot length (``besteffort.min_slot_length``) and n its VMs. ``QueueScan``
-evaluates that test for the rest of the queue in one numpy operation per (VM size, image size)
-and returns the index of the next lease that either may start or needs the full test (a copy
-somewhere, suspended, or the answer is yes); every lease before it is answered no without a
-call. The answers are exact (the same floats, the same comparisons); they are recomputed as soon
-as the slot table, the FIFO tail or the pools change (a placement). Leases it does not cover
-go through ``may_start`` unchanged.
+evaluates that test for the run of such leases from the current one in one numpy operation per
+(VM size, image size) and returns the index of the next lease that either may start or needs the
+full test (a copy somewhere, not Queued, or the answer may be yes); every lease before it is
+answered no without a call. The counts come from the slot arrays as last built while no
+reservation was removed since (``Mapper.free_ends_upper``): an upper bound, so a no is exact (the
+same floats, the same comparisons) and a possible yes is decided by ``may_start``. Answers are
+recomputed as soon as the slot table, the FIFO tail or the pools change (a placement). With reuse
+most queued leases have a copy somewhere and go through ``may_start`` unchanged (session 7: a
+bulk test over their per-image ready times was 3x slower and is not done).
 """
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ class QueueScan:
         self.now = now
         self.may_start = may_start
         self.slot_length = slot_length
-        self._static = None     # per lease: (VMs, slot length s, image MB, need, image key) arrays
-        self._state = None      # (slot-table version, FIFO tail, pool version) of the answers
+        self._static = None     # per lease: VMs, slot length s, (need, MB) group, pool key, Queued
+        self._state = None      # (slot-table version, FIFO tail, pool version, queue length)
         self._next = -1         # index of the next lease that is not a no under that state
 
     def allows(self, i: int) -> bool:
