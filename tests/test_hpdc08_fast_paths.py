@@ -24,6 +24,7 @@ from hypothesis import given
 from vgrid_runtime import traces as catalogue
 from vwn_agents.leasing import LeaseConfig, besteffort, simulate, uniform_site
 from vwn_agents.leasing.mapper import Mapper
+from vwn_agents.leasing.queuescan import QueueScan
 from vwn_agents.leasing.slottable import INF
 from vwn_agents.leasing.tracefile import assign_images
 from vwn_agents.leasing.traces import read_trace
@@ -37,12 +38,19 @@ IMG = {**SR, "add-overhead": "all", "runtime-slowdown-overhead": 5.0, "bootshutd
        "lease-preparation": "imagetransfer", "transfer-mechanism": "multicast",
        "avoid-redundant-transfers": True, "imagetransfer-bandwidth": 80.0}
 REUSE = {**IMG, "diskimage-reuse": "image-caches", "diskimage-cache-size": 20480.0}
-#: (options, image distribution, per-lease SHA-256 prefix, all-best-effort s), computed at commit
-#: deba032 (before the fast paths) with the ``per_lease`` rows below.
+#: (options, image distribution or None, per-lease SHA-256 prefix, all-best-effort s), computed at
+#: commit deba032 (before the fast paths) with the ``per_lease`` rows below.
 GOLDEN = {
     "VM-MULT": ({**IMG, "diskimage-reuse": "none"}, "uniform", "cefb051439de77e4c16637822d7180d2", 384125.8),
     "VM-REUSE-UNIFORM": (REUSE, "uniform", "16bd1e445a8f1ae21140df87c6e1dfca", 395247.2),
     "VM-REUSE-SKEWED": (REUSE, "7,10 30,1", "e2a0883f214e582cb0bf1ef331267923", 369432.6),
+    # Session 7 (before its queue-pass changes, commit 42b8e5e): the configurations without image
+    # transfers, with no images drawn (as ``vgrid sweep`` runs them).
+    "NOVM-NOSR": ({"backfilling": "aggressive", "suspension": "none"}, None, "00db49c5c0275345ebeb071448e6c67f",
+                  417026.0),
+    "NOVM-SR": (SR, None, "f02a69bdc8aecbd1147aa2f0ecd34b8b", 367028.0),
+    "VM-PREDEPLOY": ({**SR, "add-overhead": "all", "runtime-slowdown-overhead": 5.0, "bootshutdown-overhead": 20.0},
+                     None, "aa5bb62e7d93c5bc16f4d666ec1ade92", 369023.0),
 }
 
 
@@ -61,7 +69,7 @@ def per_lease(leases) -> list:
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_per_lease_schedule_equals_the_engine_before_the_fast_paths(name):
     opts, dist, digest, abe = GOLDEN[name]
-    leases = assign_images(reduced_workload(), 37, 4096.0, dist, 1)
+    leases = reduced_workload() if dist is None else assign_images(reduced_workload(), 37, 4096.0, dist, 1)
     result = simulate(leases, uniform_site(144, 1, 1024), LeaseConfig(opts))
     rows = per_lease(result.scheduler.leases.values())
     assert len(rows) == 539 and sum(1 for r in rows if r[0] >= 10**6) >= 10   # the ARs are in
@@ -106,4 +114,26 @@ def test_fast_paths_answer_as_their_definitions_in_random_simulations(wl, opts):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(besteffort, "_may_start", checked_may_start)
         m.setattr(Mapper, "could_start_before", checked_could)
+        simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))
+
+
+@SETTINGS
+@given(wl=workloads(), opts=configs)
+def test_queue_scan_answers_every_lease_as_may_start_would(wl, opts):
+    """Session 7: ``QueueScan`` answers runs of the queue at once (a no for every lease without a
+    copy of its image whose slot count at the FIFO ready time is too small, from slot arrays
+    that may predate the pass's placements); each answer must equal ``_may_start``'s
+    definition on the slot table as it is when the pass reaches that lease."""
+    n_nodes, cpus, leases = wl
+    opts = dict(opts, **{"lease-preparation": "imagetransfer"})
+    allows = QueueScan.allows
+    asked = []
+
+    def checked_allows(self, i):
+        got = allows(self, i)
+        assert got == reference_may_start(self.sched, self.queue[i], self.now)
+        asked.append(got)
+        return got
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(QueueScan, "allows", checked_allows)
         simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))

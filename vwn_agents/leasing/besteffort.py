@@ -13,6 +13,7 @@ from __future__ import annotations
 from .mapper import vm_use
 from .model import LeaseState, MEM
 from . import compat, frozenhold
+from .queuescan import QueueScan
 from .preemption import (can_suspend, lease_op_estimate, migration_estimate, migration_time, resume_reservations,
                          scheduling_threshold,
                          seed002_timing, suspend_reservations, suspend_time, resume_time)
@@ -223,7 +224,9 @@ def schedule_queue(sched, now: float) -> None:
     keep = []
     blocked = False
     max_free: dict = {}
-    for lease in sched.queue:
+    # runs of leases that may not start are answered at once (queuescan; issue 16, session 7)
+    scan = None if quick else QueueScan(sched, sched.queue, now, _may_start, min_slot_length)
+    for i, lease in enumerate(sched.queue):
         if blocked:
             keep.append(lease)
             continue
@@ -238,7 +241,7 @@ def schedule_queue(sched, now: float) -> None:
                 if off:
                     blocked = True
                 continue
-        elif not quick and not allow_future and lease.state is LeaseState.QUEUED and not _may_start(sched, lease, now):
+        elif not quick and not allow_future and lease.state is LeaseState.QUEUED and not scan.allows(i):
             keep.append(lease)
             if off:
                 blocked = True
@@ -274,7 +277,10 @@ def _count_allows(sched, need, n, length, ready, times, now) -> bool:
     last = max(times)
     for t in sorted({t for t in times if now < t < INF} | ({now} if min(times) <= now else set())):
         # every node's free slots bound the ready nodes' (one bisect, shared by all images);
-        # from the last ready time on, every node is ready and the bound is the count
+        # from the last ready time on, every node is ready and the bound is the count; a bound
+        # of that bound from before this pass's placements answers most noes (session 7)
+        if mapper.count_free_upper(need, t, length) < n:
+            continue
         free = mapper.count_free_at(need, t, length)
         if free >= n and (t >= last or mapper.count_ready_at(need, t, length, ready) >= n):
             return True

@@ -76,20 +76,34 @@ class ImagePools:
         self._mb = [0.0] * n_nodes       # per node: MB of entries not flagged for eviction
         self.version = 0                 # bumped by every change (and undo): cache key of callers
         self._iversion: dict = {}        # (image_id, owner) -> self.version at its last change
+        self._sversion: dict = {}        # the same, for changes ``usable`` can see (not pins)
 
     def _bump(self) -> None:
         self.version += 1
 
-    def _touch(self, e: PoolEntry) -> None:
-        """Bump the version, and that of ``e``'s image (its entries changed)."""
+    def _touch(self, e: PoolEntry, structural: bool = True) -> None:
+        """Bump the version, and that of ``e``'s image (its entries changed); ``structural``:
+        the change may alter what ``usable`` returns (an entry added, removed, flagged for
+        eviction, arrived), not only its users and expiration (a pin or release)."""
         self.version += 1
-        self._iversion[(e.image_id, e.lease_id)] = self.version
+        key = (e.image_id, e.lease_id)
+        self._iversion[key] = self.version
+        if structural:
+            self._sversion[key] = self.version
 
     def image_version(self, image_id: str, lease_id: int) -> int:
         """A number that changes whenever an entry of ``image_id`` that the lease may use
         changes (added, removed, flagged, pinned, released, arrived; also when undone): the
         cache key of per-image answers (``Staging._ready``; issue 16, session 6)."""
         return self._iversion.get((image_id, None if self.reuse else lease_id), 0)
+
+    def copies_version(self, image_id: str, lease_id: int) -> int:
+        """``image_version`` without the pins and releases, which change no answer of ``usable``
+        unless expired entries are removed (``diskimage-cache-expire``: ``usable`` then reads
+        the expiration): the cache key of ``Staging._copies`` (issue 16, session 7: with reuse
+        every placement pins copies and made every queued lease of that image recompute)."""
+        table = self._iversion if self.remove_on_expire else self._sversion
+        return table.get((image_id, None if self.reuse else lease_id), 0)
 
     # ------------------------------------------------------------ index maintenance
     def _ikey(self, e: PoolEntry) -> tuple:
@@ -168,6 +182,12 @@ class ImagePools:
                 out.append((node, e))
         return out
 
+    def entry_keys(self):
+        """The keys (image id, owning lease id without reuse / None with reuse) under which
+        some node holds (or is about to hold) an entry, as a read-only view supporting ``in``:
+        for a key not in it, ``nodes_with`` is empty (``queuescan``)."""
+        return self._by_image.keys()
+
     def nodes_with(self, image_id: str, lease_id: int) -> list[int]:
         """Nodes holding (or about to hold) an entry of ``image_id`` the lease may use: any
         lease's with reuse, its own without."""
@@ -214,8 +234,8 @@ class ImagePools:
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
         """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
         st = self.st
-        self._touch(entry)
-        st.on_rollback(lambda: self._touch(entry))
+        self._touch(entry, structural=False)
+        st.on_rollback(lambda: self._touch(entry, structural=False))
         if entry.users.get(lease_id, -math.inf) < t_end:
             users = dict(entry.users)
             users[lease_id] = t_end
@@ -284,8 +304,8 @@ class ImagePools:
         """A lease no longer needs ``entry`` (unscheduled): its pin goes, and the expiration
         falls back to the latest end of the remaining users (now if none)."""
         if lease_id in entry.users:
-            self._touch(entry)
-            self.st.on_rollback(lambda: self._touch(entry))
+            self._touch(entry, structural=False)
+            self.st.on_rollback(lambda: self._touch(entry, structural=False))
             users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
             self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
@@ -315,7 +335,7 @@ class ImagePools:
         pinned = self.entries_pinned_by(lease_id)
         for node, e in pinned:
             if node in nodes:
-                self._touch(e)
+                self._touch(e, structural=False)
                 e.users = {k: v for k, v in e.users.items() if k != lease_id}
                 e.expire = max(e.users.values(), default=min(e.expire, now))
                 e.last_use = now

@@ -34,6 +34,11 @@ from .staging import Staging
 EPS = 1e-6
 
 
+def _fcfs_key(lease: Lease) -> tuple:
+    """The queue order: submission time (s), then id."""
+    return (lease.submit_s, lease.id)
+
+
 class LeaseScheduler:
     """The site lease scheduler (see module doc). ``leases`` maps id -> Lease."""
 
@@ -198,8 +203,7 @@ class LeaseScheduler:
         """Put a best-effort lease back in the FCFS queue (ordered by submission)."""
         if lease.state not in (LeaseState.SUSPENDED, LeaseState.QUEUED):
             lease.to(LeaseState.QUEUED)
-        keys = [(l.submit_s, l.id) for l in self.queue]
-        self.queue.insert(bisect.bisect(keys, (lease.submit_s, lease.id)), lease)
+        self.queue.insert(bisect.bisect(self.queue, (lease.submit_s, lease.id), key=_fcfs_key), lease)
         self._dirty = True
 
     # ------------------------------------------------------------ helpers used by policies

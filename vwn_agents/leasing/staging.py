@@ -230,14 +230,22 @@ class Staging:
             return None
         return list(self._ready(lease, now, n_nodes)[0])
 
+    def fifo_ready(self, mb: float, now: float) -> float:
+        """When an image of ``mb`` MB sent by one more FIFO best-effort transfer would be ready
+        for a VM (s): the ready time ``_ready`` gives every node without a copy (the same float
+        operations; ``queuescan``)."""
+        dur = self.transfer_time(mb, "be")
+        tail = self._be_start(now, dur) + dur
+        return tail + (0.0 if self._copy_rate is None else math.ceil(mb / self._copy_rate))
+
     def _copies(self, lease: Lease, now: float) -> tuple:
         """((node, ready_by s), ...) of the nodes holding a copy of the lease's image it may
         use (``_usable`` with no start limit), cached until an entry of that image changes
-        (``ImagePools.image_version``): with reuse a queue pass asks once per image and pass,
+        (``ImagePools.copies_version``): with reuse a queue pass asks once per image and pass,
         and the pools change for few images between passes (issue 16, session 6)."""
         key = (lease.image_id, None if self.pools.reuse else lease.id,
                now if self.pools.remove_on_expire else None)
-        version = self.pools.image_version(lease.image_id, lease.id)
+        version = self.pools.copies_version(lease.image_id, lease.id)
         hit = self._copies_cache.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
@@ -264,7 +272,7 @@ class Staging:
         copies = self._copies(lease, now)
         if copies:
             key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
-            valid = (self.pools.image_version(lease.image_id, lease.id), self.be_tail,
+            valid = (self.pools.copies_version(lease.image_id, lease.id), self.be_tail,
                      self.st.version if self.shared else None)
         else:
             key = (None, lease.image_mb, now)
