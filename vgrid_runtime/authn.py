@@ -107,6 +107,7 @@ def install_authentication(app: Flask, tls: TLSFiles | None, clock) -> None:
     Refusals: 401 ``{"error": {"message", "reason": "no-certificate"}}``; 403 with the
     CredentialError's reason (``expired``, ``untrusted``, ``bad_proxy``, ...)."""
     cache = IdentityCache(tls) if tls is not None else None
+    app.config["VGRID_IDENTITIES"] = cache      # None: plain HTTP (broker.read_path reads it)
 
     @app.errorhandler(Forbidden)
     def _forbidden(exc: Forbidden):
