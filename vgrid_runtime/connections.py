@@ -343,10 +343,14 @@ class GuardedConnections(ConnectionManager):
 
     @property
     def can_add_keepalive_connection(self) -> bool:
+        """Whether an answered connection may stay open: fewer than the server's
+        ``keep_alive_conn_limit`` (``max_connections``, :mod:`vgrid_runtime.wsgi`) connections
+        wait in the selector (idle or reading a head; counted in O(1) from the selector's size,
+        asked once per answer)."""
         limit = self.server.keep_alive_conn_limit
         if limit is None:
             return True
-        return sum(1 for _, c in self._waiting() if not isinstance(c, _Pending)) < limit
+        return len(self._selector) - 1 - (self._pool is not None) < limit
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self, expiration_interval: float) -> None:
