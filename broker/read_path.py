@@ -22,8 +22,8 @@ and hands everything else, unchanged, to Flask:
 Authentication is the same as :func:`vgrid_runtime.authn.install_authentication`: the peer's
 verified chain from the TLS layer (``environ["vgrid.peer_chain"]``), its identity from the
 app's own :class:`vgrid_runtime.tls.IdentityCache` (the verification of
-:func:`vgrid_runtime.proxy.verify_chain`, cached per chain, expiry judged at the broker's
-clock); a chain the cache refuses goes to Flask for the 403. Answers carry the same status
+:func:`vgrid_runtime.proxy.verify_chain`, cached per chain under the chain's digest that the
+TLS layer computes once per connection, expiry judged at the broker's clock); a chain the cache refuses goes to Flask for the 403. Answers carry the same status
 lines, headers and bodies as the Flask route (tests/test_read_path.py compares both paths
 byte for byte for 200, 304, 401, 403 and 404), and every answer is counted in
 ``vgrid_http_requests_total{endpoint="/jobs/<key>", method="GET", status}`` as Flask's
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from vgrid_runtime.authn import Caller
 from vgrid_runtime.pki import CredentialError
-from vgrid_runtime.tls import PEER_CHAIN_KEY
+from vgrid_runtime.tls import PEER_CHAIN_KEY, PEER_DIGEST_KEY
 
 from .authz import may_see_owned
 from .db import UnknownJob
@@ -93,7 +93,7 @@ class LeanReads:
         if not chain:
             return None
         try:
-            return Caller(self.identities.identify(chain, self.clock.now()))
+            return Caller(self.identities.identify(chain, self.clock.now(), environ.get(PEER_DIGEST_KEY)))
         except CredentialError:
             return None
 

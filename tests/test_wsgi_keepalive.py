@@ -12,6 +12,8 @@ from flask import Flask
 from vgrid_runtime.serving import ServeLimits
 from vgrid_runtime.wsgi import BackgroundServer
 
+from .waiting import wait_until
+
 
 def _app() -> Flask:
     a = Flask("keepalive-test")
@@ -51,10 +53,59 @@ def test_max_connections_still_bounds_the_kept_alive_ones():
         host, port = "127.0.0.1", int(srv.url.rsplit(":", 1)[1])
         conns = [http.client.HTTPConnection(host, port, timeout=30) for _ in range(6)]
         try:
-            for c in conns:
+            for i, c in enumerate(conns):
                 assert _read(c)[0] == 200
-            waiting = [c for _, c in srv.connections._waiting()]
-            assert len(waiting) <= 3 and srv.connections.stats["evicted"] >= 3   # oldest closed
+                wait_until(lambda: len(srv.connections._waiting()) >= min(i + 1, 3),
+                           "the answered connection waiting idle")
+            assert len(srv.connections._waiting()) <= 3 and srv.connections.stats["evicted"] >= 3
         finally:
             for c in conns:
                 c.close()
+
+
+def _answers_app() -> Flask:
+    a = Flask("one-write-test")
+
+    @a.get("/json")
+    def as_json():
+        return {"x": "y" * 300}
+
+    @a.get("/empty")
+    def empty():
+        return "", 204
+
+    @a.get("/stream")
+    def stream():
+        return a.response_class((part for part in (b"ab", b"cd", b"ef")), mimetype="text/plain")
+
+    return a
+
+
+def test_an_answer_with_a_one_chunk_body_leaves_in_one_send(monkeypatch):
+    """Status line, headers and a body of its Content-Length go out in one socket write
+    (vgrid_runtime.connections.OneWriteGateway); other answers are still whole and correct."""
+    from vgrid_runtime import connections
+    sends: list[bytes] = []
+    real = connections._Feed._send
+
+    def counted(self, data, flags=0):
+        sends.append(bytes(data))
+        return real(self, data, flags)
+    monkeypatch.setattr(connections._Feed, "_send", counted)
+    with BackgroundServer(_answers_app()) as srv:
+        host, port = "127.0.0.1", int(srv.url.rsplit(":", 1)[1])
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        try:
+            for path, status, body in (("/json", 200, None), ("/empty", 204, b""),
+                                       ("/stream", 200, b"abcdef"), ("/json", 200, None)):
+                sends.clear()
+                c.request("GET", path)
+                r = c.getresponse()
+                got = r.read()
+                assert r.status == status and (body is None or got == body), (path, got)
+                if path == "/json":
+                    assert got == b'{"x":"' + b"y" * 300 + b'"}\n'
+                    assert len(sends) == 1 and sends[0].startswith(b"HTTP/1.1 200 OK\r\n") \
+                        and sends[0].endswith(got)
+        finally:
+            c.close()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cheroot import wsgi
 
-from .connections import GuardedConnections
+from .connections import GuardedConnections, OneWriteGateway
 from .serving import ServeLimits
 from .tls import GridSSLAdapter, TLSFiles
 
@@ -92,6 +92,7 @@ def _server(app, host: str, port: int, tls: TLSFiles | None,
     # connections are already idle: with more clients than that every request paid a new TLS
     # handshake (docs/benchmarks.md, "session 7: reads"). max_connections bounds them instead.
     server.keep_alive_conn_limit = limits.max_connections
+    server.gateway = OneWriteGateway             # headers and a one-chunk body in one write
     if tls is not None:
         server.ssl_adapter = GridSSLAdapter(tls)
     try:
