@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                                   f'threads = {args.threads}\nidle_timeout_s = 600\n'
                                   f'front_ends = {args.front_ends}\n'
                                   f'record_cache_size = {args.record_cache_size}\n'
-                                  f'lean_reads = {"true" if args.lean_reads == "on" else "false"}\n'
+                                  + ("lean_reads = false\n" if args.lean_reads == "off" else "")
                                   + pki.toml("broker"))
                 from vgrid_runtime.httpclient import new_session
                 from vgrid_runtime.tls import TLSFiles

@@ -77,7 +77,10 @@ class LeanReads:
             if path.startswith(_PREFIX) and not environ.get("QUERY_STRING"):
                 key = path[6:]
                 if key and "/" not in key:
-                    answer = self._answer(environ, key)
+                    try:
+                        answer = self._answer(environ, key)
+                    except Exception:   # noqa: BLE001 - Flask's handlers answer it (500, logged)
+                        answer = None
                     if answer is not None:
                         status, headers, body = answer
                         start_response(status, headers)
@@ -98,16 +101,16 @@ class LeanReads:
             return None
 
     def _answer(self, environ: dict, key: str) -> tuple[str, list, list] | None:
-        """(status line, headers, body chunks) of a lean answer, or None: Flask answers."""
+        """(status line, headers, body chunks) of a lean answer, or None: Flask answers. Any
+        exception (a database error, a chain that cannot be parsed) also hands the request to
+        Flask, whose handlers answer it (503/507/500, logged)."""
         who = self._caller(environ)
         if who is None:
             return None
         try:
             record = self.records.read(key)
         except UnknownJob:
-            return None
-        except Exception:   # noqa: BLE001 - Flask's handlers answer it (503/507/500, logged)
-            return None
+            return None             # Flask's 404 (also for a job that is not the caller's)
         if not may_see_owned(who, record.owner_dn, self.admins):
             return None
         tag = f'"{record.etag}"'

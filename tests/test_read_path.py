@@ -182,3 +182,19 @@ def test_both_paths_agree_on_random_requests(served, who, which, inm, method):
     finally:
         lean.enabled = True
     assert fast == slow
+
+
+def test_a_database_error_is_answered_by_flasks_handlers(served, monkeypatch):
+    """A read that fails in the database is handed to Flask (503 JSON, no traceback) on both
+    paths alike; the lean path answers nothing itself."""
+    from sqlalchemy.exc import OperationalError
+    d, dns, app, server, broker = served
+    key = _submit(d, server.url, "alice.proxy")
+    records = app.config["VGRID_RECORDS"]
+
+    def failing(k):
+        raise OperationalError("SELECT", {}, Exception("database is locked"))
+    monkeypatch.setattr(records, "read", failing)
+    fast, slow, answered = both(app, Conn(d, server.url, "alice.proxy"), f"/jobs/{key}")
+    assert fast == slow and not answered
+    assert fast[0] in (500, 503) and b"Traceback" not in fast[3] and fast[3].startswith(b'{"error"')
