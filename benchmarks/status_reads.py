@@ -27,7 +27,8 @@ process (the front ends too), ``client_cpu_ms_per_read`` every client process;
 ``broker_cores`` and ``client_cores`` are the cores each side used over the run. Prints one
 JSON line ``{"benchmark": "status_reads", "mode": "closed"|"open", "front_ends", "client",
 "clients", "reads", "errors", "per_s", "p50_ms", "p99_ms", "max_ms", "wall_s",
-"broker_cpu_ms_per_read", "client_cpu_ms_per_read", "broker_cores", "client_cores", "cpus",
+"broker_cpu_ms_per_read", "broker_sys_cpu_ms_per_read" (its kernel part: TCP, syscalls),
+"client_cpu_ms_per_read", "broker_cores", "client_cores", "cpus",
 "load_avg_1m_start", "load_avg_1m_end"}`` (open loop also ``offered_per_s``,
 ``service_p50_ms``, ``service_p99_ms``). Exit 1 when the broker does not start or every read
 failed.
@@ -64,14 +65,14 @@ TICK = os.sysconf("SC_CLK_TCK")
 LEAD_S = 0.2
 
 
-def cpu_s(pid: int) -> float:
-    """User+system CPU seconds of process ``pid`` (0 when it is gone)."""
+def cpu_s(pid: int, system_only: bool = False) -> float:
+    """User+system (``system_only``: system) CPU seconds of process ``pid`` (0 when it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return (int(fields[12]) + (0 if system_only else int(fields[11]))) / TICK
 
 
 def broker_pids(main: int) -> list[int]:
@@ -206,8 +207,10 @@ def run(url: str, creds: dict, args, keys: list[str], pids: list[int]) -> dict:
         p.start()
     start.wait(timeout=900)
     c0, t0 = sum(cpu_s(p) for p in pids), time.monotonic()
+    s0 = sum(cpu_s(p, True) for p in pids)
     parts = [out.get(timeout=1800) for _ in ps]
     cpu, wall = sum(cpu_s(p) for p in pids) - c0, max(end for _, _, end in parts) - t0
+    sys_cpu = sum(cpu_s(p, True) for p in pids) - s0
     for p in ps:
         p.join()
     rows = [r for part, _, _ in parts for r in part]
@@ -223,6 +226,7 @@ def run(url: str, creds: dict, args, keys: list[str], pids: list[int]) -> dict:
               "p50_ms": round(statistics.median(good), 1), "p99_ms": pct(good, 0.99),
               "max_ms": round(good[-1], 1),
               "wall_s": round(wall, 3), "broker_cpu_ms_per_read": round(cpu * 1000 / n, 3),
+              "broker_sys_cpu_ms_per_read": round(sys_cpu * 1000 / n, 3),
               "client_cpu_ms_per_read": round(client_cpu * 1000 / n, 3),
               "broker_cores": round(cpu / wall, 2), "client_cores": round(client_cpu / wall, 2),
               "statuses": {str(s): sum(1 for _, x, _ in rows if x == s) for s in sorted({x for _, x, _ in rows})},
