@@ -1,10 +1,10 @@
 """The lean read path: ``GET /jobs/<key>`` answered in front of Flask (issue 12, "Reads that
 scale": status reads at >= 1,000 requests/s).
 
-A status read through Flask costs about 0.3-0.4 ms of the broker's CPU besides the route itself
-(request context, ``before_request`` authentication, URL routing, a ``Response`` object,
-``after_request`` metrics, header lists; docs/benchmarks.md, "session 7: reads"), while the
-answer is already rendered (:mod:`broker.records`). :class:`LeanReads` is WSGI middleware
+Through Flask a status read cost about 0.5 ms of the broker's CPU over mutual TLS, of which
+about 0.2 ms was Flask's own (request context, ``before_request`` authentication, URL routing,
+a ``Response`` object, ``after_request`` metrics; docs/benchmarks.md, "session 7: reads": 0.49-0.56
+→ 0.30-0.32 ms per read), while the answer is already rendered (:mod:`broker.records`). :class:`LeanReads` is WSGI middleware
 wrapped around the Flask app (``app.wsgi_app``) that answers the *common* status reads itself
 and hands everything else, unchanged, to Flask:
 
@@ -16,15 +16,16 @@ and hands everything else, unchanged, to Flask:
 - anything else goes to Flask, which answers exactly as before: no client certificate (401)
   or a refused one (403, logged with the caller), an unknown job or another user's job (the
   same 404, logged nowhere as before), a list of tags, a weak tag or ``*`` in
-  ``If-None-Match``, a
-  database error (503/507/500 through :mod:`vgrid_runtime.storage`), HEAD, other routes.
+  ``If-None-Match``, a database error (503/507/500 through :mod:`vgrid_runtime.storage`),
+  HEAD, a query string, other routes.
 
 Authentication is the same as :func:`vgrid_runtime.authn.install_authentication`: the peer's
 verified chain from the TLS layer (``environ["vgrid.peer_chain"]``), its identity from the
 app's own :class:`vgrid_runtime.tls.IdentityCache` (the verification of
 :func:`vgrid_runtime.proxy.verify_chain`, cached per chain under the chain's digest that the
-TLS layer computes once per connection, expiry judged at the broker's clock); a chain the cache refuses goes to Flask for the 403. Answers carry the same status
-lines, headers and bodies as the Flask route (tests/test_read_path.py compares both paths
+TLS layer computes once per connection, expiry judged at the broker's clock); a chain the
+cache refuses goes to Flask for the 403. Answers carry the same status lines, headers and
+bodies as the Flask route (tests/test_read_path.py compares both paths
 byte for byte for 200, 304, 401, 403 and 404), and every answer is counted in
 ``vgrid_http_requests_total{endpoint="/jobs/<key>", method="GET", status}`` as Flask's
 ``after_request`` hook counts it.

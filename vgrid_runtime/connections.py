@@ -83,9 +83,10 @@ class _Feed:
 
     def send(self, data, flags: int = 0) -> int:
         """One write of the answer; ``socket.timeout`` once the client has not taken it in time
-        (a slow reader: cheroot then closes the connection and the worker is free). After
-        :meth:`hold_next`, the write is kept and goes out with the next one (one TLS record and
-        one system call for a status line with headers and the body after them)."""
+        (a slow reader: cheroot then closes the connection and the worker is free). With
+        ``hold_next`` set (:class:`OneWriteGateway`), the write is kept and goes out with the
+        next one (one TLS record and one system call for the status line and headers and the
+        body after them)."""
         if self.hold_next:
             self.hold_next, self.held = False, bytes(data)
             return len(data)
