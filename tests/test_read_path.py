@@ -198,3 +198,34 @@ def test_a_database_error_is_answered_by_flasks_handlers(served, monkeypatch):
     fast, slow, answered = both(app, Conn(d, server.url, "alice.proxy"), f"/jobs/{key}")
     assert fast == slow and not answered
     assert fast[0] in (500, 503) and b"Traceback" not in fast[3] and fast[3].startswith(b'{"error"')
+
+
+def test_plain_http_mode_answers_as_flask(tmp_path):
+    """Without TLS (loopback development mode) every caller is anonymous and sees every job, on
+    both paths; an app without authentication installed cannot get a lean path at all."""
+    from flask import Flask
+
+    from broker import read_path
+    config = BrokerConfig(state_dir=str(tmp_path / "b"), matcher=False)
+    broker = build_broker(config)
+    try:
+        broker.settings.base_url = "http://127.0.0.1:1"
+        app = build_app(broker, config)
+        client = app.test_client()
+        key = client.post("/jobs", data={"jdl": JDL, "filename": "j.jdl"}).get_json()["key"]
+        lean = app.config["VGRID_LEAN_READS"]
+        for path in (f"/jobs/{key}", "/jobs/missing"):
+            before = lean.served
+            fast = client.get(path)
+            lean.enabled = False
+            slow = client.get(path)
+            lean.enabled = True
+            assert (fast.status, sorted(fast.headers.items()), fast.data) == \
+                (slow.status, sorted(slow.headers.items()), slow.data)
+            assert lean.served == before + (1 if path.endswith(key) else 0)
+        with pytest.raises(KeyError):
+            bare = Flask("bare")
+            bare.config["VGRID_RECORDS"] = app.config["VGRID_RECORDS"]
+            read_path.install(bare, broker, [])
+    finally:
+        broker.store.close()
