@@ -12,7 +12,9 @@ broker's host certificate, a VOMS proxy of the demo user, made at run time) and 
   one transaction: one parent and one id per node);
 - ``read``: ``--readers`` clients reading job status (``GET /jobs/<key>`` of random submitted jobs,
   ``--reads`` each) through ``requests`` sessions (15-18 ms of client CPU per read at 100
-  clients; ``benchmarks/status_reads.py`` measures reads with lean clients and front ends);
+  clients before session 7, when cheroot closed kept-alive connections beyond 10 idle ones and
+  each read paid a handshake; 0.8 ms after; ``benchmarks/status_reads.py`` measures reads with
+  lean clients, front ends and an open-loop schedule);
 - ``rss``: a second broker over a database holding ``--rss-jobs`` ended jobs (3 history rows
   each, written directly into the SQLite file before it starts) and an ISM of ``--rss-ces`` CEs
   (GLUE 1.3 LDIF rendered by the GIP, served by a loopback HTTP source the broker's ISM reads);

@@ -87,6 +87,9 @@ class BrokerConfig(ConfigSchema, TLSOptions, ServeOptions, MetricsOptions):
                           "this one (the matcher) and front_ends - 1 request-only ones (broker.front_ends)")
     record_cache_size: int = opt(10000, "job records kept rendered (JSON and ETag) for GET /jobs/<key>, "
                                  "revalidated against the database on every read (broker.records); 0: none")
+    lean_reads: bool = opt(True, "answer GET /jobs/<key> (200 and 304 to a caller who may see the job) in "
+                           "front of Flask, with the same authentication and answers (broker.read_path); "
+                           "false: every request through Flask")
     max_body_mb: float = opt(110.0, "largest request body (MB; submissions carry the input sandbox)")
     # federation (docs/federation.md): this broker as a gateway to peer brokers
     peers: list[PeerConfig] = field(default_factory=list, metadata={

@@ -69,13 +69,16 @@ class RecordCache:
     def read(self, key: str) -> Record:
         """The current record of job ``key``; UnknownJob when there is none."""
         check, positional = self._check()
-        with self.store.engine.connect() as c:   # the driver's cursor: no SQLAlchemy result
-            cursor = c.connection.dbapi_connection.cursor()   # processing on the hot path
+        conn = self.store.engine.raw_connection()   # the pool's DBAPI connection and its cursor:
+        try:                                        # no SQLAlchemy Connection or result on the hot path
+            cursor = conn.cursor()
             try:
                 cursor.execute(check, (key,) if positional else {"k": key})
                 seen = cursor.fetchone()
             finally:
                 cursor.close()
+        finally:
+            conn.close()                            # back to the pool (its reset ends the transaction)
         if seen is None:
             raise UnknownJob(key)
         seen = tuple(seen)

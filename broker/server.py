@@ -90,6 +90,9 @@ def build_app(broker: Broker, config: BrokerConfig):
         broker.federation.install(app)
     from .metrics import install_broker_metrics
     install_broker_metrics(app, broker, config.metrics_dns, config.admins)   # GET /metrics
+    if config.lean_reads:                        # GET /jobs/<key> in front of Flask
+        from .read_path import install as install_lean_reads
+        install_lean_reads(app, broker, config.admins)
     return app
 
 

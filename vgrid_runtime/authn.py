@@ -22,7 +22,7 @@ from flask import Flask, g, jsonify, request
 
 from .pki import CredentialError
 from .proxy import Identity
-from .tls import PEER_CHAIN_KEY, IdentityCache, TLSFiles
+from .tls import PEER_CHAIN_KEY, PEER_DIGEST_KEY, IdentityCache, TLSFiles
 
 log = logging.getLogger("vgrid.authn")
 
@@ -107,6 +107,7 @@ def install_authentication(app: Flask, tls: TLSFiles | None, clock) -> None:
     Refusals: 401 ``{"error": {"message", "reason": "no-certificate"}}``; 403 with the
     CredentialError's reason (``expired``, ``untrusted``, ``bad_proxy``, ...)."""
     cache = IdentityCache(tls) if tls is not None else None
+    app.config["VGRID_IDENTITIES"] = cache      # None: plain HTTP (broker.read_path reads it)
 
     @app.errorhandler(Forbidden)
     def _forbidden(exc: Forbidden):
@@ -122,7 +123,7 @@ def install_authentication(app: Flask, tls: TLSFiles | None, clock) -> None:
             return refusal(401, "a client certificate (host certificate or proxy) is required",
                            "no-certificate")
         try:
-            g.vgrid_caller = Caller(cache.identify(chain, clock.now()))
+            g.vgrid_caller = Caller(cache.identify(chain, clock.now(), request.environ.get(PEER_DIGEST_KEY)))
         except CredentialError as exc:
             return refusal(403, f"credential refused: {exc}", exc.reason)
         return None

@@ -40,6 +40,7 @@ import ssl
 import time
 from typing import Any
 
+from cheroot import wsgi
 from cheroot.connections import ConnectionManager, prevent_socket_inheritance
 from cheroot.makefile import StreamReader, StreamWriter
 from werkzeug.exceptions import RequestTimeout
@@ -70,6 +71,8 @@ class _Feed:
         self.send_deadline: float | None = None
         self.expired = False
         self.per_read_s = per_read_s
+        self.hold_next = False               # keep the next write for the one after it
+        self.held = b""
 
     def start(self, budget_s: float) -> None:
         """A new request: its socket reads must end ``budget_s`` seconds (plus the rate
@@ -80,7 +83,30 @@ class _Feed:
 
     def send(self, data, flags: int = 0) -> int:
         """One write of the answer; ``socket.timeout`` once the client has not taken it in time
-        (a slow reader: cheroot then closes the connection and the worker is free)."""
+        (a slow reader: cheroot then closes the connection and the worker is free). With
+        ``hold_next`` set (:class:`OneWriteGateway`), the write is kept and goes out with the
+        next one (one TLS record and one system call for the status line and headers and the
+        body after them)."""
+        if self.hold_next:
+            self.hold_next, self.held = False, bytes(data)
+            return len(data)
+        if self.held:
+            out, self.held = self.held + bytes(data), b""
+            sent = 0
+            while sent < len(out):
+                sent += self._send(out[sent:], flags)
+            return len(data)
+        return self._send(data, flags)
+
+    def flush_held(self) -> None:
+        """Send a kept write that no later write took along (an answer that ended early)."""
+        self.hold_next = False
+        out, self.held = self.held, b""
+        sent = 0
+        while sent < len(out):
+            sent += self._send(out[sent:])
+
+    def _send(self, data, flags: int = 0) -> int:
         if self.budget is None:
             return self.sock.send(data, flags)
         if self.send_deadline is None:
@@ -149,6 +175,25 @@ class _Pending:
                 self.sock.close()
         except OSError:
             pass
+
+
+class OneWriteGateway(wsgi.Gateway_10):
+    """cheroot's WSGI 1.0 gateway, except that an answer whose body is one chunk of its
+    declared ``Content-Length`` (every JSON answer) leaves in one write: the status line and
+    headers are held by the connection's :class:`_Feed` and sent with the body, one TLS record
+    and one ``send`` instead of two (each ``send`` on loopback also runs the receiver's TCP
+    path; docs/benchmarks.md, "session 7: reads"). Anything else is written as cheroot does."""
+
+    def write(self, chunk):
+        feed = getattr(self.req.conn, "_vgrid_feed", None)
+        if feed is None or self.req.sent_headers or self.remaining_bytes_out != len(chunk):
+            return super().write(chunk)
+        feed.hold_next = True
+        try:
+            return super().write(chunk)
+        finally:
+            if feed.hold_next or feed.held:     # the body's write did not happen
+                feed.flush_held()
 
 
 def _head_complete(buf: bytearray) -> bool:
@@ -343,10 +388,14 @@ class GuardedConnections(ConnectionManager):
 
     @property
     def can_add_keepalive_connection(self) -> bool:
+        """Whether an answered connection may stay open: fewer than the server's
+        ``keep_alive_conn_limit`` (``max_connections``, :mod:`vgrid_runtime.wsgi`) connections
+        wait in the selector (idle or reading a head; counted in O(1) from the selector's size,
+        asked once per answer)."""
         limit = self.server.keep_alive_conn_limit
         if limit is None:
             return True
-        return sum(1 for _, c in self._waiting() if not isinstance(c, _Pending)) < limit
+        return len(self._selector) - 1 - (self._pool is not None) < limit
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self, expiration_interval: float) -> None:

@@ -99,6 +99,7 @@ def install_metrics(app: Flask, collect: Callable[[], Iterable], allowed: Callab
     registry.register(FunctionCollector(lambda: _connection_families(app)))
     registry.register(FunctionCollector(collect))
     app.config["VGRID_METRICS"] = registry
+    app.config["VGRID_REQUESTS_TOTAL"] = requests_total   # lean paths count here too
 
     @app.after_request
     def _count(resp):

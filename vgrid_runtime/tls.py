@@ -28,6 +28,13 @@ from .pki import CredentialError, load_trusted
 from .proxy import Identity, verify_chain
 
 PEER_CHAIN_KEY = "vgrid.peer_chain"
+#: environ key of the SHA-256 digest of the peer's chain, computed once per connection
+PEER_DIGEST_KEY = "vgrid.peer_chain_sha256"
+
+
+def chain_digest(chain_der: list[bytes]) -> bytes:
+    """The key of a DER chain in :class:`IdentityCache` (SHA-256 of the concatenation)."""
+    return hashlib.sha256(b"".join(chain_der)).digest()
 
 
 @dataclass
@@ -96,14 +103,17 @@ class GridSSLAdapter(BuiltinSSLAdapter):
         except (AttributeError, ValueError):
             chain = []
         env[PEER_CHAIN_KEY] = [c.public_bytes(ssl._ssl.ENCODING_DER) for c in chain]
+        env[PEER_DIGEST_KEY] = chain_digest(env[PEER_CHAIN_KEY])   # once per connection
         return env
 
 
 class IdentityCache:
     """Verified identities by chain, so a keep-alive client is not re-verified per request.
 
-    ``identify(chain_der, now)`` -> Identity or raises CredentialError; an entry is dropped once
-    its chain expires. Thread-safe; at most ``size`` entries (oldest dropped)."""
+    ``identify(chain_der, now, digest=None)`` -> Identity or raises CredentialError (``digest``:
+    :func:`chain_digest` of ``chain_der`` when the caller has it, e.g. ``environ[PEER_DIGEST_KEY]``
+    computed once per connection); an entry is dropped once its chain expires. Thread-safe; at
+    most ``size`` entries (oldest dropped)."""
 
     def __init__(self, files: TLSFiles, size: int = 4096) -> None:
         self.files = files
@@ -111,8 +121,8 @@ class IdentityCache:
         self._cache: dict[bytes, Identity] = {}
         self._lock = threading.Lock()
 
-    def identify(self, chain_der: list[bytes], now: float) -> Identity:
-        key = hashlib.sha256(b"".join(chain_der)).digest()
+    def identify(self, chain_der: list[bytes], now: float, digest: bytes | None = None) -> Identity:
+        key = digest or chain_digest(chain_der)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None and now <= hit.not_after:

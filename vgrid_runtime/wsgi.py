@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cheroot import wsgi
 
-from .connections import GuardedConnections
+from .connections import GuardedConnections, OneWriteGateway
 from .serving import ServeLimits
 from .tls import GridSSLAdapter, TLSFiles
 
@@ -88,6 +88,11 @@ def _server(app, host: str, port: int, tls: TLSFiles | None,
     server = _Server((host, port), app, numthreads=limits.threads,
                      timeout=max(1, math.ceil(limits.idle_timeout_s)), server_name="vgrid",
                      request_queue_size=128, shutdown_timeout=5, reuse_port=reuse_port)
+    # cheroot closes an answered connection when keep_alive_conn_limit (its default: 10)
+    # connections are already idle: with more clients than that every request paid a new TLS
+    # handshake (docs/benchmarks.md, "session 7: reads"). max_connections bounds them instead.
+    server.keep_alive_conn_limit = limits.max_connections
+    server.gateway = OneWriteGateway             # headers and a one-chunk body in one write
     if tls is not None:
         server.ssl_adapter = GridSSLAdapter(tls)
     try:
