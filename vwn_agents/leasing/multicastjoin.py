@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 
 from .model import Lease
 from .slottable import INF, Reservation, ResKind, ResState, SlotTable
@@ -127,11 +126,7 @@ def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
     for node, ready_by in copies:
         t = max(now, ready_by)
         out[node] = (min(t, first) if join is not None else t) + copy
-    value = (tuple(out), np.asarray(out, dtype=float), set(out), {})
-    if len(stg._ready_cache) > 4096:
-        stg._ready_cache.clear()
-    stg._ready_cache[key] = (valid, value)
-    return value
+    return stg._remember_ready(key, valid, out)
 
 
 def stage(stg, lease: Lease, mapping: tuple, start: float, end: float, now: float) -> float:

@@ -286,6 +286,11 @@ class Staging:
         out = [tail + copy] * n_nodes
         for node, ready_by in copies:
             out[node] = max(now, ready_by) + copy
+        return self._remember_ready(key, valid, out)
+
+    def _remember_ready(self, key: tuple, valid: tuple, out: list) -> tuple:
+        """The ready-time value of ``out`` (per node, s) in the shape ``_ready`` returns, kept
+        in the bounded cache under ``key`` while ``valid`` holds."""
         value = (tuple(out), np.asarray(out, dtype=float), set(out), {})
         if len(self._ready_cache) > 4096:
             self._ready_cache.clear()
