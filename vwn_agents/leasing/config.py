@@ -174,6 +174,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("diskimage-cache-size", "deploy-imagetransfer", float, 0.0,
            "Image pool size per node in MB; 0 = unlimited. Unused images are evicted (least "
            "recently used first) to make room.", minimum=0.0),
+    Option("diskimage-cache-full", "deploy-imagetransfer", str, "fail",
+           "vgrid: what a placement does when an image finds no room in a node's pool even after "
+           "evicting every unpinned image: `fail` (vgrid's default: the placement fails and the "
+           "lease waits for the next queue pass; an AR is rejected) or `uncached` (Haizea 1.1's "
+           "`_add_diskimages`: the lease gets its own copy outside the pool, deleted when it ends, "
+           "and the pool is unchanged; on for Haizea INI files). See docs/leasing.md.",
+           ("fail", "uncached")),
     Option("diskimage-cache-expire", "deploy-imagetransfer", bool, False,
            "vgrid: remove an image from the pool at its expiration time (strict Algorithm 4) "
            "instead of keeping it until evicted."),

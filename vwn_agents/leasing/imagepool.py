@@ -7,6 +7,13 @@ make room for another image (``diskimage-cache-size``), or is removed at once wh
 ``diskimage-cache-expire`` is set (strict Algorithm 4). Without reuse (``diskimage-reuse =
 none``) every lease gets a private entry that is deleted when the lease ends.
 
+A full pool (``diskimage-cache-full``, issue 16): when an image finds no room even after every
+unpinned image is evicted, ``fail`` (the default) refuses the placement (``add`` returns None),
+while ``uncached`` gives the lease an *uncached* private copy instead, as Haizea 1.1's
+``_add_diskimages`` does when ``purge_downto`` fails: the copy is not part of the pool (its MB
+do not count against ``diskimage-cache-size``, nothing is evicted for it, no other lease -- not
+even the same lease placed again -- reuses it) and it is deleted when the lease ends or leaves it.
+
 All changes go through the slot table's undo log, so a tentative schedule that is rolled back
 leaves the pools as they were. Disk usage is recorded as ``(time_s, node, delta_mb)`` events
 when images really arrive and leave.
@@ -49,6 +56,7 @@ class PoolEntry:
     evicted_by: Reservation | None = None  # the transfer whose arrival evicts this image
     available_from: float = -math.inf
     node: int | None = None   # the node whose pool holds it (ImagePools' indexes)
+    uncached: bool = False    # a private copy outside the pool (``diskimage-cache-full = uncached``)
 
     def ready_by(self) -> float:
         """Time from which the image is guaranteed on the node (s): the deadline of an AR
@@ -62,8 +70,11 @@ class ImagePools:
     """The image pools of all nodes of a site (see module doc)."""
 
     def __init__(self, n_nodes: int, st: SlotTable, reuse: bool = True, capacity_mb: float = 0.0,
-                 remove_on_expire: bool = False) -> None:
+                 remove_on_expire: bool = False, when_full: str = "fail") -> None:
+        if when_full not in ("fail", "uncached"):
+            raise ValueError(f"when_full must be 'fail' or 'uncached', got {when_full!r}")
         self.st = st
+        self.when_full = when_full
         self.reuse = reuse
         self.capacity_mb = capacity_mb
         self.remove_on_expire = remove_on_expire
@@ -128,7 +139,7 @@ class ImagePools:
         for tr in (e.transfer, e.evicted_by):
             if tr is not None:
                 self._by_transfer.setdefault(tr, set()).add((node, e.key))
-        if e.evicted_by is None:
+        if e.evicted_by is None and not e.uncached:
             self._mb[node] += e.mb
 
     def _pop_raw(self, node: int, e: PoolEntry) -> bool:
@@ -144,7 +155,7 @@ class ImagePools:
                 del per_node[node]
                 if not per_node:
                     self._by_image.pop(self._ikey(e), None)
-        if e.evicted_by is None:
+        if e.evicted_by is None and not e.uncached:
             self._mb[node] -= e.mb
         return True
 
@@ -228,7 +239,7 @@ class ImagePools:
 
     def scan_used_mb(self, node: int) -> float:
         """``used_mb`` by scanning the pool (the definition; tests compare)."""
-        return sum(e.mb for e in self.pools[node].values() if e.evicted_by is None)
+        return sum(e.mb for e in self.pools[node].values() if e.evicted_by is None and not e.uncached)
 
     # ------------------------------------------------------------ changes (undoable)
     def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
@@ -251,13 +262,16 @@ class ImagePools:
         """Algorithm 4, transfer branch: a new entry arriving at ``arrival`` and pinned until
         ``t_end``. Evicts images unpinned by ``arrival`` if the pool is full (they leave when
         ``transfer`` ends, which is then kept from ending before they expire: its
-        ``not_before``); None if there is no room."""
+        ``not_before``). If there is no room: None (``when_full = "fail"``), or an uncached
+        private copy for the lease that evicts nothing (``"uncached"``, see module doc)."""
         pool = self.pools[node]
         key = next(self._keys)
+        uncached = False
         if self.capacity_mb > 0:
             need = self.used_mb(node) + mb - self.capacity_mb
             if need > 0:
-                victims = sorted((e for e in pool.values() if e.evicted_by is None and e.expire <= arrival),
+                victims = sorted((e for e in pool.values()
+                                  if e.evicted_by is None and not e.uncached and e.expire <= arrival),
                                  key=lambda e: (e.last_use, e.expire))
                 freed, chosen = 0.0, []
                 for v in victims:
@@ -266,7 +280,9 @@ class ImagePools:
                     chosen.append(v)
                     freed += v.mb
                 if freed < need:
-                    return None
+                    if self.when_full != "uncached":
+                        return None
+                    uncached, chosen = True, []
                 for v in chosen:
                     if transfer is None:
                         self._drop(node, v, arrival)
@@ -279,9 +295,10 @@ class ImagePools:
                     pinned_until = max((v.expire for v in chosen), default=-math.inf)
                     if pinned_until > transfer.not_before:
                         self.st.set(transfer, "not_before", pinned_until)
-        entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end}, None if self.reuse else lease_id,
+        entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end},
+                          lease_id if uncached or not self.reuse else None,
                           arrived=transfer is None, last_use=t_end, key=key,
-                          available_from=-math.inf if transfer is None else arrival)
+                          available_from=-math.inf if transfer is None else arrival, uncached=uncached)
         entry.node = node
         self._put(node, entry)
         return entry
@@ -309,6 +326,13 @@ class ImagePools:
             users = {k: v for k, v in entry.users.items() if k != lease_id}
             self.st.set(entry, "users", users)
             self.st.set(entry, "expire", max(users.values(), default=min(entry.expire, now)))
+            node = self._node_of(entry)
+            if entry.uncached and not users and node is not None:
+                self._pop(node, entry)          # an uncached copy lives only for its lease
+                if entry.arrived:
+                    event = (now, node, -entry.mb)
+                    self.disk_events.append(event)
+                    self.st.on_rollback(lambda: self.disk_events.remove(event))
 
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:
@@ -339,6 +363,11 @@ class ImagePools:
                 e.users = {k: v for k, v in e.users.items() if k != lease_id}
                 e.expire = max(e.users.values(), default=min(e.expire, now))
                 e.last_use = now
+        for node, e in sorted(pinned, key=lambda ne: (ne[0], ne[1].key)):
+            if node in nodes and e.uncached and not e.users:
+                self._pop_raw(node, e)       # an uncached copy ends with its lease
+                if e.arrived:
+                    self.disk_events.append((now, node, -e.mb))
         self._by_lease[lease_id] = {(n, e.key) for n, e in pinned if n not in nodes}
         if not self._by_lease[lease_id]:
             del self._by_lease[lease_id]
