@@ -117,18 +117,19 @@ NOTES = """## Differences explained
   (`diskimage-cache-size = 0`, one run) VM-REUSE-SKEWED at 20 % is +3.24 % (0.76 pp from the
   paper) with 680 transfers, and with Haizea's aging horizon (one run) +4.04 % (1.56 pp). So the
   remaining reuse gap is the horizon and the pool model, and a suspected cause in the pool model
-  was what a full pool does: in vgrid an image that finds no evictable
-  (unpinned) room on one node fails the lease's whole placement, which waits for the next queue
-  pass (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1 (`_add_diskimages`,
+  was what a full pool does: in vgrid an image that finds no evictable (unpinned) room on one
+  node fails the lease's whole placement, which waits for the next queue pass
+  (`ImagePools.add` returns None, `stage_be` inf), while Haizea 1.1 (`_add_diskimages`,
   `purge_downto`) then simply does not cache the image and still gives the lease its own copy,
   so a pool never delays a lease. The specs now set `diskimage-cache-full = uncached`, which does
   the same (measured 2026-11-24, rho = 10 / 20 / 30 %): VM-REUSE-UNIFORM +0.83 / +6.17 / +14.38 %
   and VM-REUSE-SKEWED +0.60 / +5.04 / +13.06 % (mean wait at 30 % 30,731 s instead of 46,573 s):
   0.12-0.81 pp closer at 20 / 30 %, 0.07 / 0.28 pp further at 10 % (still within 1 pp), so the
   full pool is a small part of the gap. Resumed leases do not re-stage images in vgrid (a
-  resumption moves only memory); Haizea 1.1 with `migration = yes` also copies each moved VM's disk image node to node
-  before resuming it elsewhere (`schedule_migration`: `image_size` per VM at the migration
-  bandwidth), which would make its VM configurations slower, not faster, than ours.
+  resumption moves only memory); Haizea 1.1 with `migration = yes` also copies each moved VM's
+  disk image node to node before resuming it elsewhere (`schedule_migration`: `image_size` per
+  VM at the migration bandwidth), which would make its VM configurations slower, not faster,
+  than ours.
 - **Images.** The paper's image lists (`37_uniform.images`, `37_skewed.images`) are not
   published; we draw them with the same distributions (seeded, `tracefile.image_sequence`), so
   which lease gets which image differs from the paper's run.
