@@ -18,7 +18,7 @@ CONFIG_TEXT = """| configuration | lease options (examples/sweeps/hpdc08.toml) |
 | NOVM-SR | suspension of every best-effort lease at 50 MB/s (1,024 MB: 21 s per VM), resumption elsewhere copying the memory image node to node over each node's 100 Mb/s NIC (`migration-transfer = node-to-node`) |
 | VM-PREDEPLOY | as NOVM-SR, plus `add-overhead = all`, `runtime-slowdown-overhead = 5` (%), `bootshutdown-overhead = 20` (s); images on every node |
 | VM-MULT | as VM-PREDEPLOY, plus one of 37 images of 4,096 MB (uniform) transferred for every lease at 10 MB/s (`imagetransfer-bandwidth = 80` Mb/s), multicast, no reuse; a lease joins a pending multicast of its image (`multicast-join`, Haizea 1.1's `avoid-redundant-transfers`) |
-| VM-REUSE-UNIFORM | as VM-MULT with per-node image pools of 20,480 MB (`diskimage-reuse = image-caches`) |
+| VM-REUSE-UNIFORM | as VM-MULT with per-node image pools of 20,480 MB (`diskimage-reuse = image-caches`); an image that finds a pool full gets an uncached copy (`diskimage-cache-full = uncached`, as Haizea 1.1) |
 | VM-REUSE-SKEWED | as VM-REUSE-UNIFORM, images drawn with weights `7,10 30,1` (7 images get 70 % of the leases) |"""
 
 NOTES = """## Differences explained
