@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from vgrid_runtime.clock import SimulatedClock
 from vwn_agents.leasing import LeaseConfig, LeaseScheduler, LeaseState, SimulatedNodes, simulate, uniform_site
 from vwn_agents.leasing.config import ConfigError
-from vwn_agents.leasing.haizeaconf import HAIZEA_DEFAULTS
+from vwn_agents.leasing.haizeaconf import HAIZEA_DEFAULTS, load_haizea
 from vwn_agents.leasing.imagepool import ImagePools
 from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
 from vwn_agents.leasing.scheduler import LeaseScheduler as _Sched
@@ -114,9 +114,16 @@ def test_pool_add_refuses_with_fail_and_adds_an_uncached_copy_that_a_rollback_re
         ImagePools(1, st_, when_full="sometimes")
 
 
-def test_option_defaults_to_fail_and_is_on_for_haizea_files():
+def test_option_defaults_to_fail_and_is_on_for_haizea_files(tmp_path):
     assert LeaseConfig().diskimage_cache_full == "fail"
     assert HAIZEA_DEFAULTS["diskimage-cache-full"] == "uncached"
+    conf = tmp_path / "reuse.conf"       # a Haizea 1.1 file with image caches (Haizea's INI format)
+    conf.write_text("[general]\nmode: simulated\nlease-preparation: imagetransfer\n[simulation]\n"
+                    "resources: in-tracefile\nimagetransfer-bandwidth: 100\n[deploy-imagetransfer]\n"
+                    "diskimage-reuse: image-caches\ndiskimage-cache-size: 20480\n")
+    cfg = load_haizea(conf).config
+    assert (cfg.diskimage_reuse, cfg.diskimage_cache_size, cfg.diskimage_cache_full) == \
+        ("image-caches", 20480.0, "uncached")
     with pytest.raises(ConfigError, match="diskimage-cache-full"):
         LeaseConfig({"diskimage-cache-full": "sometimes"})
 
