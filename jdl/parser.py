@@ -31,6 +31,11 @@ def _pos(tok):
     return (tok.line, tok.column) if isinstance(tok, Token) else (tok.line, tok.column)
 
 
+#: Words that are literals or operators in ClassAd expressions, so not unquoted attribute names
+#: (HTCondor ClassAd language reference, "Reserved words"; jdl.fastparse treats them as keywords).
+RESERVED_WORDS = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
+
+
 def _name(tok) -> str:
     s = str(tok)
     return unescape(s[1:-1]) if s.startswith("'") else s
@@ -50,6 +55,9 @@ class _Builder(Transformer):
 
     def attr_def(self, c):
         name = c[0]
+        if str(name).lower() in RESERVED_WORDS:     # HTCondor ClassAds: quote a reserved name
+            raise _SyntaxProblem(f"{name} is a reserved word; write '{name}' to use it as an "
+                                 "attribute name", name)
         return n.AttrDef(_name(name), c[1], name.line, name.column)
 
     def record(self, c):

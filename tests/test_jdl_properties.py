@@ -1,5 +1,6 @@
 """Hypothesis properties of the jdl parser and printer."""
 import string
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -207,3 +208,13 @@ def test_printed_job_description_parses_back_to_an_equal_model(text):
         assert getattr(again, prop) == getattr(job, prop)
     assert again.requirements.text == job.requirements.text and again.rank == job.rank
     assert to_jdl(again) == to_jdl(job)
+
+
+@pytest.mark.parametrize("word", ["IS", "isnt", "True", "false", "UNDEFINED", "error"])
+def test_reserved_words_are_not_attribute_names(word):
+    # found by test_fast_parser_accepts_exactly_what_lark_accepts ('IS=0'): both parsers refuse it
+    from jdl.parser import parse_classad
+    with pytest.raises(JDLSyntaxError, match=rf"t.jdl:1:1: {word} is a reserved word"):
+        parse_classad(f"{word} = 0;", "t.jdl")
+    assert parse_classad(f"'{word}' = 0;", "t.jdl").defs[0].name == word
+    _assert_agree(f"{word}=0")
