@@ -163,12 +163,14 @@ class Broker:
         """Move DAG nodes whose parents are all Done to Waiting; abort those whose parents
         failed. Returns how many changed."""
         changed = 0
-        now = self.clock.now()
         for parent in self.store.list(states=[JobState.WAITING, JobState.RUNNING], kinds=["dag"], history=False):
             nodes = self.store.list(parent=parent.key, history=False)
             blocked = [n for n in nodes if n.state is JobState.SUBMITTED and n.depends_on]
             if not blocked:
                 continue
+            # read the clock after the nodes: a parent's Done recorded by an event thread
+            # between an earlier reading and this list would otherwise postdate the release
+            now = self.clock.now()
             ready, doomed = compound.nodes_to_release(blocked, {n.key: n for n in nodes})
             for node in ready:
                 self._transition(node, JobState.WAITING, now, reason="DAG dependencies Done")
