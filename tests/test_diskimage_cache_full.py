@@ -15,10 +15,9 @@ from vwn_agents.leasing.config import ConfigError
 from vwn_agents.leasing.haizeaconf import HAIZEA_DEFAULTS, load_haizea
 from vwn_agents.leasing.imagepool import ImagePools
 from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
-from vwn_agents.leasing.scheduler import LeaseScheduler as _Sched
 from vwn_agents.leasing.slottable import Reservation, ResKind, SlotTable
 
-from .test_leasing_properties import SETTINGS, check_links, check_no_overcommit, configs, workloads
+from .test_leasing_properties import SETTINGS, check_completed, configs, simulate_staged, workloads
 
 VM = resource_vector(cpu=100, memory=512)
 BASE = {"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 80.0, "transfer-mechanism": "multicast",
@@ -140,26 +139,11 @@ def test_with_uncached_no_lease_starts_before_its_image_is_on_every_node_and_poo
     opts = dict(opts, **{"lease-preparation": "imagetransfer", "diskimage-reuse": "image-caches",
                          "diskimage-cache-size": cache, "diskimage-cache-full": "uncached",
                          "multicast-join": join})
-    real_start = _Sched._start_vm
 
-    def checked_start(self, res, t):
-        lease = res.lease
-        if not lease.is_ar and lease.start_s is None:
-            assert self._images_present(lease, res.mapping), (lease, t)
+    def pools_in_size(self, res, t):
         for node in range(len(self.nodes)):
             assert self.pools.used_mb(node) == pytest.approx(self.pools.scan_used_mb(node))
             assert self.pools.used_mb(node) <= cache + 1e-6
-        return real_start(self, res, t)
     site = uniform_site(n_nodes, cpus, 1024 * cpus)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_Sched, "_start_vm", checked_start)
-        result = simulate(leases, site, LeaseConfig(opts))
-    sched = result.scheduler
-    done = list(sched.leases.values())
-    check_no_overcommit([l for l in done if l.id not in sched.children], site)
-    check_links(sched, opts["imagetransfer-link"] == "shared")
-    for lease in done:
-        if lease.is_ar and lease.state is not LeaseState.REJECTED:
-            assert lease.state is LeaseState.DONE and lease.ar_on_time
-        elif lease.state is not LeaseState.REJECTED:
-            assert lease.state is LeaseState.DONE, lease
+    sched, _ = simulate_staged(leases, site, opts, also=pools_in_size)
+    check_completed(sched, site, opts["imagetransfer-link"] == "shared")

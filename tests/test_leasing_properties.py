@@ -79,6 +79,39 @@ def check_no_overcommit(leases, site):
             assert cpu <= node.capacity[CPU] and mem <= node.capacity[MEM], (node.name, t)
 
 
+def simulate_staged(leases, site, opts, also=None):
+    """Simulate with a check at every VM start: a best-effort or immediate lease's VMs start
+    (the first time) only on nodes where its image has arrived; ``also(sched, res, t)`` adds
+    checks. Returns ``(scheduler, ids of the leases so started)``."""
+    from vwn_agents.leasing.scheduler import LeaseScheduler as _Sched
+    started, real_start = [], _Sched._start_vm
+
+    def checked_start(self, res, t):
+        lease = res.lease
+        if not lease.is_ar and lease.start_s is None:
+            started.append(lease.id)
+            assert self._images_present(lease, res.mapping), (lease, t)
+        if also:
+            also(self, res, t)
+        return real_start(self, res, t)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_Sched, "_start_vm", checked_start)
+        return simulate(leases, site, LeaseConfig(opts)).scheduler, started
+
+
+def check_completed(sched, site, shared_link):
+    """After a simulation: no node over-committed, one transfer at a time per link, every
+    lease not rejected Done and every accepted AR on time. Returns the scheduler's leases."""
+    done = list(sched.leases.values())
+    check_no_overcommit([l for l in done if l.id not in sched.children], site)  # parents repeat VMs
+    check_links(sched, shared_link)
+    for lease in done:
+        if lease.state is not LeaseState.REJECTED:
+            assert lease.state is LeaseState.DONE, lease
+            assert not lease.is_ar or lease.ar_on_time, lease
+    return done
+
+
 @SETTINGS
 @given(workloads(), configs)
 def test_invariants(work, opts):

@@ -13,10 +13,9 @@ from vwn_agents.leasing import LeaseConfig, LeaseScheduler, LeaseState, Simulate
 from vwn_agents.leasing.config import ConfigError
 from vwn_agents.leasing.haizeaconf import HAIZEA_DEFAULTS
 from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
-from vwn_agents.leasing.scheduler import LeaseScheduler as _Sched
 from vwn_agents.leasing.slottable import ResKind
 
-from .test_leasing_properties import SETTINGS, check_links, check_no_overcommit, configs, workloads
+from .test_leasing_properties import SETTINGS, check_completed, configs, simulate_staged, workloads
 
 VM = resource_vector(cpu=100, memory=512)
 BASE = {"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 80.0, "transfer-mechanism": "multicast",
@@ -147,28 +146,9 @@ def test_with_joining_no_lease_starts_before_its_image_is_on_every_node_it_uses(
     n_nodes, cpus, leases = wl
     opts = dict(opts, **{"lease-preparation": "imagetransfer", "transfer-mechanism": "multicast",
                          "avoid-redundant-transfers": True, "multicast-join": True, "diskimage-reuse": reuse})
-    started = []
-    real_start = _Sched._start_vm
-
-    def checked_start(self, res, t):
-        lease = res.lease
-        if not lease.is_ar and lease.start_s is None:
-            started.append(lease.id)
-            assert self._images_present(lease, res.mapping), (lease, t)
-        return real_start(self, res, t)
     site = uniform_site(n_nodes, cpus, 1024 * cpus)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(_Sched, "_start_vm", checked_start)
-        result = simulate(leases, site, LeaseConfig(opts))
-    sched = result.scheduler
-    done = list(sched.leases.values())
-    check_no_overcommit([l for l in done if l.id not in sched.children], site)
-    check_links(sched, opts["imagetransfer-link"] == "shared")
-    for lease in done:
-        if lease.is_ar and lease.state is not LeaseState.REJECTED:
-            assert lease.state is LeaseState.DONE and lease.ar_on_time
-        elif lease.state is not LeaseState.REJECTED:
-            assert lease.state is LeaseState.DONE, lease
+    sched, started = simulate_staged(leases, site, opts)
+    done = check_completed(sched, site, opts["imagetransfer-link"] == "shared")
     assert set(started) >= {l.id for l in done if not l.is_ar and l.state is LeaseState.DONE
                             and l.id not in sched.children and l.parent_id is None}
 
