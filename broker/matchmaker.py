@@ -18,7 +18,6 @@ N_j updated from the feedback counters. The live broker and the grid simulator b
 """
 from __future__ import annotations
 
-import math
 import random
 import threading
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from infosys.ism import DISPATCHED, ad_id
 
 from .class_filter import SnapshotIndex, filter_class
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SelectionPolicy,
-                        SfeteSelection, ad_value, ce_capacity, published_jobs, sfete_rank)
+                        SfeteSelection, ad_value, ce_capacity, published_jobs, sfete_score)
 
 CE_ID = "GlueCEUniqueID"
 
@@ -205,7 +204,7 @@ class _Group:
             return last
         record[5] = last = Candidate(
             self.ids[i], self.ads[i], rank, published + dispatched, capacity,
-            sfete_rank(published, dispatched, capacity) if capacity > 0 else math.inf)
+            sfete_score(published, dispatched, capacity))
         return last
 
 

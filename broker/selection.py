@@ -39,8 +39,7 @@ class Candidate:
 
     def __post_init__(self) -> None:
         if self.sfete is None:
-            object.__setattr__(self, "sfete", sfete_rank(self.n_jobs, 0, self.capacity)
-                               if self.capacity > 0 else math.inf)
+            object.__setattr__(self, "sfete", sfete_score(self.n_jobs, 0, self.capacity))
 
 
 def sfete_rank(published_jobs: int, dispatched_since_refresh: int, capacity: float) -> float:
@@ -49,12 +48,23 @@ def sfete_rank(published_jobs: int, dispatched_since_refresh: int, capacity: flo
     Returns (N_j + 1) / C_j where N_j = published jobs + jobs dispatched since the last ISM
     refresh; lower is better. ``capacity`` is C_j in the CE's capacity unit (SI00 x CPUs by
     default) and must be > 0, else ValueError. Source: seed 004, eq. (1) and Section 4.2.
-    The one implementation: :class:`Candidate` (hence SFETE selection, list-match and the grid
-    simulator) computes its ``sfete`` here.
+    The formula itself is :func:`sfete_score`'s.
     """
     if not capacity > 0:
         raise ValueError(f"SFETE needs a CE capacity > 0, got {capacity!r}")
-    return (published_jobs + dispatched_since_refresh + 1) / capacity
+    return sfete_score(published_jobs, dispatched_since_refresh, capacity)
+
+
+def sfete_score(published_jobs: int, dispatched_since_refresh: int, capacity: float) -> float:
+    """:func:`sfete_rank`, (N_j + 1) / C_j, as the selection compares it: +inf for a CE of
+    capacity C_j <= 0 (or NaN), so that it is chosen only when no candidate has capacity;
+    never raises. Source: seed 004, eq. (1) and Section 4.2. The one implementation:
+    :class:`Candidate` (hence SFETE selection, list-match and the grid simulator), the
+    matchmaker's groups, the task queues and :class:`broker.sfete_order.SfeteOrder`.
+    """
+    if capacity > 0:
+        return (published_jobs + dispatched_since_refresh + 1) / capacity
+    return math.inf
 
 
 def cpu_capacity(total_cpus: float, si00: float) -> float:

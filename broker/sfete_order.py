@@ -26,10 +26,11 @@ ties included).
 """
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, insort
 from heapq import heapify, heappop, heappush
 from typing import Callable, Sequence
+
+from .selection import sfete_score
 
 
 #: The heap of scores is rebuilt when it holds more than this many times the live buckets (+64).
@@ -63,9 +64,7 @@ class SfeteOrder:
         """Re-read every counter (``get(key) -> jobs dispatched since the refresh``) and
         rebuild the buckets: O(N)."""
         self.counts = counts = [get(k) for k in self.keys]
-        inf = math.inf
-        self.scores = scores = [(p + n + 1) / c if c > 0 else inf   # broker.selection.sfete_rank
-                                for p, n, c in zip(self.published, counts, self.capacities)]
+        self.scores = scores = [sfete_score(p, n, c) for p, n, c in zip(self.published, counts, self.capacities)]
         buckets: dict[float, list[int]] = {}
         for i, s in enumerate(scores):   # ascending positions: each bucket sorted
             b = buckets.get(s)
@@ -108,8 +107,7 @@ class SfeteOrder:
                 return bucket
             for i, n in stale:   # to the bucket of its new score (the hot loop)
                 counts[i] = n
-                old, c = scores[i], capacities[i]
-                new = (published[i] + n + 1) / c if c > 0 else math.inf   # broker.selection.sfete_rank
+                old, new = scores[i], sfete_score(published[i], n, capacities[i])
                 if new == old:
                     continue
                 b = buckets[old]

@@ -51,7 +51,7 @@ from .class_filter import RANK_LATER
 from .matchmaker import CE_ID, Matchmaker
 from .sfete_order import SfeteOrder
 from .selection import (Candidate, FuzzyRankSelection, MaxRankSelection, SfeteSelection,
-                        ad_value, sfete_rank)
+                        ad_value, sfete_score)
 
 #: Signatures of at most this many JDL texts are remembered (then the memo restarts).
 MAX_TEXTS = 4096
@@ -209,7 +209,7 @@ class TaskQueue:
         if rank is RANK_LATER:
             rank = self.ranks[i] = self.rank_of(self.ads[i])
         return Candidate(self.keys[i], self.ads[i], rank, self.published[i] + count, c,
-                         sfete_rank(self.published[i], count, c) if c > 0 else math.inf)
+                         sfete_score(self.published[i], count, c))
 
 
 class TaskQueues:
