@@ -60,7 +60,8 @@ def acl_rules(ad: Mapping[str, Any]) -> tuple[str, ...] | None:
 
 def _ad_facts(ad: Mapping[str, Any]) -> tuple:
     """What the filtering reads of an ad whatever the job: (has a string CE id, ACL rules,
-    published jobs, C_j)."""
+    published jobs, C_j); both filtering paths (``Matchmaker._filter`` and
+    :class:`broker.class_filter.SnapshotIndex`) take them from here."""
     raw = getattr(ad, "ad", ad)
     return (isinstance(ad_value(ad, CE_ID), str), acl_rules(ad), published_jobs(raw), ce_capacity(raw))
 
@@ -289,14 +290,14 @@ class Matchmaker:
 
     def filtered(self, job: "jdlmod.JobDescription", ads: Sequence[Mapping[str, Any]],
                  blacklist: frozenset[str] = frozenset(), *, now: float, vo: str | None = None,
-                 fqans: tuple[str, ...] = (), memo_key=None, ranks: bool = True) -> list[tuple]:
+                 fqans: tuple[str, ...] = (), ranks: bool = True) -> list[tuple]:
         """The filtering phase alone (for :mod:`broker.taskqueues`): ``[(key, ad, rank,
         published jobs, C_j)]`` of the ads that pass ``job``'s Requirements and VO rule, in
         ISM order (``key``: the feedback counter's key). Evaluates each expression once per
         distinct projection of the ads (:func:`broker.class_filter.filter_class`; session 7),
         the per-ad facts kept for the latest ``ads`` object. ``ranks`` False: Rank not
-        evaluated (``rank`` is :data:`broker.class_filter.RANK_LATER`). ``memo_key``: unused
-        (kept for callers of session 6). ``evaluations`` counts the evaluations run."""
+        evaluated (``rank`` is :data:`broker.class_filter.RANK_LATER`). ``evaluations`` counts
+        the evaluations run."""
         access = (vo, tuple(fqans)) if vo is not None else (job.virtual_organisation, None)
         with self._lock:
             index = self._index
@@ -325,8 +326,7 @@ class Matchmaker:
                 # what does not depend on the job, once per ad object (not per class and ad)
                 f = facts.get(id(ad))
                 if f is None or f[0] is not ad:   # f[5]: the ad as a record, its case index built once
-                    f = facts[id(ad)] = (ad, isinstance(ad_value(ad, CE_ID), str), acl_rules(ad),
-                                         published_jobs(raw), ce_capacity(raw), jdlmod.as_ad(ad))
+                    f = facts[id(ad)] = (ad, *_ad_facts(ad), jdlmod.as_ad(ad))
                 if not f[1]:
                     continue
                 ok = (not access[0] or rules_allow(f[2], *access)) and jdlmod.matches(job, f[5], now)
