@@ -76,7 +76,7 @@ class LeanReads:
         if self.enabled and environ.get("REQUEST_METHOD") == "GET":
             path = environ.get("PATH_INFO", "")
             if path.startswith(_PREFIX) and not environ.get("QUERY_STRING"):
-                key = path[6:]
+                key = path[len(_PREFIX):]
                 if key and "/" not in key:
                     try:
                         answer = self._answer(environ, key)
@@ -121,14 +121,14 @@ class LeanReads:
             if not _ONE_TAG.fullmatch(wanted):
                 return None                 # lists, weak tags, "*": werkzeug parses them
         if wanted == tag:
-            answer = (_STATUS_304, [("ETag", tag)], [])
+            code, answer = 304, (_STATUS_304, [("ETag", tag)], [])
         else:
-            answer = (_STATUS_200, [("Content-Type", "application/json"),
-                                    ("Content-Length", str(len(record.body))), ("ETag", tag)],
-                      [record.body])
+            code, answer = 200, (_STATUS_200, [("Content-Type", "application/json"),
+                                               ("Content-Length", str(len(record.body))), ("ETag", tag)],
+                                 [record.body])
         self.served += 1
         if self.count is not None:
-            self.count(200 if answer[0] is _STATUS_200 else 304)
+            self.count(code)
         return answer
 
 
