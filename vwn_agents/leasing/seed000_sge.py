@@ -85,24 +85,78 @@ def run_sge(leases, spec: SgeSpec = SgeSpec()) -> dict:
     [(s, MB deployed by then)] per VM). ValueError when a VW needs more than ``spec.slots``."""
     if spec.slots < 1 or spec.slots_per_node < 1 or spec.slots % spec.slots_per_node or spec.bandwidth_mbps <= 0:
         raise ValueError("slots must be a positive multiple of slots_per_node and bandwidth_mbps > 0")
-    rate = spec.bandwidth_mbps * MB_PER_MBIT            # MB/s of the whole link
-    queue, arrivals = [], _jobs(leases, spec.per_vm)
+    arrivals = _jobs(leases, spec.per_vm)
     too_big = [j for j in arrivals if j["n"] > spec.slots]
     if too_big:
         raise ValueError(f"VW {too_big[0]['lease']} needs {too_big[0]['n']} slots, the site has {spec.slots}")
-    nodes = [_Node(spec.slots_per_node) for _ in range(spec.slots // spec.slots_per_node)]
-    transfers: list[dict] = []                          # in flight: {"left": MB, "vm": record}
-    waiting_runs: list[dict] = []                       # dispatched jobs whose VMs are not all deployed
-    running: list[tuple[float, list[int]]] = []         # (end, nodes)
-    vms, deployed_at, last_end = [], [], 0.0
-    busy_time, area, k_max, n_transfers, mb = 0.0, 0.0, 0, 0, 0.0
-    now, i = 0.0, 0
+    run = _SgeRun(spec)
+    i = 0
+    while i < len(arrivals) or run.queue or run.transfers or run.running or run.waiting_runs:
+        t_arr = arrivals[i]["submit"] if i < len(arrivals) else float("inf")
+        run.advance(t_arr)
+        while i < len(arrivals) and arrivals[i]["submit"] <= run.now:
+            run.queue.append(dict(arrivals[i]))
+            i += 1
+        run.dispatch()
+        run.start_ready()
+        run.k_max = max(run.k_max, len(run.transfers))
+    return run.summary(sum(l.n_vms for l in leases))
 
-    def dispatch() -> None:
-        nonlocal n_transfers, mb
+
+class _SgeRun:
+    """The state of one :func:`run_sge` (seconds, MB): SGE's queue, the transfers sharing the
+    link, the dispatched VWs waiting for their VMs' images, the running VWs, the nodes."""
+
+    def __init__(self, spec: SgeSpec) -> None:
+        self.spec = spec
+        self.rate = spec.bandwidth_mbps * MB_PER_MBIT       # MB/s of the whole link
+        self.nodes = [_Node(spec.slots_per_node) for _ in range(spec.slots // spec.slots_per_node)]
+        self.queue: list[dict] = []                         # submitted, not dispatched (submission order)
+        self.transfers: list[dict] = []                     # in flight: {"left": MB, "vms": [VM records]}
+        self.waiting_runs: list[dict] = []                  # dispatched jobs whose VMs are not all deployed
+        self.running: list[tuple[float, list[int]]] = []    # (end, nodes)
+        self.vms: list[dict] = []
+        self.last_end = 0.0
+        self.busy_time = self.area = 0.0                    # s with a transfer in flight; transfers x s
+        self.k_max = self.n_transfers = 0
+        self.mb = 0.0
+        self.now = 0.0
+
+    def advance(self, t_arr: float) -> None:
+        """To the next event (a transfer's end, a VW's end, or the arrival at ``t_arr``):
+        the transfers progress at an equal share of the link, ended ones deploy their VMs,
+        ended VWs free their slots. RuntimeError when there is no next event."""
+        transfers, now = self.transfers, self.now
+        k = len(transfers)
+        t_xfer = now + min(t["left"] for t in transfers) * k / self.rate if transfers else float("inf")
+        t_end = min((e for e, _ in self.running), default=float("inf"))
+        t = min(t_xfer, t_end, t_arr)
+        if t == float("inf"):
+            raise RuntimeError("SGE model stuck: jobs queued with no event to free slots")
+        if k:
+            done_mb = (t - now) * self.rate / k
+            self.busy_time += t - now
+            self.area += k * (t - now)
+            for tr in transfers:
+                tr["left"] -= done_mb
+        self.now = now = t
+        for tr in [tr for tr in transfers if tr["left"] <= 1e-6]:
+            transfers.remove(tr)
+            for vm in tr["vms"]:
+                vm["ready"] = now
+                vm["job"]["pending"] -= 1
+        for end, held in [r for r in self.running if r[0] <= now]:
+            self.running.remove((end, held))
+            for k2 in held:
+                self.nodes[k2].free += 1
+
+    def dispatch(self) -> None:
+        """SGE's scan: every queued job that fits in the free slots (lowest node first) is
+        dispatched, its VMs' transfers started (or their images found in the node's cache)."""
+        spec, nodes, now = self.spec, self.nodes, self.now
         kept = []
         blocked = False
-        for job in queue:
+        for job in self.queue:
             free = [k for k, n in enumerate(nodes) for _ in range(n.free)]
             if blocked or len(free) < job["n"]:
                 kept.append(job)
@@ -113,74 +167,47 @@ def run_sge(leases, spec: SgeSpec = SgeSpec()) -> dict:
                 here = [{"lease": job["lease"], "dispatch": now, "ready": None, "wait": now - job["submit"],
                          "job": job, "mb": job["mb"]} for _ in range(job["nodes"].count(k))]
                 nodes[k].free -= len(here)
-                vms.extend(here)
+                self.vms.extend(here)
                 if spec.cache_images and nodes[k].has(job["image"]):
                     for vm in here:
                         vm["ready"] = now
                 else:                       # one transfer per node carries the image for its VMs
-                    transfers.append({"left": job["mb"], "vms": here})
+                    self.transfers.append({"left": job["mb"], "vms": here})
                     job["pending"] += len(here)
-                    n_transfers += 1
-                    mb += job["mb"]
+                    self.n_transfers += 1
+                    self.mb += job["mb"]
                 nodes[k].use(job["image"], now, spec.cache_images)
-            waiting_runs.append(job)
-        queue[:] = kept
+            self.waiting_runs.append(job)
+        self.queue[:] = kept
 
-    def start_ready() -> None:
-        nonlocal last_end
-        for job in [j for j in waiting_runs if j["pending"] == 0]:
-            waiting_runs.remove(job)
-            end = now + job["run"]
-            running.append((end, job["nodes"]))
-            last_end = max(last_end, end)
+    def start_ready(self) -> None:
+        """Start the dispatched VWs whose VMs are all deployed."""
+        for job in [j for j in self.waiting_runs if j["pending"] == 0]:
+            self.waiting_runs.remove(job)
+            end = self.now + job["run"]
+            self.running.append((end, job["nodes"]))
+            self.last_end = max(self.last_end, end)
 
-    while i < len(arrivals) or queue or transfers or running or waiting_runs:
-        k = len(transfers)
-        t_xfer = now + min(t["left"] for t in transfers) * k / rate if transfers else float("inf")
-        t_end = min((e for e, _ in running), default=float("inf"))
-        t_arr = arrivals[i]["submit"] if i < len(arrivals) else float("inf")
-        t = min(t_xfer, t_end, t_arr)
-        if t == float("inf"):
-            raise RuntimeError("SGE model stuck: jobs queued with no event to free slots")
-        if k:
-            done_mb = (t - now) * rate / k
-            busy_time += t - now
-            area += k * (t - now)
-            for tr in transfers:
-                tr["left"] -= done_mb
-        now = t
-        for tr in [tr for tr in transfers if tr["left"] <= 1e-6]:
-            transfers.remove(tr)
-            for vm in tr["vms"]:
-                vm["ready"] = now
-                vm["job"]["pending"] -= 1
-        for end, held in [r for r in running if r[0] <= now]:
-            running.remove((end, held))
-            for k2 in held:
-                nodes[k2].free += 1
-        while i < len(arrivals) and arrivals[i]["submit"] <= now:
-            queue.append(dict(arrivals[i]))
-            i += 1
-        dispatch()
-        start_ready()
-        k_max = max(k_max, len(transfers))
-    times = [v["ready"] - v["dispatch"] for v in vms]
-    per_lease: dict = {}
-    for v in vms:
-        per_lease[v["lease"]] = max(per_lease.get(v["lease"], 0.0), v["ready"] - v["dispatch"])
-    total = 0.0
-    for ready, vm_mb in sorted((v["ready"], v["mb"]) for v in vms):
-        total += vm_mb
-        deployed_at.append((ready, total))
-    return {"vms": sum(l.n_vms for l in leases), "vms_started": len(vms),
-            "mean_deploy_s": sum(times) / len(times) if times else None,
-            "max_deploy_s": max(times, default=None),
-            "mean_deploy_lease_s": sum(per_lease.values()) / len(per_lease) if per_lease else None,
-            "mean_queue_wait_s": sum(v["wait"] for v in vms) / len(vms) if vms else None,
-            "max_parallel_transfers": k_max,
-            "mean_parallel_transfers": area / busy_time if busy_time else 0.0,
-            "cache_hits": sum(1 for x in times if x == 0.0), "transfers": n_transfers, "mb_transferred": mb,
-            "all_best_effort_s": last_end, "deployed": deployed_at}
+    def summary(self, requested_vms: int) -> dict:
+        """:func:`run_sge`'s answer once every VW has ended."""
+        vms = self.vms
+        times = [v["ready"] - v["dispatch"] for v in vms]
+        per_lease: dict = {}
+        for v in vms:
+            per_lease[v["lease"]] = max(per_lease.get(v["lease"], 0.0), v["ready"] - v["dispatch"])
+        deployed_at, total = [], 0.0
+        for ready, vm_mb in sorted((v["ready"], v["mb"]) for v in vms):
+            total += vm_mb
+            deployed_at.append((ready, total))
+        return {"vms": requested_vms, "vms_started": len(vms),
+                "mean_deploy_s": sum(times) / len(times) if times else None,
+                "max_deploy_s": max(times, default=None),
+                "mean_deploy_lease_s": sum(per_lease.values()) / len(per_lease) if per_lease else None,
+                "mean_queue_wait_s": sum(v["wait"] for v in vms) / len(vms) if vms else None,
+                "max_parallel_transfers": self.k_max,
+                "mean_parallel_transfers": self.area / self.busy_time if self.busy_time else 0.0,
+                "cache_hits": sum(1 for x in times if x == 0.0), "transfers": self.n_transfers,
+                "mb_transferred": self.mb, "all_best_effort_s": self.last_end, "deployed": deployed_at}
 
 
 #: The inferred prototype's variants (name -> (what it is, SgeSpec)); "16x1" is the site of our
