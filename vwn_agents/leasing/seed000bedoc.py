@@ -321,7 +321,7 @@ def sge_section(sge_rows, rows) -> str:
     from .seed000_sge import table
 
     def sge(v, t, c, key="mean_deploy_s"):
-        return next(r[key] for r in sge_rows if r["variant"] == v and r["trace"] == t and r["config"] == c)
+        return _row(sge_rows, v, t, c)[key]
     ours = {t: (_row(rows, "chosen", t, "nocache")["mean_deploy_s"], _row(rows, "chosen", t, "cache")["mean_deploy_s"])
             for t in TABLE_8_2}
     thesis = THESIS["deploy_s"]["III"][0]
