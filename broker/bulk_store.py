@@ -183,12 +183,18 @@ class BulkTransitions:
         if reason is not None:
             common["reason"] = reason
         out: list[list[str]] = []
+
+        def record(conn, moved: list[str]) -> None:   # the moved keys' history rows
+            if quiet:
+                self._unclaim(conn, moved)
+            else:
+                self._history(conn, moved, new, now, reason)
+
         with self.engine.begin() as c:     # Core statements: compiled once, cached
             if len(sets) > 1:
                 keyed = keyed_update(c, table, sets, new, now, expect, reason, increment)
                 if keyed is not None:
-                    (self._unclaim if quiet else self._history)(c, [k for moved in keyed for k in moved],
-                                                                 new, now, reason)
+                    record(c, [k for moved in keyed for k in moved])
                     return keyed
             for keys, values in sets:
                 moved: set[str] = set()
@@ -197,11 +203,11 @@ class BulkTransitions:
                                                               _guard(table, expect))
                                           .values(**values, **common).returning(table.c.key)))
                     moved.update(done)
-                    (self._unclaim if quiet else self._history)(c, done, new, now, reason)
+                    record(c, done)
                 out.append([k for k in keys if k in moved])
         return out
 
-    def _unclaim(self, conn, keys: list[str], *_ignored) -> None:
+    def _unclaim(self, conn, keys: list[str]) -> None:
         """For claims put back unmatched (:meth:`transition_many` ``quiet``): delete each key's
         last history row where it is its claim's Ready row; one DELETE per chunk of keys."""
         table = self.History.__table__
