@@ -87,6 +87,7 @@ def new_session(tls: "TLSFiles | None" = None) -> requests.Session:
 
 
 _KEPT_ALIVE_LOCK = threading.Lock()
+_NOT_JSON = object()     # an answer body that did not decode as JSON (ServiceClient._checked)
 
 
 class _Session(requests.Session):
@@ -218,15 +219,25 @@ class ServiceClient:
         try:
             data = r.json()
         except ValueError:
-            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: not JSON: "
-                             f"{r.text[:200]!r}", url, r.status_code) from None
+            data = _NOT_JSON
+        return self._checked(url, r.status_code, data, answer, required, lambda: r.text[:200])
+
+    def _checked(self, url: str, status: int, data: Any, answer: type, required: tuple[str, ...],
+                 text) -> Any:
+        """``data`` (a decoded JSON answer of HTTP ``status``, or ``_NOT_JSON``) when it is an
+        instance of ``answer`` with every key of ``required``; else ``self.Error`` BAD_ANSWER
+        (``text()``: the start of the answer's text, for the message). Both transports
+        (:meth:`_call`, :meth:`_post_json_lean`) check their answers here."""
+        if data is _NOT_JSON:
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: not JSON: {text()!r}",
+                             url, status)
         if not isinstance(data, answer):
-            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: expected a JSON "
-                             f"{answer.__name__}, got {type(data).__name__}", url, r.status_code)
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: expected a JSON "
+                             f"{answer.__name__}, got {type(data).__name__}", url, status)
         missing = [k for k in required if k not in data]
         if missing:
-            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {r.status_code} from {url}: the answer lacks "
-                             f"{', '.join(missing)}", url, r.status_code)
+            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: the answer lacks "
+                             f"{', '.join(missing)}", url, status)
         return data
 
     def _post_json_lean(self, path: str, json: Any, required: tuple[str, ...] = ()) -> dict:
@@ -249,20 +260,12 @@ class ServiceClient:
         try:
             answer = orjson.loads(data)
         except ValueError:   # orjson.JSONDecodeError is one
-            answer = None
+            answer = _NOT_JSON
+        text = data[:200].decode("utf-8", "replace")
         if status >= 300:
-            text = data[:200].decode("utf-8", "replace")
             raise self.Error(ErrorKind.HTTP, f"HTTP {status} {text}", url, status,
                              answer if isinstance(answer, dict) else None)
-        if not isinstance(answer, dict):
-            what = "not JSON" if answer is None else f"expected a JSON dict, got {type(answer).__name__}"
-            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: {what}: {data[:200]!r}",
-                             url, status)
-        missing = [k for k in required if k not in answer]
-        if missing:
-            raise self.Error(ErrorKind.BAD_ANSWER, f"HTTP {status} from {url}: the answer lacks "
-                             f"{', '.join(missing)}", url, status)
-        return answer
+        return self._checked(url, status, answer, dict, required, lambda: text)
 
     def _get_stream(self, path: str, headers: dict | None = None, timeout_s: float | None = None,
                     chunk_bytes: int = 65536):
