@@ -92,9 +92,7 @@ class _Feed:
             return len(data)
         if self.held:
             out, self.held = self.held + bytes(data), b""
-            sent = 0
-            while sent < len(out):
-                sent += self._send(out[sent:], flags)
+            self._send_all(out, flags)
             return len(data)
         return self._send(data, flags)
 
@@ -102,9 +100,13 @@ class _Feed:
         """Send a kept write that no later write took along (an answer that ended early)."""
         self.hold_next = False
         out, self.held = self.held, b""
+        self._send_all(out)
+
+    def _send_all(self, out: bytes, flags: int = 0) -> None:
+        """All of ``out``, in as many ``_send`` calls as the socket takes."""
         sent = 0
         while sent < len(out):
-            sent += self._send(out[sent:])
+            sent += self._send(out[sent:], flags)
 
     def _send(self, data, flags: int = 0) -> int:
         if self.budget is None:
