@@ -141,15 +141,18 @@ def _client_proc(url: str, creds: dict, kind: str, etag: bool, threads: int, per
     pace = pace[:2] if pace is not None else None
     local = threading.Barrier(threads)
 
+    def connect():   # a new connection of the client kind asked for
+        return _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+
     def worker(i: int) -> None:
         rng, mine, tags = random.Random(seed * 1000 + i), [], {}
-        client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+        client = connect()
         for _attempt in range(5):        # the handshake, not timed
             try:
                 client.get("/health", {})
                 break
             except Exception:   # noqa: BLE001 - its reads fail and are counted
-                client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+                client = connect()
         if local.wait() == 0:
             start.wait()
             cpu0.append(time.process_time())
@@ -172,7 +175,7 @@ def _client_proc(url: str, creds: dict, kind: str, etag: bool, threads: int, per
                     tags[key] = got["etag"]
             except Exception:   # noqa: BLE001 - counted as an error; a new connection follows
                 status = 0
-                client = _Lean(url, ctx) if kind == "http" else _Requests(url, tls)
+                client = connect()
             end = time.monotonic()
             since = due if pace is not None else t        # open loop: from the scheduled send
             mine.append(((end - since) * 1000, status, (end - t) * 1000))
