@@ -36,6 +36,10 @@ _NEWLINE = re.compile("\n")
 
 _KEYWORDS = {"true": ("lit", True), "false": ("lit", False), "undefined": ("lit", UNDEFINED),
              "error": ("lit", ERROR), "is": ("op", "is"), "isnt": ("op", "isnt")}
+#: Words that are literals or operators in ClassAd expressions, so not unquoted attribute names
+#: (HTCondor ClassAd language reference, "Reserved words"): the ``kw`` token above, and what
+#: the lark parser refuses as an attribute name (``jdl.parser``).
+RESERVED_WORDS = frozenset(_KEYWORDS)
 PREC = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5,
         "==": 6, "!=": 6, "=?=": 6, "=!=": 6, "is": 6, "isnt": 6,
         "<": 7, "<=": 7, ">": 7, ">=": 7, "<<": 8, ">>": 8, ">>>": 8,

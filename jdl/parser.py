@@ -13,7 +13,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import nodes as n
 from .errors import JDLSyntaxError
-from .fastparse import MAX_DEPTH, FastParseError, parse_defs
+from .fastparse import MAX_DEPTH, RESERVED_WORDS, FastParseError, parse_defs
 from .grammar import TERMINAL_TEXT, lark_parser, unescape
 from .values import ERROR, UNDEFINED, wrap64
 
@@ -29,11 +29,6 @@ class _SyntaxProblem(Exception):
 
 def _pos(tok):
     return (tok.line, tok.column) if isinstance(tok, Token) else (tok.line, tok.column)
-
-
-#: Words that are literals or operators in ClassAd expressions, so not unquoted attribute names
-#: (HTCondor ClassAd language reference, "Reserved words"; jdl.fastparse treats them as keywords).
-RESERVED_WORDS = frozenset({"true", "false", "undefined", "error", "is", "isnt"})
 
 
 def _name(tok) -> str:
