@@ -299,14 +299,11 @@ class TaskQueues:
                 if len(self._queues) >= MAX_CLASSES or self._rows + len(rows) > MAX_ROWS:
                     self._queues, self._rows, self._orders = {}, 0, {}
                 self._rows += len(rows)
-                order = None
-                if sfete:
-                    same = tuple((r[0], r[3], r[4]) for r in rows)
-                    order = self._orders.get(same)
-                    if order is None:
-                        order = self._orders[same] = SfeteOrder([r[0] for r in rows], [r[3] for r in rows],
-                                                                [r[4] for r in rows])
+                same = tuple((r[0], r[3], r[4]) for r in rows) if sfete else None
                 queue = self._queues[key] = TaskQueue(
-                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None, order)
+                    rows, policy, (lambda ad, d=desc: jdlmod.rank_value(d, ad, now)) if sfete else None,
+                    self._orders.get(same))
+                if sfete:                       # a new order (TaskQueue made it) is shared from now on
+                    self._orders.setdefault(same, queue.order)
                 self.matched += 1
             return queue.choose(mm.feedback, mm.rng)
