@@ -93,15 +93,12 @@ class KeptAlive:
                 conn.close()
                 raise LeanError("timeout", "ReadTimeout" if started else "ConnectTimeout",
                                 f"{url}: no answer within {timeout_s:g} s ({exc})") from exc
-            except ssl.SSLError as exc:
+            except (OSError, http.client.HTTPException) as exc:   # ssl.SSLError is an OSError
                 conn.close()
-                if reused and attempt == 0:      # a TLS server closed a kept-alive connection (EOF)
+                if reused and attempt == 0:      # the server closed a kept-alive connection (a TLS EOF too)
                     continue
-                raise LeanError("unreachable", "SSLError", f"{url}: TLS failed: {exc}") from exc
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                if reused and attempt == 0:      # the server closed a kept-alive connection
-                    continue
+                if isinstance(exc, ssl.SSLError):
+                    raise LeanError("unreachable", "SSLError", f"{url}: TLS failed: {exc}") from exc
                 raise LeanError("unreachable", "ConnectionError",
                                 f"{url}: {type(exc).__name__}: {exc}") from exc
             if answer.will_close:
