@@ -303,6 +303,35 @@ def test_decision_log_explains_placements_preemptions_and_rejections(tmp_path):
     assert rej["reason"] == "the site cannot host that many VMs even when empty"
 
 
+
+def test_decision_log_keeps_no_preemption_that_was_rolled_back():
+    """An AR's preemption is committed inside the AR's own transaction; when the AR's image
+    then cannot arrive in time the whole placement is rolled back, the victim keeps running,
+    and the log says only "rejected" (SlotTable.after_commit), not "preempted"."""
+    import io
+
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.leasing import LeaseConfig, LeaseScheduler, SimulatedNodes, uniform_site
+    from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, resource_vector
+
+    vm = resource_vector(cpu=100, memory=512)
+    site = uniform_site(1, 1, 1024)
+    s = LeaseScheduler(site, LeaseConfig({"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 80.0}),
+                       SimulatedClock(0.0), SimulatedNodes(site))
+    out = io.StringIO()
+    s.decisions = DecisionLog(out, site)
+    s.submit(Lease(1, LeaseType.BEST_EFFORT, 0.0, 10000.0, 1, vm, "be.img", 100.0, True))
+    s.process(0.0)
+    s.clock.advance_to(100.0)
+    s.process(100.0)
+    # 4,096 MB at 10 MB/s cannot be on the node 10 s from now
+    s.submit(Lease(2, LeaseType.ADVANCE_RESERVATION, 100.0, 50.0, 1, vm, "ar.img", 4096.0, True,
+                   requested_start_s=110.0))
+    assert s.leases[2].state is LeaseState.REJECTED and s.leases[1].state is LeaseState.ACTIVE
+    assert [(r["lease"], r["decision"]) for r in map(json.loads, out.getvalue().splitlines())] == \
+        [(1, "placed"), (2, "rejected")]
+    assert s.decisions.records == 2
+
 def test_decision_log_candidates_show_why_a_lease_waited(tmp_path):
     # backfilling: the best-effort lease takes a future reservation after the AR
     log = tmp_path / "d.jsonl"

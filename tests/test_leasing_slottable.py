@@ -130,3 +130,29 @@ def test_stop_when_besteffort_done_leaves_later_ars_unfinished():
     assert early[1].state is LeaseState.DONE and early[2].state is LeaseState.SCHEDULED
     full = simulate(leases(), site, LeaseConfig()).scheduler.leases
     assert full[2].state is LeaseState.DONE and full[2].end_s == 1100
+
+
+def test_after_commit_runs_at_the_outermost_commit_and_never_for_a_rolled_back_part():
+    st, ran = table(), []
+    st.after_commit(lambda: ran.append("now"))           # no transaction: at once
+    assert ran == ["now"]
+    outer = st.begin()
+    st.after_commit(lambda: ran.append("outer"))
+    inner = st.begin()
+    vm(st, 0, 0, 10)
+    st.after_commit(lambda: ran.append("inner"))
+    st.commit(inner)                                     # an inner commit is not final
+    dropped = st.begin()
+    st.after_commit(lambda: ran.append("dropped"))
+    st.rollback(dropped)
+    assert ran == ["now"]
+    st.commit(outer)
+    assert ran == ["now", "outer", "inner"]
+    tx = st.begin()                                      # the enclosing one rolled back: nothing
+    inner = st.begin()
+    st.after_commit(lambda: ran.append("undone"))
+    st.commit(inner)
+    st.rollback(tx)
+    assert ran == ["now", "outer", "inner"]
+    st.commit(st.begin())                                # nothing left to run
+    assert ran == ["now", "outer", "inner"]

@@ -380,7 +380,9 @@ class LeaseEngine:
             need = resource_vector(cpu=cpu, memory=memory_mb)
             length = duration_s or self.default_duration_s
             tx = sched.st.begin()
-            decisions, sched.decisions = sched.decisions, None   # what-if placements are not decisions
+            # what-if placements are rolled back, so never logged (DecisionLog writes on commit);
+            # without the log they are not explained either (its cost per queued lease)
+            decisions, sched.decisions = sched.decisions, None
             try:
                 for lease in list(sched.queue):
                     place_besteffort(sched, lease, now, allow_future=True)

@@ -23,6 +23,11 @@ one JSON object per line for every scheduling decision:
 
 Times in seconds of simulated time, nodes by name. Off by default: the scheduler tests
 ``sched.decisions is not None`` once per decision, so a run without a log does no other work.
+
+A record is written when the slot-table changes it describes are final
+(``SlotTable.after_commit``, bound by ``LeaseScheduler.decisions``): a decision made inside a
+transaction that is then rolled back -- an AR's preemption committed before its image staging
+failed, a what-if placement -- is never written.
 """
 from __future__ import annotations
 
@@ -34,17 +39,27 @@ from .slottable import INF, ResKind
 
 
 class DecisionLog:
-    """JSON lines to ``out`` (a text file object). ``records`` counts what was written."""
+    """JSON lines to ``out`` (a text file object). ``records`` counts what was written.
+    ``st``: the slot table whose commits make a record final (``after_commit``; set by
+    ``LeaseScheduler.decisions``), None: written at once."""
 
     def __init__(self, out, nodes) -> None:
         self.out = out
         self.names = [n.name for n in nodes]
         self.records = 0
+        self.st = None
 
     def write(self, t: float, lease, decision: str, **fields) -> None:
         rec = {"t": t, "lease": lease.id, "type": lease.type.value, "decision": decision}
         rec.update(fields)
-        self.out.write(json.dumps(rec, default=_plain) + "\n")
+        line = json.dumps(rec, default=_plain) + "\n"   # the record as it is now
+        if self.st is None:
+            self._emit(line)
+        else:
+            self.st.after_commit(lambda: self._emit(line))
+
+    def _emit(self, line: str) -> None:
+        self.out.write(line)
         self.records += 1
 
     def _nodes(self, mapping) -> list:

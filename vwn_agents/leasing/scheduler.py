@@ -60,7 +60,7 @@ class LeaseScheduler:
             self.policy, self.set_policy = preemption_policy(config.policy_preemption), None
         self.suspend_batches: dict[int, frozenset] = {}  # lease id -> ids suspended for one local request
         self.preemption_log: list[tuple] = []  # (s, local request id, preempted ids, h(C) s, policy)
-        self.decisions = None  # a decisionlog.DecisionLog: why each lease went where it did (None: off)
+        self._decisions = None
         self.host_selection = host_selection_policy(config.policy_host_selection, self.pools,
                                                     self.staging)
         self.enactment_supports_suspend = getattr(enactment, "supports_suspend", True)
@@ -86,7 +86,21 @@ class LeaseScheduler:
             ResKind.HOLD: (self._noop, lambda res, t: frozenhold.ended(self, res, t)),
         }
 
+    @property
+    def decisions(self):
+        """The per-decision log (a ``decisionlog.DecisionLog``: why each lease went where it
+        did), None: off. Setting it binds the log to this slot table, so that only committed
+        decisions are written (``SlotTable.after_commit``)."""
+        return self._decisions
+
+    @decisions.setter
+    def decisions(self, log) -> None:
+        if log is not None:
+            log.st = self.st
+        self._decisions = log
+
     # ------------------------------------------------------------ requests
+
     def submit(self, lease: Lease) -> Lease:
         """Accept a lease request at ``clock.now()``. ARs and immediate leases are decided at
         once (state SCHEDULED or REJECTED); best-effort leases are queued. Returns the lease."""

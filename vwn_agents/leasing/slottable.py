@@ -89,6 +89,7 @@ class SlotTable:
         self._seq = itertools.count()
         self._undo: list | None = None
         self._depth = 0
+        self._after = 0          # ("after", fn) entries in the undo log (after_commit)
         self.version = 0
         self.shrink_version = 0  # bumped when resources may have been freed (remove / move)
         self.node_version = [0] * len(nodes)
@@ -119,7 +120,12 @@ class SlotTable:
     def commit(self, tx: int) -> None:
         self._depth -= 1
         if self._depth == 0:
-            self._undo = None
+            log, self._undo = self._undo, None
+            if self._after:
+                self._after = 0
+                for entry in log:
+                    if entry[0] == "after":
+                        entry[1]()
 
     def rollback(self, tx: int) -> None:
         """Undo every change made since ``begin()`` returned ``tx``."""
@@ -143,6 +149,8 @@ class SlotTable:
                 setattr(entry[1], entry[2], entry[3])
             elif op == "call":
                 entry[1]()
+            elif op == "after":
+                self._after -= 1
         self.commit(tx)
 
     def set(self, obj, name: str, value) -> None:
@@ -155,6 +163,18 @@ class SlotTable:
         """Register ``undo()`` (no arguments) to run if the open transaction is rolled back."""
         if self._undo is not None:
             self._undo.append(("call", undo))
+
+    def after_commit(self, fn) -> None:
+        """Run ``fn()`` (no arguments) once the changes made so far are final: at once when no
+        transaction is open, else when the outermost one commits (in registration order); never
+        if a transaction that encloses this call is rolled back (e.g. an inner placement
+        committed, then its enclosing AR rejected). For what must not happen for a tentative
+        schedule: the decision log (``decisionlog``)."""
+        if self._undo is None:
+            fn()
+            return
+        self._undo.append(("after", fn))
+        self._after += 1
 
     # ------------------------------------------------------------------ changes
     def add(self, res: Reservation) -> Reservation:
