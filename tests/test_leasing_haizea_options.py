@@ -6,16 +6,20 @@ Each option is run on a small LWF written here, read through a Haizea-format con
 file, and compared with the same run without the option: the difference is what Haizea 1.1
 defines the option to do (docs/leasing.md, "Haizea configuration files").
 """
+import io
 import json
 
 import pytest
 from click.testing import CliRunner
 
 from vgrid_cli.simulate_cmds import simulate_cmd
-from vwn_agents.leasing import read_trace, simulate
+from vgrid_runtime.clock import SimulatedClock
+from vwn_agents.leasing import (LeaseConfig, LeaseScheduler, SimulatedNodes, read_trace, simulate,
+                                uniform_site)
 from vwn_agents.leasing.config import ConfigError, load_config
 from vwn_agents.leasing.decisionlog import DecisionLog
 from vwn_agents.leasing.haizeaconf import load_haizea
+from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, resource_vector
 
 CONF = """[general]
 mode: simulated
@@ -308,12 +312,6 @@ def test_decision_log_keeps_no_preemption_that_was_rolled_back():
     """An AR's preemption is committed inside the AR's own transaction; when the AR's image
     then cannot arrive in time the whole placement is rolled back, the victim keeps running,
     and the log says only "rejected" (SlotTable.after_commit), not "preempted"."""
-    import io
-
-    from vgrid_runtime.clock import SimulatedClock
-    from vwn_agents.leasing import LeaseConfig, LeaseScheduler, SimulatedNodes, uniform_site
-    from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, resource_vector
-
     vm = resource_vector(cpu=100, memory=512)
     site = uniform_site(1, 1, 1024)
     s = LeaseScheduler(site, LeaseConfig({"lease-preparation": "imagetransfer", "imagetransfer-bandwidth": 80.0}),
