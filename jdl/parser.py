@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from lark import Token, Transformer
+from lark import Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, VisitError
 
 from . import nodes as n
@@ -25,10 +25,6 @@ MAX_TEXT = 512 * 1024  # characters; longer JDL is refused (WMProxy also limits 
 class _SyntaxProblem(Exception):
     def __init__(self, message: str, token):
         self.message, self.token = message, token
-
-
-def _pos(tok):
-    return (tok.line, tok.column) if isinstance(tok, Token) else (tok.line, tok.column)
 
 
 def _name(tok) -> str:
