@@ -9,7 +9,6 @@ and returns True only if every job is Done with exit code 0.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from vgrid_runtime.clock import WallClock
 from . import vm_demo
 from .demo_pki import DemoPKI, make_demo_pki
 from .services import ServiceError, ServiceGroup
+from .stop_signals import raise_on_stop_signals
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
 VM_EXAMPLES = REPO_EXAMPLES.parent / "jdl_vm"
@@ -182,10 +182,6 @@ def watch(client: BrokerClient, keys: list[str], timeout_s: float, console: Cons
             time.sleep(0.5)
 
 
-def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise KeyboardInterrupt
-
-
 def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
              use_bdii: bool = False, ism_refresh_s: float = 30.0, timeout_s: float = 600.0,
              out_dir: str | None = None, tls: bool = True, driver: str = "cgroup") -> bool:
@@ -197,8 +193,7 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
     stopped. ``driver`` "libvirt": every VWN is a qemu VM (``vm_demo``; the jobs default to
     examples/jdl_vm, light enough for software-emulated guests).
     """
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+    raise_on_stop_signals()   # Ctrl-C too, even when started with SIGINT ignored
     from .tables import jobs_table, out_console  # the same table `vgrid status` prints
 
     err = Console(stderr=True)

@@ -29,7 +29,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -44,6 +43,7 @@ from broker.client import BrokerClient, ClientError
 from .demo import ce_layout, merge_toml, site_pki, start_site
 from .demo_pki import BROWSER_PASSWORD, DemoPKI
 from .services import Service, ServiceError, ServiceGroup
+from .stop_signals import raise_on_stop_signals
 
 #: The file in the site directory that says what the site is: ``{"ces": N, "tls": bool}``.
 SITE_FILE = "site.json"
@@ -243,13 +243,7 @@ def run_personal_grid(n_ces: int = 2, site_dir: str | None = None, ready_file: s
     removed at the end. ``options``: config keys per service kind (:func:`parse_options`)."""
     err = Console(stderr=True)
 
-    def _stop(signum, frame):  # noqa: ARG001 - signal handler signature
-        for again in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # one stop is enough: a
-            signal.signal(again, signal.SIG_IGN)                        # second must not cut it short
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _stop)
+    raise_on_stop_signals()   # one stop: a second signal must not cut it short
     temporary = site_dir is None
     root = Path(tempfile.mkdtemp(prefix="vgrid-site-") if temporary else site_dir).resolve()
     layout = None
