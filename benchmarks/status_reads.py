@@ -75,6 +75,26 @@ def cpu_s(pid: int, system_only: bool = False) -> float:
     return (int(fields[12]) + (0 if system_only else int(fields[11]))) / TICK
 
 
+def listens(pid: int, port: int) -> bool:
+    """True when process ``pid`` holds a TCP socket listening on ``port`` (/proc/net/tcp{,6}:
+    state 0A = LISTEN, matched by socket inode to the process's descriptors)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                for line in f.readlines()[1:]:
+                    cols = line.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except OSError:
+            continue
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link == f"socket:[{inode}]" for link in links for inode in inodes)
+
+
 def broker_pids(main: int) -> list[int]:
     """The broker process and its front ends (children running ``broker.server``)."""
     out = [main]
@@ -297,12 +317,12 @@ def main(argv: list[str] | None = None) -> int:
                 s = new_session(TLSFiles(**creds))
                 keys = [s.post(f"{svc.url}/jobs", data={"jdl": JDL, "filename": "r.jdl"}, timeout=300).json()["key"]
                         for _ in range(args.jobs)]
-                deadline = time.monotonic() + 120
-                while len(broker_pids(svc.pids()[0])) < args.front_ends:
+                deadline, port = time.monotonic() + 120, int(svc.url.rsplit(":", 1)[1])
+                while not ((pids := broker_pids(svc.pids()[0])) and len(pids) >= args.front_ends
+                           and all(listens(pid, port) for pid in pids)):
                     if time.monotonic() > deadline:
-                        raise SystemExit("status_reads: the front ends did not start")
+                        raise SystemExit("status_reads: the front ends did not start listening")
                     time.sleep(0.2)
-                time.sleep(1.0)                      # the front ends bind after they start
                 out.update(run(svc.url, creds, args, keys, broker_pids(svc.pids()[0])))
         except ServiceError as exc:
             print(f"status_reads: the broker did not start: {exc}", file=sys.stderr)
