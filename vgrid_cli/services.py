@@ -23,10 +23,12 @@ from vgrid_runtime.config import ConfigError
 #: 30 s on a 2-core host at load 50-90, where a tighter bound failed healthy starts.
 START_TIMEOUT_S = 120.0
 #: How long a service may take to stop after SIGTERM before SIGKILL (s). A node agent's
-#: shutdown kills its VWNs, joins their monitors and flushes its outbox; SIGKILL in the middle
-#: leaves jobs running (a node agent restart adopts them), so the grace is generous: a service
-#: that stops sooner ends the wait at once.
+#: shutdown kills its VWNs, joins their monitors and makes one last delivery of its outbox, all
+#: bounded below this (``vwn_agents.node_stop``); SIGKILL in the middle leaves jobs running (a
+#: node agent restart adopts them). A service that stops sooner ends the wait at once.
 STOP_GRACE_S = 30.0
+#: ``ServiceGroup.stop_all``'s order by kind (events flow node -> CE -> broker); other kinds last.
+STOP_ORDER = {"node": 0, "ce": 1}
 
 
 def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
@@ -201,16 +203,16 @@ class ServiceGroup:
                 self.services.remove(svc)
 
     def stop_all(self) -> None:
-        """Reverse start order, one kind at a time (broker first, then CE agents, then node
-        agents, which clean their cgroups); the services of one kind stop together."""
-        tiers: list[list[Service]] = []
+        """Stop every service, one kind at a time, in the direction events flow: node agents
+        first (their VWNs' ``aborted`` events still reach live CE agents), then CE agents (theirs
+        reach a live broker), then the other kinds (brokers, image repositories) in reverse
+        start order; all services of one kind stop together, within ``STOP_GRACE_S``. Then
+        whatever is still mounted below ``workdir`` is unmounted (``unmount_leftovers``)."""
+        tiers: dict[str, list[Service]] = {}              # kind -> services, reverse start order
         for svc in reversed(list(self.services)):
-            if tiers and tiers[-1][0].kind == svc.kind:
-                tiers[-1].append(svc)
-            else:
-                tiers.append([svc])
-        for tier in tiers:
-            self._stop_together(tier, signal.SIGTERM, STOP_GRACE_S)
+            tiers.setdefault(svc.kind, []).append(svc)
+        for kind in sorted(tiers, key=lambda k: STOP_ORDER.get(k, len(STOP_ORDER))):   # stable
+            self._stop_together(tiers[kind], signal.SIGTERM, STOP_GRACE_S)
         unmount_leftovers(self.workdir)
 
     def __enter__(self) -> "ServiceGroup":
