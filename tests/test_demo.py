@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -12,6 +13,11 @@ from .paths import EXAMPLES, SHARED_JDL
 from .waiting import SLACK, wait_until
 
 pytestmark = pytest.mark.slow
+
+#: The demo's stop after Ctrl-C (s): three tiers (node agents, CE agents, broker) of bounded
+#: stops (vwn_agents/node_stop.py; 2-5 s each at load 10-15), against 3 x STOP_GRACE_S = 90 s
+#: should every tier be SIGKILLed.
+STOP_DEADLINE_S = 60
 
 
 def demo(*args, **kw):
@@ -76,11 +82,12 @@ def _processes_with_cmdline(argv):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_service(tmp_path, sig):
     # The job's command line is this test's own: other checkouts' suites on the host run this
-    # test too, and a shared "/bin/sleep 61.5" let one run see (or wait for) another's job.
-    # The job ends by itself after ~61.5 s (GNU sleep sums its arguments), as before session 7:
-    # with a 3,600 s job the demo's stop once took over 240 s in CI (session 7), a node agent
-    # stopping slower than STOP_GRACE_S being the suspect (docs/operations.md, open work).
-    job = ["/bin/sleep", "61.5", f"0.000{os.getpid()}{int(sig)}"]
+    # test too, and a shared "/bin/sleep 3600" let one run see (or wait for) another's job.
+    # A 3,600 s job: only its node agent's stop ends it. Session 7's CI once waited 240 s for
+    # this demo to stop (docs/operations.md, "Stopping a site"): every service must now stop
+    # within its grace period (none SIGKILLed, which would leave the job running), the node
+    # agents first, the whole demo within STOP_DEADLINE_S.
+    job = ["/bin/sleep", "3600", f"0.000{os.getpid()}{int(sig)}"]
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "sleep.jdl").write_text(f'Executable = "{job[0]}";\nArguments = "{job[1]} {job[2]}";\n')
@@ -95,12 +102,16 @@ def test_ctrl_c_or_sigterm_stops_every_service(tmp_path, sig):
         pids = [json.loads(r.read_text())["pid"] for r in ready]
         wait_until(lambda: _processes_with_cmdline(job), "the job to start in its VWN", timeout_s=120)
         p.send_signal(sig)
-        out, err = p.communicate(timeout=240 * SLACK)   # stops in tiers, each within STOP_GRACE_S
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=240 * SLACK)
+        took = time.monotonic() - t0
     finally:
         if p.poll() is None:                            # a failed wait: do not leave the demo running
             p.send_signal(signal.SIGTERM)
             p.communicate(timeout=240 * SLACK)
     assert p.returncode == 1 and "interrupted" in err
+    assert "stopped every service in" in err and "killed after" not in err, err[-2000:]
+    assert took < STOP_DEADLINE_S * SLACK, (took, err[-2000:])
     assert not [pid for pid in pids if _alive(pid)]
     # a SIGKILLed process may take a moment to be reaped
     wait_until(lambda: not _processes_with_cmdline(job), "the job's process to go (it survived the demo)")

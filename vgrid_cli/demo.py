@@ -25,7 +25,7 @@ from vgrid_runtime.clock import WallClock
 
 from . import vm_demo
 from .demo_pki import DemoPKI, make_demo_pki
-from .services import ServiceError, ServiceGroup
+from .services import STOP_GRACE_S, ServiceError, ServiceGroup
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
 VM_EXAMPLES = REPO_EXAMPLES.parent / "jdl_vm"
@@ -257,6 +257,10 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
                 feeder.stop()
             if use_bdii:
                 _stop_bdii(Path(tmp))
+    if group.stop_s is not None:       # the services' stop, for the operator (and test_demo)
+        err.print(f"stopped every service in {group.stop_s:.1f} s" + (
+            f"; killed after {STOP_GRACE_S:g} s: {', '.join(group.killed)}" if group.killed else ""),
+            highlight=False)
     return ok
 
 

@@ -129,6 +129,8 @@ class ServiceGroup:
         self.workdir = Path(workdir)
         self.start_timeout_s = start_timeout_s
         self.services: list[Service] = []
+        self.killed: list[str] = []        # services SIGKILLed after their grace period
+        self.stop_s: float | None = None   # how long stop_all took (s)
 
     def start(self, kind: str, name: str, config: str) -> Service:
         """Write ``config`` (TOML text), start ``vgrid serve KIND``, wait until it listens."""
@@ -194,6 +196,7 @@ class ServiceGroup:
             try:
                 svc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.killed.append(svc.name)
                 try:
                     os.killpg(svc.process.pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -207,13 +210,16 @@ class ServiceGroup:
         first (their VWNs' ``aborted`` events still reach live CE agents), then CE agents (theirs
         reach a live broker), then the other kinds (brokers, image repositories) in reverse
         start order; all services of one kind stop together, within ``STOP_GRACE_S``. Then
-        whatever is still mounted below ``workdir`` is unmounted (``unmount_leftovers``)."""
+        whatever is still mounted below ``workdir`` is unmounted (``unmount_leftovers``).
+        ``stop_s`` is then the time it took (s) and ``killed`` names the services SIGKILLed."""
+        t0 = time.monotonic()
         tiers: dict[str, list[Service]] = {}              # kind -> services, reverse start order
         for svc in reversed(list(self.services)):
             tiers.setdefault(svc.kind, []).append(svc)
         for kind in sorted(tiers, key=lambda k: STOP_ORDER.get(k, len(STOP_ORDER))):   # stable
             self._stop_together(tiers[kind], signal.SIGTERM, STOP_GRACE_S)
         unmount_leftovers(self.workdir)
+        self.stop_s = time.monotonic() - t0
 
     def __enter__(self) -> "ServiceGroup":
         return self
