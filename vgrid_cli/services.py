@@ -87,18 +87,7 @@ def unmount_leftovers(root: Path) -> list[str]:
     has stopped: the quota and spare quota mounts of a node agent killed and never restarted
     (``vwn_agents.quota_spares``). Returns the mount points; never raises."""
     from vwn_agents import mounts
-    prefix = str(Path(root).resolve()) + "/"
-    try:
-        with open("/proc/self/mounts") as f:
-            points = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
-    except OSError:
-        return []
-    for point in sorted(points, reverse=True):
-        try:
-            mounts.unmount(point)
-        except OSError:
-            pass
-    return points
+    return mounts.unmount_below(root)[0]
 
 
 def ready_pid(ready: Path) -> int | None:

@@ -13,8 +13,8 @@ The steps, each logged with its duration (``node N stop: <step> in S s``, and th
    sender threads get ``SENDERS_JOIN_S``;
 5. ``cleanup``: cgroups, freezer, confinement, database, node lock, an own temporary work dir.
 
-The sum of the bounds (``MONITOR_JOIN_S`` + heartbeat and zygote joins + ``deliver_s`` +
-``SENDERS_JOIN_S``, about 25 s) stays below ``vgrid_cli.services.STOP_GRACE_S`` (30 s), after
+The sum of the bounds (``MONITOR_JOIN_S`` 8 + heartbeat join 6 + zygote 5 + spares 5 +
+``deliver_s`` 3 + ``SENDERS_JOIN_S`` 2 = 29 s, each reached only by a step that hangs) stays below ``vgrid_cli.services.STOP_GRACE_S`` (30 s), after
 which a group's service is SIGKILLed (docs/operations.md, "Stopping a site").
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import cgroups, node_suspend
 log = logging.getLogger("vwn_agents.node_agent")
 
 #: All monitor threads together get this long to record their VWN's end (s).
-MONITOR_JOIN_S = 10.0
+MONITOR_JOIN_S = 8.0
 #: The outbox's sender threads get this long to finish an in-flight request (s).
 SENDERS_JOIN_S = 2.0
 
