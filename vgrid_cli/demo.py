@@ -195,9 +195,13 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
     every service runs over mutual TLS (job ids are ``https://...``); False runs plain HTTP on
     127.0.0.1. SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is
     stopped. ``driver`` "libvirt": every VWN is a qemu VM (``vm_demo``; the jobs default to
-    examples/jdl_vm, light enough for software-emulated guests).
+    examples/jdl_vm, light enough for software-emulated guests). SIGINT is handled even when
+    the process inherited it ignored (started in the background by a non-interactive shell).
     """
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too: Python turns it into KeyboardInterrupt only when the process did not inherit
+    # it ignored -- and a command started in the background by a non-interactive shell (a CI
+    # runner's `... &`) does, so `kill -INT` was ignored there (session 7-8's "slow stop").
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     from .tables import jobs_table, out_console  # the same table `vgrid status` prints
 
