@@ -161,6 +161,18 @@ def test_undelivered_events_survive_a_kill_9_and_are_delivered_after_the_restart
                "the outbox to be empty")
 
 
+def _in_group(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.getpgid(int(entry)) == pgid and is_running(int(entry)):
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
 def test_node_cleanup_removes_what_a_node_agent_killed_for_good_left_mounted(site, tmp_path):
     """``vgrid node-cleanup``: refused while the agent runs; after its kill -9, every mount below
     its work_dir (the spare quota file systems) goes and the spare images with them."""
@@ -179,6 +191,8 @@ def test_node_cleanup_removes_what_a_node_agent_killed_for_good_left_mounted(sit
     assert busy.returncode == 1 and "another node agent" in busy.stderr, busy.stderr
     assert mounted_below(spares)                           # a running agent's mounts are its own
     kill_9(group, svc)
+    # a mkfs.ext4 or mount the agent had started (its process group) may still finish a spare
+    wait_until(lambda: not _in_group(svc.process.pid), "the killed agent's mkfs/mount children to end")
     assert mounted_below(spares), "kill -9 left no mount: nothing to clean up"
     done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
