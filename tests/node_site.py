@@ -7,6 +7,7 @@ from pathlib import Path
 
 from vgrid_runtime.wsgi import BackgroundServer
 from vwn_agents.node_agent import NodeAgentConfig, create_app
+from vwn_agents.node_cleanup import cleanup
 
 _names = itertools.count(1)
 
@@ -15,7 +16,8 @@ _names = itertools.count(1)
 def node_starter(prefix: str, defaults):
     """Yields ``start(clock=None, **config) -> (url, NodeAgent)``; the node is named
     ``<prefix><n>`` and configured with ``defaults(n)`` updated by ``config``; every node is
-    shut down on exit.
+    shut down on exit, and what it left mounted below its work_dir is unmounted
+    (``vwn_agents.node_cleanup``, as ``vgrid node-cleanup``).
 
     Unless the test names one, the gridmapdir is ``gridmapdir`` beside the node's work_dir (the
     test's own): the default one is host-wide, and the suites of other checkouts running at the
@@ -30,11 +32,17 @@ def node_starter(prefix: str, defaults):
             cfg.setdefault("gridmapdir", str(Path(cfg["work_dir"]).parent / "gridmapdir"))
         app = create_app(NodeAgentConfig.from_dict(cfg), clock=clock)
         server = BackgroundServer(app)
-        started.append(server)
+        started.append((server, cfg))
         return server.url, app.config["VGRID_AGENT"]
 
     try:
         yield start
     finally:
-        for server in started:
+        for server, cfg in started:
             server.close()
+        for _, cfg in started:          # what a node agent stopped uncleanly left mounted
+            if cfg.get("work_dir") and Path(cfg["work_dir"]).is_dir():
+                try:
+                    cleanup(Path(cfg["work_dir"]), cfg["node"])
+                except RuntimeError:    # the same node restarted on the directory: still runs
+                    pass

@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -12,6 +13,11 @@ from .paths import EXAMPLES, SHARED_JDL
 from .waiting import SLACK, wait_until
 
 pytestmark = pytest.mark.slow
+
+#: The demo's stop after Ctrl-C (s): three tiers (node agents, CE agents, broker) of bounded
+#: stops (vwn_agents/node_stop.py; 2-5 s each at load 10-15), against 3 x STOP_GRACE_S = 90 s
+#: should every tier be SIGKILLed.
+STOP_DEADLINE_S = 60
 
 
 def demo(*args, **kw):
@@ -76,16 +82,19 @@ def _processes_with_cmdline(argv):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_service(tmp_path, sig):
     # The job's command line is this test's own: other checkouts' suites on the host run this
-    # test too, and a shared "/bin/sleep 61.5" let one run see (or wait for) another's job.
-    # It would run for an hour: the demo must stop it, not wait for it.
+    # test too, and a shared "/bin/sleep 3600" let one run see (or wait for) another's job.
+    # A 3,600 s job: only its node agent's stop ends it. Every service must stop within its
+    # grace period (none SIGKILLed, which would leave the job running), the node agents first,
+    # the whole demo within STOP_DEADLINE_S (docs/operations.md, "Stopping a site").
     job = ["/bin/sleep", "3600", f"0.000{os.getpid()}{int(sig)}"]
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "sleep.jdl").write_text(f'Executable = "{job[0]}";\nArguments = "{job[1]} {job[2]}";\n')
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    # Started with SIGINT ignored, as a background job of a non-interactive shell is (CI, `&`,
-    # scripts): a Python child then never gets its default Ctrl-C handler, and the demo used to
-    # run on until its jobs ended (session 7's "slow stop" of 240 s was this test's SIGTERM).
+    # The demo starts with SIGINT ignored, as under a CI runner started in the background by a
+    # non-interactive shell (`bash .ci/run &`: SIGINT and SIGQUIT ignored, inherited): Python then
+    # installs no KeyboardInterrupt handler and the demo ignored Ctrl-C -- session 7's 240 s
+    # "slow stop" (the job ran on until the test's SIGTERM) and session 8's exit status 0.
     p = demo("--jobs", str(jobs), "--ism-refresh", "2", env=env,
              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
@@ -97,12 +106,16 @@ def test_ctrl_c_or_sigterm_stops_every_service(tmp_path, sig):
         pids = [json.loads(r.read_text())["pid"] for r in ready]
         wait_until(lambda: _processes_with_cmdline(job), "the job to start in its VWN", timeout_s=120)
         p.send_signal(sig)
-        out, err = p.communicate(timeout=240 * SLACK)   # stops in tiers, each within STOP_GRACE_S
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=240 * SLACK)
+        took = time.monotonic() - t0
     finally:
         if p.poll() is None:                            # a failed wait: do not leave the demo running
             p.send_signal(signal.SIGTERM)
             p.communicate(timeout=240 * SLACK)
     assert p.returncode == 1 and "interrupted" in err
+    assert "stopped every service in" in err and "killed after" not in err, err[-2000:]
+    assert took < STOP_DEADLINE_S * SLACK, (took, err[-2000:])
     assert not [pid for pid in pids if _alive(pid)]
     # a SIGKILLed process may take a moment to be reaped
     wait_until(lambda: not _processes_with_cmdline(job), "the job's process to go (it survived the demo)")

@@ -8,6 +8,7 @@ leases while its agent is down.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ import pytest
 import requests
 
 from vgrid_cli.services import ServiceGroup
+from vwn_agents.mounts import mounted_below
+from vwn_agents.node_cleanup import cleanup
 from vwn_agents.cgroups import own_cgroups, read_mounts
 from vwn_agents.proctree import is_running
 from vwn_agents.testing import Receiver
@@ -34,13 +37,19 @@ def site(tmp_path):
     tag = f"r{uuid.uuid4().hex[:10]}x"
     jobs = gate_dir(tmp_path) / f"jobs-{tag}"
     work = tmp_path / "node"
+    node = f"rs{tag[1:7]}"
     config = "\n".join([
-        f'node = "rs{tag[1:7]}"', f'work_dir = "{work}"', f'jobs_dir = "{jobs}"',
+        f'node = "{node}"', f'work_dir = "{work}"', f'jobs_dir = "{jobs}"',
         f'gridmapdir = "{tmp_path / "gridmapdir"}"', f'cgroup_parent = "vgrid-h1test/{tag}"',
         "retry_initial_s = 0.05", "retry_max_s = 0.5", "heartbeat_s = 0", "disk_quota_mb = 64", ""])
     with ServiceGroup(tmp_path / "svc") as group:
         (tmp_path / "svc").mkdir(exist_ok=True)
         yield group, config, receiver, work
+    # an agent killed with -9 leaves its spare quota mounts (its restart adopts them): the
+    # operator's path for a node never restarted (vgrid node-cleanup) removes them
+    if work.is_dir():
+        cleanup(work, node)
+    assert mounted_below(tmp_path) == [], "a mount was left below the test's directory"
     receiver.close()
     shutil.rmtree(jobs, ignore_errors=True)
     own = own_cgroups()
@@ -150,6 +159,46 @@ def test_undelivered_events_survive_a_kill_9_and_are_delivered_after_the_restart
     assert receiver.events_for("ob-1", "done")[0]["exit_code"] == 6
     wait_until(lambda: requests.get(f"{svc.url}/status", timeout=5).json()["outbox"]["pending"] == 0,
                "the outbox to be empty")
+
+
+def _in_group(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.getpgid(int(entry)) == pgid and is_running(int(entry)):
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def test_node_cleanup_removes_what_a_node_agent_killed_for_good_left_mounted(site, tmp_path):
+    """``vgrid node-cleanup``: refused while the agent runs; after its kill -9, every mount below
+    its work_dir (the spare quota file systems) goes and the spare images with them."""
+    import subprocess
+    import sys
+    group, config, receiver, work = site
+    svc = start(group, config)
+    status = requests.get(f"{svc.url}/status", timeout=5).json()
+    disk = status["confinement"]["disk"]
+    if disk["reason"]:
+        pytest.skip(f"no loop-mounted quota on this host: {disk['reason']}")
+    spares = work / "vwns" / ".spares"
+    wait_until(lambda: mounted_below(spares), "a spare quota file system to be mounted")
+    cmd = [sys.executable, "-m", "vgrid_cli", "node-cleanup", "--config", str(svc.cmd[svc.cmd.index("--config") + 1])]
+    busy = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert busy.returncode == 1 and "another node agent" in busy.stderr, busy.stderr
+    assert mounted_below(spares)                           # a running agent's mounts are its own
+    kill_9(group, svc)
+    # a mkfs.ext4 or mount the agent had started (its process group) may still finish a spare
+    wait_until(lambda: not _in_group(svc.process.pid), "the killed agent's mkfs/mount children to end")
+    assert mounted_below(spares), "kill -9 left no mount: nothing to clean up"
+    done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["unmounted"] and result["failed"] == {} and result["spares_removed"] >= 2
+    assert mounted_below(work) == [] and list(spares.iterdir()) == []
 
 
 def test_a_vwn_whose_wrapper_never_started_is_started_by_the_next_agent(tmp_path, receiver):

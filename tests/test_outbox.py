@@ -136,10 +136,56 @@ def test_several_senders_keep_each_jobs_order_and_a_stuck_job_holds_back_only_it
                    "both jobs' events while another job's receiver hangs", timeout_s=10)
         for key in ("os-a", "os-b"):
             assert [e["n"] for e in receiver.events_for(key)] == list(range(20))
-        assert box.stats()["pending"] == 1
+        # the receiver records an event before its answer reaches the sender: wait for the count
+        wait_until(lambda: box.stats()["pending"] == 1, "only the stuck job's event to be pending")
         release.set()
         assert box.flush(30) and box.stats()["delivered"] == 41
     finally:
         release.set()
         box.close()
         stuck.close()
+
+
+def test_drain_at_stop_tries_each_job_once_and_keeps_the_rest_for_the_next_start(tmp_path, receiver):
+    """A stopping sender (node or CE agent) whose receiver has already stopped: one attempt per
+    job, no retry, no wait for its deadline; undelivered events stay stored, in order."""
+    import time
+    engine = open_engine(sqlite_url(tmp_path / "d.db"))
+    box = Outbox(retry_initial_s=3600, retry_max_s=3600, name="stopping", engine=engine)
+    dead = closed_port_url()
+    for i in range(30):                              # 10 jobs, 3 events each, receiver gone
+        box.post(dead, {"key": f"dr-{i % 10}", "n": i}, f"dr-{i % 10}")
+    wait_until(lambda: sum(p["attempts"] for p in box.pending()) == 10, "each job's first attempt")
+    for i in range(3):                               # one job whose receiver still runs
+        box.post(f"{receiver.url}/events", {"key": "dr-live", "n": i}, "dr-live")
+    t0 = time.monotonic()
+    left = box.drain(60)
+    took = time.monotonic() - t0
+    box.close()
+    tried = {p["payload"]["n"]: p["attempts"] for p in box.pending() if p["attempts"]}
+    # flush(60) waited the whole 60 s here, retrying a receiver that had stopped
+    assert left == 30 and took < 30, (left, took)
+    assert [e["n"] for e in receiver.events_for("dr-live")] == [0, 1, 2]
+    again = Outbox(name="stopping", engine=engine)   # the next start has them all, in order
+    kept = again.pending()
+    again.close()
+    assert [p["payload"]["n"] for p in kept] == sorted(range(30), key=lambda n: (n % 10, n))
+    # at once: a job whose first attempt was still in flight when the drain began is parked by
+    # that attempt's failure (1), the others are tried once more (2); none waited for its backoff
+    assert set(tried) == set(range(10)) and set(tried.values()) <= {1, 2}, tried
+
+
+def test_drain_to_a_receiver_that_never_answers_is_bounded(tmp_path):
+    import time
+    with socket.socket() as silent:                  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/events"
+        box = Outbox(timeout_s=30, name="silent", engine=open_engine(sqlite_url(tmp_path / "s.db")))
+        for i in range(8):
+            box.post(url, {"key": f"sl-{i}", "n": i}, f"sl-{i}")
+        t0 = time.monotonic()
+        left = box.drain(1.0)
+        box.close(wait_s=1.0)
+        took = time.monotonic() - t0
+    assert left == 8 and took < 15, (left, took)     # not the 30 s of a request's timeout

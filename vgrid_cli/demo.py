@@ -24,7 +24,7 @@ from vgrid_runtime.clock import WallClock
 
 from . import vm_demo
 from .demo_pki import DemoPKI, make_demo_pki
-from .services import ServiceError, ServiceGroup
+from .services import STOP_GRACE_S, ServiceError, ServiceGroup
 from .stop_signals import raise_on_stop_signals
 
 REPO_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jdl"
@@ -191,7 +191,8 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
     every service runs over mutual TLS (job ids are ``https://...``); False runs plain HTTP on
     127.0.0.1. SIGTERM and SIGHUP are handled like Ctrl-C: every process the demo started is
     stopped. ``driver`` "libvirt": every VWN is a qemu VM (``vm_demo``; the jobs default to
-    examples/jdl_vm, light enough for software-emulated guests).
+    examples/jdl_vm, light enough for software-emulated guests). SIGINT is handled even when
+    the process inherited it ignored (started in the background by a non-interactive shell).
     """
     raise_on_stop_signals()   # Ctrl-C too, even when started with SIGINT ignored
     from .tables import jobs_table, out_console  # the same table `vgrid status` prints
@@ -252,6 +253,10 @@ def run_demo(n_ces: int = 2, jobs_dir: str | None = None, as_json: bool = False,
                 feeder.stop()
             if use_bdii:
                 _stop_bdii(Path(tmp))
+    if group.stop_s is not None:       # the services' stop, for the operator (and test_demo)
+        err.print(f"stopped every service in {group.stop_s:.1f} s" + (
+            f"; killed after {STOP_GRACE_S:g} s: {', '.join(group.killed)}" if group.killed else ""),
+            highlight=False)
     return ok
 
 

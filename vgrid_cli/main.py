@@ -53,6 +53,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("vgrid_cli.sweep_run_cmds", "sweep_run_cmd"),
     "api-doc": ("vgrid_cli.api_doc", "api_doc_cmd"),
     "guest": ("vgrid_cli.guest_cmds", "guest_group"),
+    "node-cleanup": ("vgrid_cli.node_cmds", "node_cleanup_cmd"),
 }
 
 

@@ -23,10 +23,12 @@ from vgrid_runtime.config import ConfigError
 #: 30 s on a 2-core host at load 50-90, where a tighter bound failed healthy starts.
 START_TIMEOUT_S = 120.0
 #: How long a service may take to stop after SIGTERM before SIGKILL (s). A node agent's
-#: shutdown kills its VWNs, joins their monitors and flushes its outbox; SIGKILL in the middle
-#: leaves jobs running (a node agent restart adopts them), so the grace is generous: a service
-#: that stops sooner ends the wait at once.
+#: shutdown kills its VWNs, joins their monitors and makes one last delivery of its outbox, all
+#: bounded below this (``vwn_agents.node_stop``); SIGKILL in the middle leaves jobs running (a
+#: node agent restart adopts them). A service that stops sooner ends the wait at once.
 STOP_GRACE_S = 30.0
+#: ``ServiceGroup.stop_all``'s order by kind (events flow node -> CE -> broker); other kinds last.
+STOP_ORDER = {"node": 0, "ce": 1}
 
 
 def serve_agent(kind: str, config_file: str | None, ready_file: str | None, port: int | None) -> None:
@@ -85,18 +87,7 @@ def unmount_leftovers(root: Path) -> list[str]:
     has stopped: the quota and spare quota mounts of a node agent killed and never restarted
     (``vwn_agents.quota_spares``). Returns the mount points; never raises."""
     from vwn_agents import mounts
-    prefix = str(Path(root).resolve()) + "/"
-    try:
-        with open("/proc/self/mounts") as f:
-            points = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
-    except OSError:
-        return []
-    for point in sorted(points, reverse=True):
-        try:
-            mounts.unmount(point)
-        except OSError:
-            pass
-    return points
+    return mounts.unmount_below(root)[0]
 
 
 def ready_pid(ready: Path) -> int | None:
@@ -127,6 +118,8 @@ class ServiceGroup:
         self.workdir = Path(workdir)
         self.start_timeout_s = start_timeout_s
         self.services: list[Service] = []
+        self.killed: list[str] = []        # services SIGKILLed after their grace period
+        self.stop_s: float | None = None   # how long stop_all took (s)
 
     def start(self, kind: str, name: str, config: str) -> Service:
         """Write ``config`` (TOML text), start ``vgrid serve KIND``, wait until it listens."""
@@ -192,6 +185,7 @@ class ServiceGroup:
             try:
                 svc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.killed.append(svc.name)
                 try:
                     os.killpg(svc.process.pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -201,17 +195,20 @@ class ServiceGroup:
                 self.services.remove(svc)
 
     def stop_all(self) -> None:
-        """Reverse start order, one kind at a time (broker first, then CE agents, then node
-        agents, which clean their cgroups); the services of one kind stop together."""
-        tiers: list[list[Service]] = []
+        """Stop every service, one kind at a time, in the direction events flow: node agents
+        first (their VWNs' ``aborted`` events still reach live CE agents), then CE agents (theirs
+        reach a live broker), then the other kinds (brokers, image repositories) in reverse
+        start order; all services of one kind stop together, within ``STOP_GRACE_S``. Then
+        whatever is still mounted below ``workdir`` is unmounted (``unmount_leftovers``).
+        ``stop_s`` is then the time it took (s) and ``killed`` names the services SIGKILLed."""
+        t0 = time.monotonic()
+        tiers: dict[str, list[Service]] = {}              # kind -> services, reverse start order
         for svc in reversed(list(self.services)):
-            if tiers and tiers[-1][0].kind == svc.kind:
-                tiers[-1].append(svc)
-            else:
-                tiers.append([svc])
-        for tier in tiers:
-            self._stop_together(tier, signal.SIGTERM, STOP_GRACE_S)
+            tiers.setdefault(svc.kind, []).append(svc)
+        for kind in sorted(tiers, key=lambda k: STOP_ORDER.get(k, len(STOP_ORDER))):   # stable
+            self._stop_together(tiers[kind], signal.SIGTERM, STOP_GRACE_S)
         unmount_leftovers(self.workdir)
+        self.stop_s = time.monotonic() - t0
 
     def __enter__(self) -> "ServiceGroup":
         return self

@@ -345,15 +345,18 @@ class CEAgent(CEPublishing):
             log.warning("cancel of %s on %s failed: %s", job.vwn, job.node_url, exc)
 
     def shutdown(self, flush_s: float = 3.0) -> None:
-        """Stop placing, deliver pending events (up to ``flush_s``)."""
+        """Stop placing, deliver pending events (one non-retrying attempt each within
+        ``flush_s``: a broker already stopped is not waited for; the rest stays in ``ce.db``)."""
         self._stop.set()
         self._wake.set()
         self._placer.join(timeout=self.config.node_timeout_s + 1)
         if self.voc:
             self.voc.stop()
         self.beats.stop()
-        self.outbox.flush(flush_s)
-        self.outbox.close()
+        left = self.outbox.drain(flush_s)
+        self.outbox.close(2.0)
+        log.info("CE %s stop: %s", self.config.ce_id,
+                 f"{left} event(s) kept for the next start" if left else "every event delivered")
         if self.leases is not None:
             self.leases.close()
         self.http.close()

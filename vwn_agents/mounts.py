@@ -82,3 +82,30 @@ def detach(path) -> None:
             _closer = threading.Thread(target=_close_loop, name="unmount-teardown", daemon=True)
             _closer.start()
     _closing.put(fd)
+
+
+def mounted_below(root) -> list[str]:
+    """The mount points strictly below directory ``root`` (``/proc/self/mounts``), deepest
+    first; [] when the table cannot be read."""
+    prefix = os.path.realpath(root).rstrip("/") + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f]
+    except OSError:
+        return []
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        points = [p.replace(code, char) for p in points]     # the kernel's octal escapes
+    return sorted({p for p in points if p.startswith(prefix)}, key=len, reverse=True)
+
+
+def unmount_below(root) -> tuple[list[str], dict[str, str]]:
+    """Unmount (lazily when busy) every mount below ``root``, deepest first: ``(unmounted,
+    {mount point: error})``; never raises."""
+    done, failed = [], {}
+    for point in mounted_below(root):
+        try:
+            unmount(point)
+            done.append(point)
+        except OSError as exc:
+            failed[point] = exc.strerror or str(exc)
+    return done, failed

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -38,7 +37,7 @@ from vgrid_runtime.httpjson import ApiError, install_error_handlers, parse_body
 from vgrid_runtime.outcomes import Outcome
 from vgrid_runtime.sqldb import open_engine, sqlite_url
 
-from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_recovery, node_suspend, proctree
+from . import cgroups, drivers, fairshare, node_heartbeat, node_migration, node_recovery, node_stop, node_suspend, proctree
 from .drivers import vm_job, voc_job
 from .confinement import Confinement
 from .heartbeats import Heartbeats
@@ -353,34 +352,11 @@ class NodeAgent:
         self.conf.kill(v.jail)
 
     def shutdown(self, flush_s: float = 3.0) -> None:
-        """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events.
-
-        A temporary work directory the agent made itself is removed (unless ``keep_workdirs``).
-        """
-        with self._lock:
-            self._stopping = True
-            running = self.active()
-        for v in running:
-            self._kill(v)
-        for v in running:
-            if v.monitor is not None:
-                v.monitor.join(timeout=10)
-        self.heartbeats.close()
-        if self.zygote is not None:
-            self.zygote.close()
-        self.conf.stop()
-        self.outbox.flush(flush_s)
-        self.outbox.close()
-        try:
-            self.cg.close()
-        except (cgroups.CgroupError, OSError) as exc:
-            log.warning("node %s: %s", self.config.node, exc)
-        node_suspend.close(self)
-        self.conf.shutdown()
-        self.engine.dispose()
-        self._node_lock.close()
-        if self._own_work_dir and not self.config.keep_workdirs:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+        """Kill every VWN (reported ``aborted``), remove the cgroups, deliver pending events
+        (one bounded, non-retrying attempt of ``flush_s`` seconds; the rest is kept for the next
+        start): ``node_stop``. A temporary work directory the agent made itself is removed
+        (unless ``keep_workdirs``)."""
+        node_stop.shutdown(self, flush_s)
 
 
 def create_app(config: NodeAgentConfig, clock: Clock | None = None,

@@ -56,7 +56,8 @@ class Outbox:
     ``give_up_s``: seconds of failures after which an event is dropped; ``max_items``: queue
     bound; ``clock``: for ``give_up_s`` (default wall clock); ``senders``: delivery threads
     (>= 1). ``close()`` stops the threads (pending events are kept, in the database too, and can
-    be inspected with ``pending()``).
+    be inspected with ``pending()``); ``drain(timeout_s)`` before it is the stopping sender's
+    last, bounded, non-retrying delivery.
     """
 
     def __init__(self, retry_initial_s: float = 0.2, retry_max_s: float = 10.0,
@@ -79,6 +80,8 @@ class Outbox:
         self._queues: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
         self._next_try: dict[str, float] = {}
         self._inflight: set[str] = set()        # order keys with an event being sent
+        self._draining = False                  # drain(): a failed event parks its key
+        self._parked: set[str] = set()          # keys not tried again before the next start
         self._count = 0
         self._cond = threading.Condition()
         self._stop = False
@@ -139,13 +142,36 @@ class Outbox:
                 self._cond.wait(left)
             return True
 
-    def close(self) -> None:
-        """Stop the delivery threads (at most one in-flight request each finishes)."""
+    def drain(self, timeout_s: float = 3.0) -> int:
+        """The last delivery of a stopping sender: every job's queued events are sent at once
+        (backoff ignored) and in order, but a failed attempt is not retried: the event and the
+        later ones of its job stay queued -- and stored, with an ``engine`` -- for the next
+        ``Outbox`` of the same name. Returns, at the latest after ``timeout_s`` seconds, the
+        number of events left undelivered; a receiver that has stopped (connection refused)
+        costs one attempt, not ``timeout_s`` (docs/operations.md, "Stopping a site")."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._draining = True
+            for key in self._next_try:
+                self._next_try[key] = 0.0
+            self._cond.notify_all()
+            while any(key not in self._parked for key in self._queues):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._count
+
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop the delivery threads: each finishes its in-flight request, waited for up to
+        ``wait_s`` seconds in all (default: one request's ``timeout_s`` + 1); an event whose
+        request is cut short stays stored and is sent again by the next ``Outbox``."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        deadline = time.monotonic() + (self.timeout_s + 1 if wait_s is None else wait_s)
         for t in self._threads:
-            t.join(timeout=self.timeout_s + 1)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- dropping -----------------------------------------------------------------------------
 
@@ -188,7 +214,7 @@ class Outbox:
         now = time.monotonic()
         soonest = None
         for key, q in self._queues.items():
-            if key in self._inflight:
+            if key in self._inflight or key in self._parked:
                 continue
             wait = self._next_try[key] - now
             if wait <= 0:
@@ -255,6 +281,11 @@ class Outbox:
                         self._store.failed(item)
                     except Exception as exc:  # noqa: BLE001 - the retry goes on in memory
                         log.warning("outbox %s: cannot record a failure: %s", self.name, exc)
+                if self._draining:                 # stopping: kept for the next start
+                    self._parked.add(key)
+                    log.info("outbox %s: %s to %s failed (%s), kept for the next start",
+                             self.name, key, item.url, item.last_error)
+                    return
                 log.info("outbox %s: %s to %s failed (%s), retry in %.1f s", self.name, key,
                          item.url, item.last_error, delay)
                 return

@@ -12,7 +12,7 @@ system and is never used twice (a VWN's image is deleted when it ends, ``quota.d
 
 Start: whatever an earlier agent left in the directory (spares, ``*.tmp`` being made, mounts
 of a killed agent) is unmounted and deleted before the first spare is made; ``close`` at
-shutdown does the same. When no spare is ready (a burst, or making one failed: logged, retried
+shutdown does the same (``vgrid node-cleanup``, ``node_cleanup``, for an agent never restarted). When no spare is ready (a burst, or making one failed: logged, retried
 after ``retry_s``) the VWN formats and mounts its own as before. Counters: ``taken``,
 ``misses``.
 """
@@ -94,16 +94,22 @@ class SpareImages:
             self.taken += 1
         return True
 
-    def close(self) -> None:
-        """Stop making spares; unmount and delete the ready ones."""
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop making spares; unmount and delete the ready ones, then whatever else is in the
+        directory (a killed earlier agent's leftovers: they would keep its directory from being
+        removed). A spare still being made after ``wait_s`` seconds (``mkfs.ext4`` on a loaded
+        disk) is discarded by its thread when done; if the process exits first, the next start or
+        ``vgrid node-cleanup`` removes it."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=wait_s)
         with self._cond:
             ready, self._ready = self._ready, []
         for image, mnt in ready:
             self._discard(image, mnt)
+        if not self._thread.is_alive() and self.directory.is_dir():
+            self._clean()
 
     @staticmethod
     def _discard(image: Path, mnt: Path) -> None:
