@@ -9,7 +9,8 @@ mostly Python overhead per lease (its ready times, its slot length, the memo).
 
 A lease with no copy of its image in any pool (every queued lease without reuse; with reuse,
 each lease whose image is nowhere) is ready on every node at the same time T = the end of one
-more FIFO transfer of its image size (``Staging.fifo_ready``), so ``_may_start`` reduces to
+more FIFO transfer of its image size, or with ``multicast-join`` the end of a pending multicast
+of its image if that ends sooner (``Staging.fifo_ready``), so ``_may_start`` reduces to
 
     T < inf  and  count_free_at(need, max(T, now), L) >= n
 
@@ -45,7 +46,7 @@ class QueueScan:
         self.now = now
         self.may_start = may_start
         self.slot_length = slot_length
-        self._static = None     # per lease: VMs, slot length s, (need, MB) group, pool key, Queued
+        self._static = None     # per lease: VMs, slot length s, (need, MB, image) group, pool key, Queued
         self._state = None      # (slot-table version, FIFO tail, pool version, queue length)
         self._next = -1         # index of the next lease that is not a no under that state
 
@@ -65,7 +66,7 @@ class QueueScan:
         return self.may_start(sched, self.queue[i], self.now)
 
     def _static_rows(self):
-        """Per lease of the queue: (VMs, minimum slot length s, (need, image MB) group, pool key,
+        """Per lease of the queue: (VMs, minimum slot length s, (need, image MB, image) group, pool key,
         Queued) as arrays and lists; rows are cached per (lease id, time run) across passes."""
         if self._static is None:
             sched = self.sched
@@ -78,16 +79,20 @@ class QueueScan:
                 if row is None:
                     lease = self.queue[k]
                     rows[k] = cache[(lease.id, lease.time_run)] = self._row(lease)
-            groups: dict = {}   # (need, image MB) -> group number
+            groups: dict = {}   # (need, image MB, image id or None) -> group number
             self._static = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=float),
                             np.array([groups.setdefault(r[2], len(groups)) for r in rows], dtype=np.int64),
                             list(groups), [r[3] for r in rows], np.array([r[4] for r in rows], dtype=bool))
         return self._static
 
     def _row(self, lease) -> tuple:
-        """(VMs, minimum slot length s, (need, image MB), pool key, True) of a Queued lease."""
-        return (lease.n_vms, self.slot_length(self.sched, lease), (lease.per_vm, lease.image_mb),
-                (lease.image_id, None if self.sched.pools.reuse else lease.id), True)
+        """(VMs, minimum slot length s, (need, image MB, image id or None), pool key, True) of a
+        Queued lease. The image id is part of the group only with ``multicast-join``, where a
+        pending multicast of the image may make it ready before the FIFO tail (session 8)."""
+        sched = self.sched
+        return (lease.n_vms, self.slot_length(sched, lease),
+                (lease.per_vm, lease.image_mb, lease.image_id if sched.staging.join else None),
+                (lease.image_id, None if sched.pools.reuse else lease.id), True)
 
     def _scan(self, i: int) -> int:
         """Index >= i of the first lease not answered no in bulk (len(queue) if none)."""
@@ -112,8 +117,8 @@ class QueueScan:
         now = self.now
         for g in np.unique(gid[covered]).tolist():
             ks = np.flatnonzero(covered & (gid == g))
-            need, mb = group_keys[g]
-            t_ready = sched.staging.fifo_ready(mb, now)
+            need, mb, image = group_keys[g]
+            t_ready = sched.staging.fifo_ready(mb, now, image)
             if t_ready >= INF:          # never ready: no start at all
                 no[ks] = True
                 continue
