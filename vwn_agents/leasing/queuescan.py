@@ -111,18 +111,25 @@ class QueueScan:
         if stop == i:
             return i
         end = stop
-        covered = np.ones(end - i, dtype=bool)
         no = np.zeros(end - i, dtype=bool)
         gid, n_rest, len_rest = gid_arr[i:end], n_arr[i:end], len_arr[i:end]
         now = self.now
-        for g in np.unique(gid[covered]).tolist():
-            ks = np.flatnonzero(covered & (gid == g))
+        # each group's start t (its FIFO or joined ready time); groups of one VM size with the
+        # same t are counted together (with multicast-join a group is one image, and most
+        # images have no joinable transfer: one t for all of them; session 8)
+        classes: dict = {}     # (need, t) -> class number
+        cls_of = np.zeros(len(group_keys), dtype=np.int64)
+        for g in np.unique(gid).tolist():
             need, mb, image = group_keys[g]
             t_ready = sched.staging.fifo_ready(mb, now, image)
-            if t_ready >= INF:          # never ready: no start at all
+            t = INF if t_ready >= INF else max(t_ready, now)
+            cls_of[g] = classes.setdefault((need, t), len(classes))
+        cls = cls_of[gid] if len(classes) > 1 else None
+        for (need, t), c in classes.items():
+            ks = np.flatnonzero(cls == c) if cls is not None else slice(None)
+            if t >= INF:                # never ready: no start at all
                 no[ks] = True
                 continue
-            t = max(t_ready, now)
             # ends of the slots free at t before this pass's latest placements: an upper bound
             # of the count, so a no is exact and a yes is checked by ``may_start``
             ends = np.asarray(sched.mapper.free_ends_upper(need, t), dtype=float)
