@@ -25,6 +25,7 @@ from vgrid_runtime import traces as catalogue
 from vwn_agents.leasing import LeaseConfig, besteffort, simulate, uniform_site
 from vwn_agents.leasing.model import LeaseState
 from vwn_agents.leasing.queuescan import QueueScan
+from vwn_agents.leasing.staging import Staging
 from vwn_agents.leasing.tracefile import assign_images
 from vwn_agents.leasing.traces import read_trace
 
@@ -134,3 +135,27 @@ def test_may_resume_no_means_the_resumption_cannot_be_placed_in_random_simulatio
     with pytest.MonkeyPatch.context() as m:
         m.setattr(besteffort, "_may_resume", _checked_may_resume({True: 0, False: 0}))
         simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig(opts))
+
+
+@SETTINGS
+@given(wl=workloads(), opts=join_configs, full=st.sampled_from(["fail", "uncached"]))
+def test_cached_ready_times_with_multicast_join_equal_fresh_ones(wl, opts, full):
+    """``multicastjoin.ready`` keeps its answer while the image's pool entries
+    (``ImagePools.image_version``), the FIFO tail and its pending multicasts stay as they are;
+    every answer (queue pass and placement) must equal one computed with empty caches. (Session
+    8 tried ``copies_version`` there, as ``Staging._ready`` has: no measurable gain, not kept.)"""
+    n_nodes, cpus, leases = wl
+    ready = Staging._ready
+
+    def checked(stg, lease, now, n):
+        got = ready(stg, lease, now, n)
+        kept = stg._ready_cache, stg._copies_cache
+        stg._ready_cache, stg._copies_cache = {}, {}
+        try:
+            assert ready(stg, lease, now, n)[0] == got[0], (lease.id, now)
+        finally:
+            stg._ready_cache, stg._copies_cache = kept
+        return got
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Staging, "_ready", checked)
+        simulate(leases, uniform_site(n_nodes, cpus, 2048), LeaseConfig({**opts, "diskimage-cache-full": full}))
