@@ -29,6 +29,7 @@ Times in seconds, sizes in MB. The functions take the site's :class:`~.staging.S
 from __future__ import annotations
 
 import itertools
+import math
 
 
 from .model import Lease
@@ -96,12 +97,25 @@ class PendingMulticasts:
 def _join_candidate(stg, lease: Lease, now: float) -> tuple:
     """(transfer to join or None, end s of a transfer of the lease's own): join only if the
     pending transfer ends strictly earlier (Haizea's ``start < earliest[n].time``)."""
-    dur = stg.transfer_time(lease.image_mb, "be")
+    return _candidate(stg, lease.image_id, lease.image_mb, now)
+
+
+def _candidate(stg, image_id: str, mb: float, now: float) -> tuple:
+    dur = stg.transfer_time(mb, "be")
     own_end = stg._be_start(now, dur) + dur
-    best = stg.pending.best(lease.image_id, now)
+    best = stg.pending.best(image_id, now)
     if best is not None and best.end < own_end:
         return best, own_end
     return None, own_end
+
+
+def first_ready(stg, image_id: str, mb: float, now: float) -> float:
+    """The ready time (s) ``ready`` gives every node without a copy of the image (``mb`` MB):
+    the joinable transfer's end, else the own FIFO transfer's, plus the copy time; the same
+    float operations (``Staging.fifo_ready``, ``queuescan``)."""
+    join, own_end = _candidate(stg, image_id, mb, now)
+    first = join.end if join is not None else own_end
+    return first + (0.0 if stg._copy_rate is None else math.ceil(mb / stg._copy_rate))
 
 
 def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:

@@ -9,7 +9,8 @@ mostly Python overhead per lease (its ready times, its slot length, the memo).
 
 A lease with no copy of its image in any pool (every queued lease without reuse; with reuse,
 each lease whose image is nowhere) is ready on every node at the same time T = the end of one
-more FIFO transfer of its image size (``Staging.fifo_ready``), so ``_may_start`` reduces to
+more FIFO transfer of its image size, or with ``multicast-join`` the end of a pending multicast
+of its image if that ends sooner (``Staging.fifo_ready``), so ``_may_start`` reduces to
 
     T < inf  and  count_free_at(need, max(T, now), L) >= n
 
@@ -45,7 +46,7 @@ class QueueScan:
         self.now = now
         self.may_start = may_start
         self.slot_length = slot_length
-        self._static = None     # per lease: VMs, slot length s, (need, MB) group, pool key, Queued
+        self._static = None     # per lease: VMs, slot length s, (need, MB, image) group, pool key, Queued
         self._state = None      # (slot-table version, FIFO tail, pool version, queue length)
         self._next = -1         # index of the next lease that is not a no under that state
 
@@ -65,7 +66,7 @@ class QueueScan:
         return self.may_start(sched, self.queue[i], self.now)
 
     def _static_rows(self):
-        """Per lease of the queue: (VMs, minimum slot length s, (need, image MB) group, pool key,
+        """Per lease of the queue: (VMs, minimum slot length s, (need, image MB, image) group, pool key,
         Queued) as arrays and lists; rows are cached per (lease id, time run) across passes."""
         if self._static is None:
             sched = self.sched
@@ -78,16 +79,20 @@ class QueueScan:
                 if row is None:
                     lease = self.queue[k]
                     rows[k] = cache[(lease.id, lease.time_run)] = self._row(lease)
-            groups: dict = {}   # (need, image MB) -> group number
+            groups: dict = {}   # (need, image MB, image id or None) -> group number
             self._static = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], dtype=float),
                             np.array([groups.setdefault(r[2], len(groups)) for r in rows], dtype=np.int64),
                             list(groups), [r[3] for r in rows], np.array([r[4] for r in rows], dtype=bool))
         return self._static
 
     def _row(self, lease) -> tuple:
-        """(VMs, minimum slot length s, (need, image MB), pool key, True) of a Queued lease."""
-        return (lease.n_vms, self.slot_length(self.sched, lease), (lease.per_vm, lease.image_mb),
-                (lease.image_id, None if self.sched.pools.reuse else lease.id), True)
+        """(VMs, minimum slot length s, (need, image MB, image id or None), pool key, True) of a
+        Queued lease. The image id is part of the group only with ``multicast-join``, where a
+        pending multicast of the image may make it ready before the FIFO tail (session 8)."""
+        sched = self.sched
+        return (lease.n_vms, self.slot_length(sched, lease),
+                (lease.per_vm, lease.image_mb, lease.image_id if sched.staging.join else None),
+                (lease.image_id, None if sched.pools.reuse else lease.id), True)
 
     def _scan(self, i: int) -> int:
         """Index >= i of the first lease not answered no in bulk (len(queue) if none)."""
@@ -106,18 +111,25 @@ class QueueScan:
         if stop == i:
             return i
         end = stop
-        covered = np.ones(end - i, dtype=bool)
         no = np.zeros(end - i, dtype=bool)
         gid, n_rest, len_rest = gid_arr[i:end], n_arr[i:end], len_arr[i:end]
         now = self.now
-        for g in np.unique(gid[covered]).tolist():
-            ks = np.flatnonzero(covered & (gid == g))
-            need, mb = group_keys[g]
-            t_ready = sched.staging.fifo_ready(mb, now)
-            if t_ready >= INF:          # never ready: no start at all
+        # each group's start t (its FIFO or joined ready time); groups of one VM size with the
+        # same t are counted together (with multicast-join a group is one image, and most
+        # images have no joinable transfer: one t for all of them; session 8)
+        classes: dict = {}     # (need, t) -> class number
+        cls_of = np.zeros(len(group_keys), dtype=np.int64)
+        for g in np.unique(gid).tolist():
+            need, mb, image = group_keys[g]
+            t_ready = sched.staging.fifo_ready(mb, now, image)
+            t = INF if t_ready >= INF else max(t_ready, now)
+            cls_of[g] = classes.setdefault((need, t), len(classes))
+        cls = cls_of[gid] if len(classes) > 1 else None
+        for (need, t), c in classes.items():
+            ks = np.flatnonzero(cls == c) if cls is not None else slice(None)
+            if t >= INF:                # never ready: no start at all
                 no[ks] = True
                 continue
-            t = max(t_ready, now)
             # ends of the slots free at t before this pass's latest placements: an upper bound
             # of the count, so a no is exact and a yes is checked by ``may_start``
             ends = np.asarray(sched.mapper.free_ends_upper(need, t), dtype=float)

@@ -230,10 +230,14 @@ class Staging:
             return None
         return list(self._ready(lease, now, n_nodes)[0])
 
-    def fifo_ready(self, mb: float, now: float) -> float:
+    def fifo_ready(self, mb: float, now: float, image_id: str | None = None) -> float:
         """When an image of ``mb`` MB sent by one more FIFO best-effort transfer would be ready
         for a VM (s): the ready time ``_ready`` gives every node without a copy (the same float
-        operations; ``queuescan``)."""
+        operations; ``queuescan``). With ``multicast-join`` pass the ``image_id``: a pending
+        multicast of it that ends sooner is joined (``multicastjoin.ready``; without the image
+        the FIFO time would be a wrong, later, ready time: session 8)."""
+        if self.join and image_id is not None:
+            return multicastjoin.first_ready(self, image_id, mb, now)
         dur = self.transfer_time(mb, "be")
         tail = self._be_start(now, dur) + dur
         return tail + (0.0 if self._copy_rate is None else math.ceil(mb / self._copy_rate))
