@@ -352,8 +352,10 @@ def test_runtime_slowdown_follows_haizea_in_haizea_files_and_vgrid_in_toml(tmp_p
                 dict(arrival="00:00:00", n=1, dur="01:00:00"))
     over = "add-overhead: all\nruntime-slowdown-overhead: 10\nbootshutdown-overhead: 20"
     leases = run(tmp_path, trace, tracefile=over)
-    # Haizea 1.1: requested = round(real x 1.1) + 20 = 2000 s, the real run only + 20 s
-    assert segs(leases[1]) == [(0.0, 1820.0)] and segs(leases[2]) == [(1820.0, 1820.0 + 3980.0)]
+    # Haizea 1.1: requested = ceil(real x 1.1) + 20 = 2001 s, the real run only + 20 s; the
+    # second lease requests ceil(3600 x 1.1) + 20 = 3981 s (round_datetime_delta rounds up the
+    # float 3960.0000000000005)
+    assert segs(leases[1]) == [(0.0, 1820.0)] and segs(leases[2]) == [(1820.0, 1820.0 + 3981.0)]
     toml = tmp_path / "c.toml"
     toml.write_text('[general]\nlease-preparation = "unmanaged"\n[tracefile]\nadd-overhead = "all"\n'
                     'runtime-slowdown-overhead = 10.0\nbootshutdown-overhead = 20.0\n')

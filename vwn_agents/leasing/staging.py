@@ -27,7 +27,8 @@ import math
 
 import numpy as np
 
-from . import multicastjoin
+from . import compat_staging, multicastjoin
+from .compat import haizea as compat_haizea
 from .config import LeaseConfig
 from .imagepool import ImagePools, PoolEntry
 from .model import Lease
@@ -58,6 +59,7 @@ class Staging:
         # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
         # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
         self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
+        self._haizea = compat_haizea(config)
         self._copy_rate = (None if not self.enabled or config.diskimage_copy == "cow"
                            else config.diskimage_copy_rate)
 
@@ -71,6 +73,8 @@ class Staging:
         bw = self._bw.get(link)
         if bw is None:
             bw = self._bw[link] = self.cfg.link_bandwidth_mbs(link)
+        if self._haizea:   # Haizea 1.1 rounds each transfer up to the second
+            return compat_staging.transfer_time(self.cfg, mb, bw)
         return mb / bw
 
     def copy_time(self, lease: Lease) -> float:
