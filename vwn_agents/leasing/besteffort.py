@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
-from . import compat, frozenhold
+from . import compat, compat_staging, frozenhold
 from .queuescan import QueueScan
 from .preemption import (can_suspend, lease_op_estimate, migration_estimate, migration_time, resume_reservations,
                          scheduling_threshold,
@@ -68,7 +68,10 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
             return False
     score = sched.host_score(lease)
     found = None
-    if resuming:
+    if compat_staging.haizea_migration(sched, resuming):   # Haizea 1.1: no node is spared the estimate
+        ready_all = [compat_staging.migration_ready(lease, cfg, now)] * len(sched.nodes)
+        found = sched.mapper.earliest(need, n, base, now, min_dur, ready_all, None, allow_future, score)
+    elif resuming:
         found = _earliest_same_nodes(sched, lease, base, now, min_dur, allow_future)
         if cfg.migration != "no":
             extra = m_est
@@ -164,6 +167,9 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     which the nodes would really be ready when image staging makes ``s`` too early."""
     cfg, st = sched.cfg, sched.st
     mig = migration_time(lease, lease.mapping, mapping, cfg) if resuming else 0.0
+    if compat_staging.haizea_migration(sched, resuming):
+        compat_staging.note_migration(sched, lease, mig > 0)
+        mig = 0.0     # Haizea 1.1: the copies use no CPU; the resumption starts at the estimate
     res_t = resume_time(lease, mapping, cfg) if resuming else 0.0
     vm_start = s + mig + res_t
     if e >= vm_start + remaining - 1e-9:

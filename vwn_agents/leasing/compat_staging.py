@@ -4,23 +4,100 @@ the HPDC'08 VM configurations lease for lease).
 Found by running Haizea 1.1 (branch ``1.1``) and vgrid on the same Haizea XML trace with the
 same images (``lwfwrite.py``; ``benchmarks/haizea_parity.py --trace FILE.xml``) and comparing
 their placements; docs/leasing.md, "Haizea-compatible mode", gives each rule's measured effect.
-The policies here are called from ``staging.Staging`` and ``tracefile.apply_overheads``; with
+The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` (the rounding of the VM overheads is
+``runtime-slowdown-rule = haizea``, ``tracefile.py``); with
 ``compat = "none"`` nothing here runs and vgrid's schedules are unchanged.
 
 1. Transfer time (:func:`transfer_time`): Haizea's ``estimate_transfer_time`` rounds every
    transfer up to the whole second (``round_datetime_delta``: ``ceil`` of the seconds), so a
    4,096 MB image at 80 Mb/s takes 410 s, not 409.6 s; FIFO transfers back to back drift apart
    by 0.4 s each without it.
+2. Re-placing a lease forgets its images (:func:`forget_copies`): ``reevaluate_schedule``
+   cancels a re-placed lease's preparation with ``remove_files = True`` (state SCHEDULED or
+   READY), so its own copies on its nodes are deleted even when their transfer has finished,
+   and the new placement needs a new transfer (at the FIFO tail). A lease suspended before
+   (SUSPENDED_SCHEDULED) keeps them. vgrid keeps a private copy that arrived, so the lease
+   re-placed on the same nodes needs no transfer. With ``diskimage-reuse = image-caches`` the
+   pool's copy stays in both (Haizea only drops the lease's mapping).
+3. A lease whose own transfer is under way is not re-placed (:func:`reevaluable`): Haizea
+   re-evaluates leases in states READY, SCHEDULED and SUSPENDED_SCHEDULED only, and a lease
+   is PREPARING from its transfer's start to its end (``_handle_start_filetransfer``; leases
+   riding on another lease's transfer stay SCHEDULED).
+4. Resuming with ``migration = yes`` (:func:`migration_ready`): Haizea 1.1 gives *every* node
+   (the lease's own too) the earliest start now + the migration estimate, n VMs x (ceil(image
+   MB / bw) + ceil(memory MB / bw)) at bw = ``imagetransfer-bandwidth`` / 8 MB/s
+   (``ImageTransferPreparationScheduler.estimate_migration_time`` plus
+   ``VMScheduler.estimate_migration_time``; ``LeaseScheduler.__schedule_besteffort_lease``),
+   and the resumption starts there; the copies themselves (rounds node to node) use only the
+   nodes' network, not their CPU or memory. vgrid reserves the new nodes for the migration
+   (a MIGRATE reservation before the resumption) and tries the lease's own nodes without one.
+   This rule applies with image transfers (``lease-preparation = imagetransfer``), the
+   configurations it was measured on; without them Haizea's estimate is the memory part only.
+   A lease placed so is not re-placed by a later re-evaluation when it moves to other nodes:
+   its copies start at once, and a MIGRATING (then SUSPENDED_READY) lease is not among the
+   states ``reevaluate_schedule`` handles (:func:`note_migration`, :func:`reevaluable`).
+5. Host selection ignores images (:func:`greedy_ignores_images`): Haizea 1.1's ``greedy``
+   host score (``GreedyPolicy.get_host_score``: fewest leases on the node, capacity, longest
+   unchanged availability) never looks at images; they count only through each node's
+   earliest start (a reusable image or a joinable multicast). vgrid's ``greedy`` puts nodes
+   whose image is usable first (seed 000 Section 6.3), which also keeps a resumed lease on
+   its own nodes.
 """
 from __future__ import annotations
 
 import math
 
-from .compat import haizea
+from .model import MEM
+from .slottable import ResKind, ResState
 
 
-def transfer_time(cfg, mb: float, mb_per_s: float) -> float:
-    """Seconds to send ``mb`` MB at ``mb_per_s`` MB/s: exact in vgrid's own mode, rounded up to
-    the whole second in Haizea's (``haizea.common.utils.estimate_transfer_time``)."""
-    seconds = mb / mb_per_s
-    return float(math.ceil(seconds)) if haizea(cfg) else seconds
+def transfer_time(mb: float, mb_per_s: float) -> float:
+    """Seconds to send ``mb`` MB at ``mb_per_s`` MB/s in Haizea 1.1, rounded up to the whole
+    second (``haizea.common.utils.estimate_transfer_time``); vgrid's own mode uses mb / mb_per_s."""
+    return float(math.ceil(mb / mb_per_s))
+
+
+def reevaluable(sched, lease) -> bool:
+    """False when ``lease`` owns an image transfer that has started and not ended (Haizea's
+    PREPARING: ``reevaluate_schedule`` leaves it alone) or its resumption moves it (rule 4);
+    True otherwise."""
+    if lease.id in getattr(sched, "haizea_migrating", ()):
+        return False
+    return not any(r.kind is ResKind.TRANSFER and r.state is ResState.ACTIVE and r.lease is lease
+                   for r in sched.st.of_lease(lease))
+
+
+def forget_copies(sched, lease, now: float) -> None:
+    """After ``reevaluate`` unscheduled ``lease`` at ``now`` (s): delete its private image
+    copies (no reuse), unless it has run before (a suspended lease keeps its disk images)."""
+    if lease.time_run > 0 or not sched.staging.enabled:
+        return
+    sched.staging.pools.drop_private(lease.image_id, lease.id, now)
+
+
+def haizea_migration(sched, resuming: bool) -> bool:
+    """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
+    cfg = sched.cfg
+    return resuming and cfg.migration == "yes" and sched.staging.enabled and cfg.compat == "haizea-1.1"
+
+
+def note_migration(sched, lease, moves: bool) -> None:
+    """Record (undoably) whether the resumption being placed moves the lease to other nodes."""
+    if not hasattr(sched, "haizea_migrating"):
+        sched.haizea_migrating = frozenset()    # compat mode's own state, created on first use
+    now_set = sched.haizea_migrating
+    new = now_set | {lease.id} if moves else now_set - {lease.id}
+    if new != now_set:
+        sched.st.set(sched, "haizea_migrating", new)
+
+
+def migration_ready(lease, cfg, now: float) -> float:
+    """Haizea 1.1's earliest start (s) of a resumption that may migrate, on every node."""
+    bw = cfg.imagetransfer_bandwidth / 8.0
+    per_vm = math.ceil(lease.image_mb / bw) + math.ceil(lease.per_vm[MEM] / bw)
+    return now + lease.n_vms * per_vm
+
+
+def greedy_ignores_images(cfg) -> bool:
+    """Whether the ``greedy`` host selection leaves images out (Haizea 1.1, rule 5)."""
+    return cfg.compat == "haizea-1.1"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from . import compat_staging
 from .config import ConfigError
 from .imagepool import ImagePools
 from .model import Lease
@@ -40,7 +41,7 @@ class GreedyHostSelection(HostSelectionPolicy):
     name = "greedy"
 
     def scorer(self, lease: Lease, t_start: float = INF) -> Scorer | None:
-        if not self.staging.enabled:
+        if not self.staging.enabled or compat_staging.greedy_ignores_images(self.staging.cfg):
             return None
         pools = self.pools
 

@@ -334,6 +334,25 @@ class ImagePools:
                     self.disk_events.append(event)
                     self.st.on_rollback(lambda: self.disk_events.remove(event))
 
+    def drop_private(self, image_id: str, lease_id: int, now: float) -> int:
+        """Delete the lease's private copies of ``image_id`` (no reuse) that no lease pins,
+        arrived or not, as Haizea 1.1's ``__remove_files`` does when it re-places a lease
+        (``compat_staging.forget_copies``); returns how many went. Undone by a rollback."""
+        if self.reuse:
+            return 0
+        gone = 0
+        for node, entries in sorted(self._by_image.get((image_id, lease_id), {}).items()):
+            for e in sorted(entries.values(), key=lambda x: x.key):
+                if e.users:
+                    continue
+                self._pop(node, e)
+                gone += 1
+                if e.arrived:
+                    event = (now, node, -e.mb)
+                    self.disk_events.append(event)
+                    self.st.on_rollback(lambda ev=event: self.disk_events.remove(ev))
+        return gone
+
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:
         """A transfer finished: its image is now on its destination nodes."""

@@ -74,7 +74,7 @@ class Staging:
         if bw is None:
             bw = self._bw[link] = self.cfg.link_bandwidth_mbs(link)
         if self._haizea:   # Haizea 1.1 rounds each transfer up to the second
-            return compat_staging.transfer_time(self.cfg, mb, bw)
+            return compat_staging.transfer_time(mb, bw)
         return mb / bw
 
     def copy_time(self, lease: Lease) -> float:
