@@ -42,6 +42,12 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    earliest start (a reusable image or a joinable multicast). vgrid's ``greedy`` puts nodes
    whose image is usable first (seed 000 Section 6.3), which also keeps a resumed lease on
    its own nodes.
+6. The next best-effort transfer (:func:`next_transfer_slot`): Haizea's
+   ``__get_next_transfer_slot`` starts it now if it ends before the first scheduled transfer
+   starts, else at the end of the first transfer followed by a hole long enough, else after
+   the last one -- over the transfers not yet ended, so the slot of a cancelled transfer (a
+   re-placed lease's) is reused. vgrid appends every transfer after the latest one ever
+   scheduled (``Staging.be_tail``), which a cancellation does not move back.
 """
 from __future__ import annotations
 
@@ -101,3 +107,15 @@ def migration_ready(lease, cfg, now: float) -> float:
 def greedy_ignores_images(cfg) -> bool:
     """Whether the ``greedy`` host selection leaves images out (Haizea 1.1, rule 5)."""
     return cfg.compat == "haizea-1.1"
+
+
+def next_transfer_slot(st, now: float, dur: float) -> float:
+    """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6)."""
+    busy = sorted((r.start, r.end) for r in st.reservations()
+                  if r.kind is ResKind.TRANSFER and r.link == "be" and r.end > now)
+    if not busy or now + dur <= busy[0][0]:
+        return now
+    for (_s0, e0), (s1, _e1) in zip(busy, busy[1:]):
+        if e0 != s1 and s1 - e0 >= dur:
+            return e0
+    return busy[-1][1]

@@ -60,6 +60,7 @@ class Staging:
         # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
         self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
         self._haizea = compat_haizea(config)
+        self._versioned = self.shared or self._haizea   # ready times depend on every transfer
         self._copy_rate = (None if not self.enabled or config.diskimage_copy == "cow"
                            else config.diskimage_copy_rate)
 
@@ -204,6 +205,8 @@ class Staging:
     def _be_start(self, now: float, dur: float) -> float:
         """Start of the next FIFO best-effort transfer (after the queue's tail; on a shared
         link also in a gap of the AR transfers as they are placed now)."""
+        if self._haizea:   # Haizea 1.1: the first hole among the transfers not yet ended
+            return compat_staging.next_transfer_slot(self.st, now, dur)
         t = max(now, self.be_tail)
         if not self.shared:
             return t
@@ -277,10 +280,10 @@ class Staging:
         if copies:
             key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
             valid = (self.pools.copies_version(lease.image_id, lease.id), self.be_tail,
-                     self.st.version if self.shared else None)
+                     self.st.version if self._versioned else None)
         else:
             key = (None, lease.image_mb, now)
-            valid = (self.be_tail, self.st.version if self.shared else None)
+            valid = (self.be_tail, self.st.version if self._versioned else None)
         hit = self._ready_cache.get(key)
         if hit is not None and hit[0] == valid:
             return hit[1]
