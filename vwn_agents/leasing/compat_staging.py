@@ -36,12 +36,17 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    A lease placed so is not re-placed by a later re-evaluation when it moves to other nodes:
    its copies start at once, and a MIGRATING (then SUSPENDED_READY) lease is not among the
    states ``reevaluate_schedule`` handles (:func:`note_migration`, :func:`reevaluable`).
-5. Host selection ignores images (:func:`greedy_ignores_images`): Haizea 1.1's ``greedy``
-   host score (``GreedyPolicy.get_host_score``: fewest leases on the node, capacity, longest
-   unchanged availability) never looks at images; they count only through each node's
-   earliest start (a reusable image or a joinable multicast). vgrid's ``greedy`` puts nodes
-   whose image is usable first (seed 000 Section 6.3), which also keeps a resumed lease on
-   its own nodes.
+5. Host selection (:class:`GreedyScore`): Haizea 1.1's ``greedy`` host score
+   (``GreedyPolicy.get_host_score``) never looks at images; they count only through each
+   node's earliest start (a reusable image or a joinable multicast). It is 0.5 x (4 - leases
+   on the node at the start, at most 4) / 4 + 0.25 + 0.25 x min(1, time until the node's
+   availability next changes / requested duration), on an availability window that holds
+   *every* reservation: an image transfer reserves the receiving nodes' network (Net-in),
+   so a node about to receive another lease's image comes after an idle one -- but only the
+   nodes the transfer was created for: a lease riding on it (``piggyback``) adds its nodes to
+   the transfer's list, not to its reserved resources. vgrid's
+   ``greedy`` puts nodes whose image is usable first (seed 000 Section 6.3; it also keeps a
+   resumed lease on its own nodes) and otherwise takes free nodes by index.
 6. The next best-effort transfer (:func:`next_transfer_slot`): Haizea's
    ``__get_next_transfer_slot`` starts it now if it ends before the first scheduled transfer
    starts, else at the end of the first transfer followed by a hole long enough, else after
@@ -104,11 +109,6 @@ def migration_ready(lease, cfg, now: float) -> float:
     return now + lease.n_vms * per_vm
 
 
-def greedy_ignores_images(cfg) -> bool:
-    """Whether the ``greedy`` host selection leaves images out (Haizea 1.1, rule 5)."""
-    return cfg.compat == "haizea-1.1"
-
-
 def next_transfer_slot(st, now: float, dur: float) -> float:
     """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6)."""
     busy = sorted((r.start, r.end) for r in st.reservations()
@@ -119,3 +119,60 @@ def next_transfer_slot(st, now: float, dur: float) -> float:
         if e0 != s1 and s1 - e0 >= dur:
             return e0
     return busy[-1][1]
+
+
+class GreedyScore:
+    """Haizea 1.1's greedy host score for a best-effort lease (rule 5), with transfers.
+
+    ``at(s)`` gives ``score(node, hostable) -> (score,)`` for a start at ``s`` (s), which the
+    mapper calls once it knows the start (``Mapper.earliest``); called directly, the object
+    scores at ``t_start``. The leases on a node are those of its reservations (``use``) and of
+    the image transfers it receives (``dest``) for the lease that created them."""
+
+    horizon = 4
+
+    def __init__(self, st, lease, t_start: float) -> None:
+        self.st, self.lease, self.t_start = st, lease, t_start
+        self._memo: dict = {}
+
+    def at(self, s: float):
+        hit = self._memo.get(s)
+        if hit is not None:
+            return hit
+        into: dict = {}
+        for r in self.st.reservations():
+            if r.kind is ResKind.TRANSFER and r.end > s and r.end > r.start:
+                own = set(r.lease.mapping) if r.lease is not None else set(r.dest)
+                for node in own.intersection(r.dest):   # joined nodes reserve nothing
+                    into.setdefault(node, []).append(r)
+        scores: dict = {}
+        requested = self.lease.duration_s
+
+        def score(node: int, hostable: int) -> tuple:
+            got = scores.get(node)
+            if got is None:
+                got = scores[node] = (self._score(node, s, into.get(node, ()), requested),)
+            return got
+        self._memo = {s: score}
+        return score
+
+    def _score(self, node: int, s: float, transfers, requested: float) -> float:
+        res = [r for r in self.st.on_node(node) if r.end > r.start and r.end > s] + list(transfers)
+
+        def state(t):
+            on = [r for r in res if r.start <= t < r.end]
+            use = tuple(sum(r.use.get(node, (0, 0, 0, 0))[i] for r in on) for i in range(4))
+            net = frozenset(id(r) for r in on if r.kind is ResKind.TRANSFER)
+            return use, net, frozenset(id(r.lease) for r in on)
+        now = state(s)
+        k = min(len(now[2]), self.horizon)
+        dur = None
+        for b in sorted({x for r in res for x in (r.start, r.end) if x > s}):
+            if state(b) != now:
+                dur = b - s
+                break
+        d_score = 1.0 if dur is None or dur >= requested else dur / requested
+        return 0.5 * (self.horizon - k) / self.horizon + 0.25 + 0.25 * d_score
+
+    def __call__(self, node: int, hostable: int) -> tuple:
+        return self.at(self.t_start)(node, hostable)

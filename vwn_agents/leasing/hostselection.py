@@ -41,8 +41,10 @@ class GreedyHostSelection(HostSelectionPolicy):
     name = "greedy"
 
     def scorer(self, lease: Lease, t_start: float = INF) -> Scorer | None:
-        if not self.staging.enabled or compat_staging.greedy_ignores_images(self.staging.cfg):
+        if not self.staging.enabled:
             return None
+        if self.staging.cfg.compat == "haizea-1.1":   # Haizea's score: no images, transfers count
+            return compat_staging.GreedyScore(self.staging.st, lease, t_start)
         pools = self.pools
 
         def score(node: int, k: int) -> tuple:
