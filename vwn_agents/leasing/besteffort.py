@@ -69,8 +69,8 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
     score = sched.host_score(lease)
     found = None
     if compat_staging.haizea_migration(sched, resuming):   # Haizea 1.1: no node is spared the estimate
-        ready_all = [compat_staging.migration_ready(lease, cfg, now)] * len(sched.nodes)
-        found = sched.mapper.earliest(need, n, base, now, min_dur, ready_all, None, allow_future, score)
+        ready = [compat_staging.migration_ready(lease, cfg, now)] * len(sched.nodes)   # not future there
+        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     elif resuming:
         found = _earliest_same_nodes(sched, lease, base, now, min_dur, allow_future)
         if cfg.migration != "no":

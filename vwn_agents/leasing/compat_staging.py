@@ -36,6 +36,8 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    A lease placed so is not re-placed by a later re-evaluation when it moves to other nodes:
    its copies start at once, and a MIGRATING (then SUSPENDED_READY) lease is not among the
    states ``reevaluate_schedule`` handles (:func:`note_migration`, :func:`reevaluable`).
+   Placed at that earliest start, it is not a *future* (backfilled) lease either: Haizea's
+   ``__schedule_asap`` found it at one of the earliest-start changepoints.
 5. Host selection (:class:`GreedyScore`): Haizea 1.1's ``greedy`` host score
    (``GreedyPolicy.get_host_score``) never looks at images; they count only through each
    node's earliest start (a reusable image or a joinable multicast). It is 0.5 x (4 - leases
@@ -53,6 +55,14 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    the last one -- over the transfers not yet ended, so the slot of a cancelled transfer (a
    re-placed lease's) is reused. vgrid appends every transfer after the latest one ever
    scheduled (``Staging.be_tail``), which a cancellation does not move back.
+7. One link (``imagetransfer-link = shared``, the default for Haizea files): Haizea keeps
+   AR and best-effort transfers in one list, so a best-effort transfer takes a hole between
+   AR transfers too (rule 6 over both).
+8. An AR's transfer (:func:`stage_ar`): Haizea's ``__schedule_imagetransfer_edf`` puts it in
+   the *latest* hole of that list that ends by the AR's start (``__get_last_transfer_slot``,
+   with its quirks: no hole before the first transfer unless the deadline is there too) and
+   rejects the AR when that hole starts before now; no other transfer moves. vgrid's EDF
+   (seed 000 Algorithm 2) lays every AR transfer that has not started out again by deadline.
 """
 from __future__ import annotations
 
@@ -109,10 +119,11 @@ def migration_ready(lease, cfg, now: float) -> float:
     return now + lease.n_vms * per_vm
 
 
-def next_transfer_slot(st, now: float, dur: float) -> float:
-    """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6)."""
+def next_transfer_slot(st, now: float, dur: float, links=("be",)) -> float:
+    """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6), among the
+    transfers on ``links`` (the AR ones too on a shared link, as Haizea's one list)."""
     busy = sorted((r.start, r.end) for r in st.reservations()
-                  if r.kind is ResKind.TRANSFER and r.link == "be" and r.end > now)
+                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
     if not busy or now + dur <= busy[0][0]:
         return now
     for (_s0, e0), (s1, _e1) in zip(busy, busy[1:]):
@@ -176,3 +187,38 @@ class GreedyScore:
 
     def __call__(self, node: int, hostable: int) -> tuple:
         return self.at(self.t_start)(node, hostable)
+
+
+def last_transfer_slot(st, deadline: float, dur: float, links, now: float) -> float | None:
+    """Haizea's ``__get_last_transfer_slot``: the start (s) of a ``dur`` s transfer ending by
+    ``deadline`` in the latest hole among the transfers on ``links`` not yet ended at ``now``;
+    None when there is none."""
+    busy = sorted((r.start, r.end) for r in st.reservations()
+                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+    if not busy or busy[-1][1] + dur <= deadline:
+        return deadline - dur
+    for i in range(len(busy) - 1, 0, -1):
+        hole_start, hole_end = busy[i - 1][1], busy[i][0]
+        inside = hole_start < deadline <= hole_end
+        length = deadline - hole_start if inside else hole_end - hole_start
+        if length < dur or hole_start >= deadline:
+            continue
+        return deadline - dur if inside else hole_end - dur
+    return deadline - dur if deadline <= busy[0][0] else None
+
+
+def stage_ar(stg, lease, groups: list, deadline: float, t_e: float, now: float) -> bool:
+    """Rule 8: one transfer per group of nodes (multicast: one), each in the latest hole
+    before ``deadline`` (s); False (the caller rolls back) when one would start before now or
+    a pool has no room."""
+    links = ("be", "ar") if stg.shared else ("ar",)
+    dur = stg.transfer_time(lease.image_mb, "ar")
+    for dest in groups:
+        start = last_transfer_slot(stg.st, deadline, dur, links, now)
+        if start is None or start < now:
+            return False
+        res = stg._new_transfer(lease, "ar", start, dest, deadline)
+        for node in dest:
+            if stg.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, deadline) is None:
+                return False
+    return True

@@ -121,6 +121,8 @@ class Staging:
         if deadline < now:
             return False
         groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
+        if self._haizea:   # Haizea 1.1: the latest hole before the deadline, nothing moves
+            return compat_staging.stage_ar(self, lease, groups, deadline, t_e, now)
         for dest in groups:
             res = self._new_transfer(lease, "ar", now, dest, deadline)
             for node in dest:
@@ -206,7 +208,7 @@ class Staging:
         """Start of the next FIFO best-effort transfer (after the queue's tail; on a shared
         link also in a gap of the AR transfers as they are placed now)."""
         if self._haizea:   # Haizea 1.1: the first hole among the transfers not yet ended
-            return compat_staging.next_transfer_slot(self.st, now, dur)
+            return compat_staging.next_transfer_slot(self.st, now, dur, ("be", "ar") if self.shared else ("be",))
         t = max(now, self.be_tail)
         if not self.shared:
             return t
