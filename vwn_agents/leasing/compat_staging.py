@@ -63,6 +63,10 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    with its quirks: no hole before the first transfer unless the deadline is there too) and
    rejects the AR when that hole starts before now; no other transfer moves. vgrid's EDF
    (seed 000 Algorithm 2) lays every AR transfer that has not started out again by deadline.
+9. The queue at a transfer's start and end (``LeaseScheduler._start_transfer``,
+   ``_end_transfer``): Haizea processes its queue at every time step, and a transfer that
+   starts (no longer joinable) or ends (out of the list of rule 6) changes queued leases'
+   earliest starts; vgrid passes over the queue only when something it tracks changed.
 """
 from __future__ import annotations
 
