@@ -168,7 +168,6 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     cfg, st = sched.cfg, sched.st
     mig = migration_time(lease, lease.mapping, mapping, cfg) if resuming else 0.0
     if compat_staging.haizea_migration(sched, resuming):
-        compat_staging.note_migration(sched, lease, mig > 0)
         mig = 0.0     # Haizea 1.1: the copies use no CPU; the resumption starts at the estimate
     res_t = resume_time(lease, mapping, cfg) if resuming else 0.0
     vm_start = s + mig + res_t

@@ -33,11 +33,11 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    (a MIGRATE reservation before the resumption) and tries the lease's own nodes without one.
    This rule applies with image transfers (``lease-preparation = imagetransfer``), the
    configurations it was measured on; without them Haizea's estimate is the memory part only.
-   A lease placed so is not re-placed by a later re-evaluation when it moves to other nodes:
-   its copies start at once, and a MIGRATING (then SUSPENDED_READY) lease is not among the
-   states ``reevaluate_schedule`` handles (:func:`note_migration`, :func:`reevaluable`).
-   Placed at that earliest start, it is not a *future* (backfilled) lease either: Haizea's
-   ``__schedule_asap`` found it at one of the earliest-start changepoints.
+   Placed at that earliest start, it is not a *future* (backfilled) lease: Haizea's
+   ``__schedule_asap`` found it at one of the earliest-start changepoints, so no
+   re-evaluation moves it. (Its migration reservations start at the placing step, which
+   Haizea's clock has already passed, so they never make the lease MIGRATING; a resumption
+   placed later than the estimate is re-evaluated like any future lease.)
 5. Host selection (:class:`GreedyScore`): Haizea 1.1's ``greedy`` host score
    (``GreedyPolicy.get_host_score``) never looks at images; they count only through each
    node's earliest start (a reusable image or a joinable multicast). It is 0.5 x (4 - leases
@@ -84,10 +84,7 @@ def transfer_time(mb: float, mb_per_s: float) -> float:
 
 def reevaluable(sched, lease) -> bool:
     """False when ``lease`` owns an image transfer that has started and not ended (Haizea's
-    PREPARING: ``reevaluate_schedule`` leaves it alone) or its resumption moves it (rule 4);
-    True otherwise."""
-    if lease.id in getattr(sched, "haizea_migrating", ()):
-        return False
+    PREPARING: ``reevaluate_schedule`` leaves it alone); True otherwise."""
     return not any(r.kind is ResKind.TRANSFER and r.state is ResState.ACTIVE and r.lease is lease
                    for r in sched.st.of_lease(lease))
 
@@ -104,16 +101,6 @@ def haizea_migration(sched, resuming: bool) -> bool:
     """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
     cfg = sched.cfg
     return resuming and cfg.migration == "yes" and sched.staging.enabled and cfg.compat == "haizea-1.1"
-
-
-def note_migration(sched, lease, moves: bool) -> None:
-    """Record (undoably) whether the resumption being placed moves the lease to other nodes."""
-    if not hasattr(sched, "haizea_migrating"):
-        sched.haizea_migrating = frozenset()    # compat mode's own state, created on first use
-    now_set = sched.haizea_migrating
-    new = now_set | {lease.id} if moves else now_set - {lease.id}
-    if new != now_set:
-        sched.st.set(sched, "haizea_migrating", new)
 
 
 def migration_ready(lease, cfg, now: float) -> float:
