@@ -67,6 +67,8 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    ``_end_transfer``): Haizea processes its queue at every time step, and a transfer that
    starts (no longer joinable) or ends (out of the list of rule 6) changes queued leases'
    earliest starts; vgrid passes over the queue only when something it tracks changed.
+   A queued lease whose image has a joinable multicast is always tested in full: the bulk
+   test of ``queuescan`` assumes it is ready at the FIFO tail (:func:`joinable_images`).
 """
 from __future__ import annotations
 
@@ -213,3 +215,11 @@ def stage_ar(stg, lease, groups: list, deadline: float, t_e: float, now: float) 
             if stg.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, deadline) is None:
                 return False
     return True
+
+
+def joinable_images(stg, now: float) -> frozenset:
+    """Compat mode with ``multicast-join``: the images with a transfer a lease may join at
+    ``now`` (s); empty otherwise (vgrid's own mode keeps its bulk test as it was)."""
+    if not stg._haizea or not stg.join:
+        return frozenset()
+    return frozenset(img for img in stg.pending.images() if stg.pending.best(img, now) is not None)

@@ -50,6 +50,10 @@ class PendingMulticasts:
     def _touch(self, image_id: str) -> None:
         self._version[image_id] = next(self._counter)
 
+    def images(self) -> list:
+        """The images with a registered best-effort transfer (joinable or not)."""
+        return list(self._by_image)
+
     def version(self, image_id: str) -> int:
         return self._version.get(image_id, 0)
 
