@@ -63,6 +63,9 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    with its quirks: no hole before the first transfer unless the deadline is there too) and
    rejects the AR when that hole starts before now; no other transfer moves. vgrid's EDF
    (seed 000 Algorithm 2) lays every AR transfer that has not started out again by deadline.
+   With ``avoid-redundant-transfers`` a best-effort lease may ride on such a transfer of its
+   image before it starts, as on any other (Haizea's ``self.transfers`` holds both kinds;
+   ``multicastjoin.py`` joins best-effort transfers only in vgrid's own mode).
 9. The queue at a transfer's start and end (``LeaseScheduler._start_transfer``,
    ``_end_transfer``): Haizea processes its queue at every time step, and a transfer that
    starts (no longer joinable) or ends (out of the list of rule 6) changes queued leases'
@@ -211,6 +214,8 @@ def stage_ar(stg, lease, groups: list, deadline: float, t_e: float, now: float) 
         if start is None or start < now:
             return False
         res = stg._new_transfer(lease, "ar", start, dest, deadline)
+        if stg.join:   # best-effort leases may ride on it (find_earliest_starting_times)
+            stg.pending.register(res, now)
         for node in dest:
             if stg.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, deadline) is None:
                 return False
