@@ -35,9 +35,9 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    configurations it was measured on; without them Haizea's estimate is the memory part only.
    Placed at that earliest start, it is not a *future* (backfilled) lease: Haizea's
    ``__schedule_asap`` found it at one of the earliest-start changepoints, so no
-   re-evaluation moves it. (Its migration reservations start at the placing step, which
-   Haizea's clock has already passed, so they never make the lease MIGRATING; a resumption
-   placed later than the estimate is re-evaluated like any future lease.)
+   re-evaluation moves it; one placed later is re-evaluated like any future lease (Haizea
+   re-placed lease 570 of the 3-day VM-MULT + 20 % AR run so at t = 63,250 s, its migration
+   under way).
 5. Host selection (:class:`GreedyScore`): Haizea 1.1's ``greedy`` host score
    (``GreedyPolicy.get_host_score``) never looks at images; they count only through each
    node's earliest start (a reusable image or a joinable multicast). It is 0.5 x (4 - leases
