@@ -80,7 +80,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
             if other is not None and (found is None or other[0] < found[0]):
                 found = other
     else:
-        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+        found = compat_staging.earliest(sched, need, n, base, now, min_dur, ready, allow_future, score)
     explained = None
     for _attempt in range(cfg.besteffort_staging_attempts or len(sched.nodes) + 1):
         if found is None:
@@ -97,6 +97,8 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         if ok:
             sched.st.commit(tx)
             in_future = s > now and (ready is None or s > max(ready[m] for m in mapping))
+            if not resuming and ready is not None:
+                in_future = compat_staging.future_pass(sched, in_future)
             if in_future:
                 sched.st.set(sched, "future", sched.future | {lease.id})
             if explained is not None:
@@ -108,7 +110,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         ready = list(ready) if ready is not None else [now] * len(sched.nodes)
         for m in mapping:
             ready[m] = max(ready[m], retry_at)
-        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+        found = compat_staging.earliest(sched, need, n, base, now, min_dur, ready, allow_future, score)
     return False
 
 

@@ -72,12 +72,24 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    earliest starts; vgrid passes over the queue only when something it tracks changed.
    A queued lease whose image has a joinable multicast is always tested in full: the bulk
    test of ``queuescan`` assumes it is ready at the FIFO tail (:func:`joinable_images`).
+10. Reuse only what has arrived (``Staging._usable``): with ``diskimage-reuse =
+   image-caches`` Haizea adds an image to a node's pool when its transfer ends
+   (``_handle_end_filetransfer``), so another lease reuses it only from then on; before, it
+   may only ride on the transfer while it has not started (rule 8's join). vgrid lets a lease
+   count on a copy still on its way (its guaranteed arrival).
+11. Earliest starts first (:func:`earliest`): Haizea's ``__schedule_asap`` tries the nodes'
+   earliest starts (each with the nodes ready by then) and only when none fits the *future*
+   changepoints after the last of them; vgrid's mapper takes the earliest start of all, so
+   with reuse it may wait for a busy node that has the image instead of starting after a new
+   transfer elsewhere. A lease is a *future* (backfilled) one when the second pass placed it
+   (:func:`future_pass`), not whenever it starts after its nodes' ready times.
 """
 from __future__ import annotations
 
 import math
 
 from .model import MEM
+from .slottable import INF
 from .slottable import ResKind, ResState
 
 
@@ -228,3 +240,24 @@ def joinable_images(stg, now: float) -> frozenset:
     if not stg._haizea or not stg.join:
         return frozenset()
     return frozenset(img for img in stg.pending.images() if stg.pending.best(img, now) is not None)
+
+
+def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow_future: bool, score):
+    """``Mapper.earliest`` for a best-effort placement with per-node ready times (s); in compat
+    mode with a future reservation allowed, rule 11's two passes."""
+    mapper = sched.mapper
+    sched.haizea_future_pass = False
+    if ready is None or not allow_future or sched.cfg.compat != "haizea-1.1":
+        return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
+    if found is not None:
+        return found
+    sched.haizea_future_pass = True
+    last = max((t for t in ready if t < INF), default=now)
+    return mapper.earliest(need, n, base, max(now, last), min_dur, ready, None, True, score)
+
+
+def future_pass(sched, own: bool) -> bool:
+    """Whether the best-effort placement just made is a future one: rule 11's second pass in
+    compat mode, ``own`` (vgrid's test: it starts after its nodes are ready) otherwise."""
+    return sched.haizea_future_pass if sched.cfg.compat == "haizea-1.1" else own

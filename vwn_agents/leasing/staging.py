@@ -86,8 +86,8 @@ class Staging:
 
     def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
         e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
-        if e is not None and not e.arrived and e.transfer is not None and not self.piggyback:
-            return None
+        if e is not None and not e.arrived and e.transfer is not None and (not self.piggyback or self._haizea):
+            return None   # Haizea 1.1: a pool holds an image from its arrival on (compat_staging rule 10)
         return e
 
     def _new_transfer(self, lease: Lease, link: str, start: float, dest: tuple, deadline) -> Reservation:
