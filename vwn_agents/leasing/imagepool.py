@@ -187,10 +187,18 @@ class ImagePools:
     def entries_pinned_by(self, lease_id: int) -> list[tuple]:
         """(node, entry) of the entries the lease pins now."""
         out = []
-        for node, key in self._by_lease.get(lease_id, ()):
+        keys = self._by_lease.get(lease_id, ())
+        gone = 0
+        for node, key in keys:
             e = self.pools[node].get(key)
             if e is not None and lease_id in e.users:
                 out.append((node, e))
+            elif e is None:
+                gone += 1
+        if gone > 64 and gone > len(keys) - gone:   # prune keys of removed entries (a lease
+            live = {(n, k) for n, k in keys if self.pools[n].get(k) is not None}   # re-placed often)
+            self._by_lease[lease_id] = live
+            self.st.on_rollback(lambda: self._by_lease.__setitem__(lease_id, keys))
         return out
 
     def entry_keys(self):
@@ -347,6 +355,10 @@ class ImagePools:
                     continue
                 self._pop(node, e)
                 gone += 1
+                keys = self._by_lease.get(lease_id)
+                if keys is not None and (node, e.key) in keys:   # keep the index small (undone too)
+                    keys.discard((node, e.key))
+                    self.st.on_rollback(lambda k=keys, nk=(node, e.key): k.add(nk))
                 if e.arrived:
                     event = (now, node, -e.mb)
                     self.disk_events.append(event)
