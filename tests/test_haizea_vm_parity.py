@@ -22,13 +22,18 @@ from vwn_agents.leasing.tracefile import assign_images
 from .paths import DATA, REPO, TRACES
 
 BLUE = TRACES / "haizea/blue/30days.swf"
+AR20 = TRACES / "haizea/injected_leases/30days/work_20-dur_3h-size_2medium.lwf"
 VM_MULT = REPO / "examples/haizea/vm-mult.conf"
+VM_REUSE = REPO / "examples/haizea/vm-reuse.conf"
 FIELDS = ("id", "type", "submit_s", "duration_s", "n_vms", "per_vm", "image_id", "image_mb", "preemptible",
           "requested_start_s", "real_duration_s")
 
 
-def _blue3_with_images(tmp_path):
-    leases = assign_images(list(read_trace(BLUE, memory_mb=1024).leases), 37, 4096.0, "uniform", 1)
+def _blue3_with_images(tmp_path, inject=None):
+    leases = list(read_trace(BLUE, memory_mb=1024).leases)
+    if inject is not None:
+        leases += read_trace(inject, id_offset=max(l.id for l in leases)).leases
+    leases = assign_images(leases, 37, 4096.0, "uniform", 1)
     leases = [l for l in leases if l.submit_s < 3 * 86400]
     xml = tmp_path / "blue3-vm.xml"
     write_lwf(leases, xml)
@@ -47,6 +52,29 @@ def test_vm_mult_3_days_as_haizea(tmp_path):
     own = compare(golden, simulate(leases, uniform_site(144, 1, 1024), cfg.with_options(compat="none"))
                   .report()["leases"])
     assert own["identical"] < 100, own["first_difference"]
+
+
+def test_vm_mult_3_days_with_20_percent_ars_towards_haizea(tmp_path):
+    """With the 26 ARs of work_20-dur_3h-size_2medium: 489 of 553 leases as Haizea 1.1 (88 %;
+    without the compat rules 29), 25 of 26 AR decisions (the other, lease 8741 at t = 212,530 s,
+    follows earlier differences; first: lease 570, a resumption, at t = 59,043 s)."""
+    leases = _blue3_with_images(tmp_path, AR20)
+    out = compare(read_haizea_csv(DATA / "haizea/blue3-ar20-vm-mult.csv"),
+                  simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_MULT).config).report()["leases"])
+    assert out["leases"] == 553 and out["missing"] == []
+    assert out["identical"] >= 489, out["first_difference"]
+    assert out["ar"]["agree"] >= 25
+
+
+def test_vm_reuse_3_days_towards_haizea(tmp_path):
+    """VM-REUSE (pools of 20,480 MB): 231 of 527 leases as Haizea 1.1 (101 before session 8's
+    rules); the first difference (lease 45, t = 10,207 s) is where Haizea purges a pool at a
+    transfer's arrival and vgrid flags the victims when it plans the transfer."""
+    leases = _blue3_with_images(tmp_path)
+    out = compare(read_haizea_csv(DATA / "haizea/blue3-vm-reuse.csv"),
+                  simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_REUSE).config).report()["leases"])
+    assert out["leases"] == 527 and out["missing"] == []
+    assert out["identical"] >= 231, out["first_difference"]
 
 
 leases_st = st.builds(
