@@ -372,13 +372,19 @@ def test_decision_log_host_scores_prefer_a_node_with_the_image(tmp_path):
     trace = lwf(3, dict(arrival="00:00:00", n=1, dur="00:10:00", image="a.img"),
                 dict(arrival="00:20:00", n=1, dur="00:10:00", image="a.img"))
     log = tmp_path / "d.jsonl"
-    run(tmp_path, trace, "--decision-log", str(log), prep="imagetransfer",
+    run(tmp_path, trace, "--decision-log", str(log), "--compat", "none", prep="imagetransfer",
         deploy="diskimage-reuse: image-caches")
     placed = [json.loads(l) for l in log.read_text().splitlines()]
     first, second = placed
     assert first["hosts"][0]["score"] == [0, 1]            # no node has a.img yet
     assert second["nodes"] == first["nodes"] and second["start"] == 1200.0
     assert second["hosts"][0]["score"] == [1, 1]           # reuse: the image is in that node's pool
+    # Haizea's greedy score ignores images (compat_staging rule 5): the reuse shows in the start
+    log.unlink()
+    run(tmp_path, trace, "--decision-log", str(log), prep="imagetransfer", deploy="diskimage-reuse: image-caches")
+    first, second = [json.loads(l) for l in log.read_text().splitlines()]
+    assert first["hosts"][0]["score"] == [1.0] == second["hosts"][0]["score"]
+    assert second["nodes"] == first["nodes"] and second["start"] == 1200.0
 
 
 def test_a_shutdown_time_past_a_deadline_is_a_clear_error(tmp_path):
