@@ -238,6 +238,10 @@ def schedule_queue(sched, now: float) -> None:
             keep.append(lease)
             continue
         allow_future = max_future > 0 and len(sched.future) < max_future
+        if not allow_future and compat_staging.skip_queue(sched, now):   # Haizea 1.1: the rest waits
+            blocked = True
+            keep.append(lease)
+            continue
         if quick and not allow_future:
             free_now = max_free.get(lease.per_vm)
             if free_now is None:  # slots free at this instant: an upper bound for the whole pass

@@ -83,12 +83,17 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    with reuse it may wait for a busy node that has the image instead of starting after a new
    transfer elsewhere. A lease is a *future* (backfilled) one when the second pass placed it
    (:func:`future_pass`), not whenever it starts after its nodes' ready times.
+12. The queue pass stops (:func:`skip_queue`) when no future reservation may be taken and no
+   node has any CPU free now (``__process_queue``: "Used up all future reservations and slot
+   table is full. Skipping rest of queue."), even though a lease whose images arrive later
+   could be placed then without a future reservation; vgrid tries every lease. Applied with
+   image transfers (without them a lease that is not future starts now, so nothing changes).
 """
 from __future__ import annotations
 
 import math
 
-from .model import MEM
+from .model import MEM, resource_vector
 from .slottable import INF
 from .slottable import ResKind, ResState
 
@@ -261,3 +266,13 @@ def future_pass(sched, own: bool) -> bool:
     """Whether the best-effort placement just made is a future one: rule 11's second pass in
     compat mode, ``own`` (vgrid's test: it starts after its nodes are ready) otherwise."""
     return sched.haizea_future_pass if sched.cfg.compat == "haizea-1.1" else own
+
+
+_ONE_CPU_UNIT = resource_vector(cpu=1)
+
+
+def skip_queue(sched, now: float) -> bool:
+    """Rule 12: compat mode with image transfers and no CPU free on any node at ``now`` (s)."""
+    if sched.cfg.compat != "haizea-1.1" or not sched.staging.enabled:
+        return False
+    return sched.mapper.count_now(_ONE_CPU_UNIT, now, 0.0) == 0
