@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .mapper import vm_use
 from .model import LeaseState, MEM
-from . import compat, frozenhold
+from . import compat, compat_staging, frozenhold
 from .queuescan import QueueScan
 from .preemption import (can_suspend, lease_op_estimate, migration_estimate, migration_time, resume_reservations,
                          scheduling_threshold,
@@ -68,7 +68,10 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
             return False
     score = sched.host_score(lease)
     found = None
-    if resuming:
+    if compat_staging.haizea_migration(sched, resuming):   # Haizea 1.1: no node is spared the estimate
+        ready = [compat_staging.migration_ready(lease, cfg, now)] * len(sched.nodes)   # not future there
+        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    elif resuming:
         found = _earliest_same_nodes(sched, lease, base, now, min_dur, allow_future)
         if cfg.migration != "no":
             extra = m_est
@@ -77,7 +80,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
             if other is not None and (found is None or other[0] < found[0]):
                 found = other
     else:
-        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+        found = compat_staging.earliest(sched, need, n, base, now, min_dur, ready, allow_future, score)
     explained = None
     for _attempt in range(cfg.besteffort_staging_attempts or len(sched.nodes) + 1):
         if found is None:
@@ -94,6 +97,8 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         if ok:
             sched.st.commit(tx)
             in_future = s > now and (ready is None or s > max(ready[m] for m in mapping))
+            if not resuming and ready is not None:
+                in_future = compat_staging.future_pass(sched, in_future)
             if in_future:
                 sched.st.set(sched, "future", sched.future | {lease.id})
             if explained is not None:
@@ -105,7 +110,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         ready = list(ready) if ready is not None else [now] * len(sched.nodes)
         for m in mapping:
             ready[m] = max(ready[m], retry_at)
-        found = sched.mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+        found = compat_staging.earliest(sched, need, n, base, now, min_dur, ready, allow_future, score)
     return False
 
 
@@ -164,6 +169,8 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     which the nodes would really be ready when image staging makes ``s`` too early."""
     cfg, st = sched.cfg, sched.st
     mig = migration_time(lease, lease.mapping, mapping, cfg) if resuming else 0.0
+    if compat_staging.haizea_migration(sched, resuming):
+        mig = 0.0     # Haizea 1.1: the copies use no CPU; the resumption starts at the estimate
     res_t = resume_time(lease, mapping, cfg) if resuming else 0.0
     vm_start = s + mig + res_t
     if e >= vm_start + remaining - 1e-9:
@@ -232,6 +239,10 @@ def schedule_queue(sched, now: float) -> None:
             keep.append(lease)
             continue
         allow_future = max_future > 0 and len(sched.future) < max_future
+        if not allow_future and compat_staging.skip_queue(sched, now):   # Haizea 1.1: the rest waits
+            blocked = True
+            keep.append(lease)
+            continue
         if quick and not allow_future:
             free_now = max_free.get(lease.per_vm)
             if free_now is None:  # slots free at this instant: an upper bound for the whole pass

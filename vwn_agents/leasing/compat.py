@@ -45,7 +45,7 @@ Places 5-8 were found in session 7 by comparing placements (time and nodes) with
 """
 from __future__ import annotations
 
-from . import frozenhold
+from . import compat_staging, frozenhold
 from .model import MEM
 from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
 from .slottable import ResState
@@ -142,7 +142,10 @@ def reevaluate(sched, now: float, place) -> None:
         resv = live_plan(sched, lease, now)
         if not resv or any(r.state is not ResState.SCHEDULED for r in resv):
             continue
+        if not compat_staging.reevaluable(sched, lease):
+            continue
         sched.unschedule(lease, now)
+        compat_staging.forget_copies(sched, lease, now)
         allow = len(sched.future) < sched.cfg.max_future_reservations
         sched.reevaluating = True
         try:

@@ -35,6 +35,7 @@ HAIZEA_DEFAULTS = {"policy-preemption": "no-preemption", "migration": "no", "dis
                    "avoid-redundant-transfers": True, "scheduling-threshold-factor": 1.0,
                    "runtime-slowdown-rule": "haizea", "multicast-join": True,
                    "diskimage-cache-full": "uncached",   # Haizea's _add_diskimages (imagepool.py)
+                   "imagetransfer-link": "shared",       # one list of transfers (compat_staging.py)
                    "compat": "haizea-1.1"}   # vgrid's Haizea-compatible mode (compat.py)
 
 _MAP = ("lease-preparation", "policy-preemption", "policy-host-selection", "backfilling",

@@ -187,10 +187,18 @@ class ImagePools:
     def entries_pinned_by(self, lease_id: int) -> list[tuple]:
         """(node, entry) of the entries the lease pins now."""
         out = []
-        for node, key in self._by_lease.get(lease_id, ()):
+        keys = self._by_lease.get(lease_id, ())
+        gone = 0
+        for node, key in keys:
             e = self.pools[node].get(key)
             if e is not None and lease_id in e.users:
                 out.append((node, e))
+            elif e is None:
+                gone += 1
+        if gone > 64 and gone > len(keys) - gone:   # prune keys of removed entries (a lease
+            live = {(n, k) for n, k in keys if self.pools[n].get(k) is not None}   # re-placed often)
+            self._by_lease[lease_id] = live
+            self.st.on_rollback(lambda: self._by_lease.__setitem__(lease_id, keys))
         return out
 
     def entry_keys(self):
@@ -333,6 +341,29 @@ class ImagePools:
                     event = (now, node, -entry.mb)
                     self.disk_events.append(event)
                     self.st.on_rollback(lambda: self.disk_events.remove(event))
+
+    def drop_private(self, image_id: str, lease_id: int, now: float) -> int:
+        """Delete the lease's private copies of ``image_id`` (no reuse) that no lease pins,
+        arrived or not, as Haizea 1.1's ``__remove_files`` does when it re-places a lease
+        (``compat_staging.forget_copies``); returns how many went. Undone by a rollback."""
+        if self.reuse:
+            return 0
+        gone = 0
+        for node, entries in sorted(self._by_image.get((image_id, lease_id), {}).items()):
+            for e in sorted(entries.values(), key=lambda x: x.key):
+                if e.users:
+                    continue
+                self._pop(node, e)
+                gone += 1
+                keys = self._by_lease.get(lease_id)
+                if keys is not None and (node, e.key) in keys:   # keep the index small (undone too)
+                    keys.discard((node, e.key))
+                    self.st.on_rollback(lambda k=keys, nk=(node, e.key): k.add(nk))
+                if e.arrived:
+                    event = (now, node, -e.mb)
+                    self.disk_events.append(event)
+                    self.st.on_rollback(lambda ev=event: self.disk_events.remove(ev))
+        return gone
 
     # ------------------------------------------------------------ real events (not undone)
     def arrived(self, transfer: Reservation, now: float) -> None:

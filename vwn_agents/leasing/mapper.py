@@ -298,6 +298,8 @@ class Mapper:
         s = float(S[i])
         sel = np.nonzero(ok[i])[0]
         full = sel[B[sel] >= s + duration]
+        if score is not None and hasattr(score, "at"):   # a score that depends on the start
+            score = score.at(s)
         if len(full) >= n:
             chosen = self._pick(full, NODE, B, n, score, by_end=False)
             return s, s + duration, chosen

@@ -51,6 +51,10 @@ class PendingMulticasts:
     def _touch(self, image_id: str) -> None:
         self._version[image_id] = next(self._counter)
 
+    def images(self) -> list:
+        """The images with a registered best-effort transfer (joinable or not)."""
+        return list(self._by_image)
+
     def version(self, image_id: str) -> int:
         return self._version.get(image_id, 0)
 
@@ -126,10 +130,10 @@ def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
     if copies:
         key = ("join", lease.image_id, None if stg.pools.reuse else lease.id, lease.image_mb, now)
         valid = (stg.pools.image_version(lease.image_id, lease.id), stg.be_tail,
-                 stg.st.version if stg.shared else None, stg.pending.version(lease.image_id))
+                 stg.st.version if stg._versioned else None, stg.pending.version(lease.image_id))
     else:
         key = ("join", lease.image_id, lease.image_mb, now)
-        valid = (stg.be_tail, stg.st.version if stg.shared else None, stg.pending.version(lease.image_id))
+        valid = (stg.be_tail, stg.st.version if stg._versioned else None, stg.pending.version(lease.image_id))
     hit = stg._ready_cache.get(key)
     if hit is not None and hit[0] == valid:
         return hit[1]

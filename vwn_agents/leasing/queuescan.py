@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import compat_staging
 from .model import LeaseState
 from .slottable import INF
 
@@ -106,7 +107,8 @@ class QueueScan:
         # only the run of covered leases from i is scanned (with reuse most leases have a copy:
         # each of them ends a run at once, without numpy work)
         stop = i
-        while stop < end and queued[stop] and keys[stop] not in by_image:
+        riding = compat_staging.joinable_images(sched.staging, self.now)   # compat mode only
+        while stop < end and queued[stop] and keys[stop] not in by_image and keys[stop][0] not in riding:
             stop += 1
         if stop == i:
             return i

@@ -336,11 +336,13 @@ class LeaseScheduler:
         self.transfer_log.append((res.lease.id, res.image_id, res.dest, res.start, res.end))
         self.transfer_log_res.append(res)
         self.enactment.start_transfer(res, t)
+        self._dirty = self._dirty or compat.haizea(self.cfg)   # Haizea 1.1: the queue at every step
 
     def _end_transfer(self, res: Reservation, t: float) -> None:
         self.st.remove(res)
         res.state = ResState.DONE
         self.pools.arrived(res, t)
+        self._dirty = self._dirty or compat.haizea(self.cfg)
 
     def _start_migrate(self, res: Reservation, t: float) -> None:
         """A migration reservation starts: an enactment that moves VMs (``migrate_vms``, the

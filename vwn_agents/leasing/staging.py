@@ -27,7 +27,8 @@ import math
 
 import numpy as np
 
-from . import multicastjoin
+from . import compat_staging, multicastjoin
+from .compat import haizea as compat_haizea
 from .config import LeaseConfig
 from .imagepool import ImagePools, PoolEntry
 from .model import Lease
@@ -58,6 +59,8 @@ class Staging:
         # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
         # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
         self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
+        self._haizea = compat_haizea(config)
+        self._versioned = self.shared or self._haizea   # ready times depend on every transfer
         self._copy_rate = (None if not self.enabled or config.diskimage_copy == "cow"
                            else config.diskimage_copy_rate)
 
@@ -71,6 +74,8 @@ class Staging:
         bw = self._bw.get(link)
         if bw is None:
             bw = self._bw[link] = self.cfg.link_bandwidth_mbs(link)
+        if self._haizea:   # Haizea 1.1 rounds each transfer up to the second
+            return compat_staging.transfer_time(mb, bw)
         return mb / bw
 
     def copy_time(self, lease: Lease) -> float:
@@ -81,8 +86,8 @@ class Staging:
 
     def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
         e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
-        if e is not None and not e.arrived and e.transfer is not None and not self.piggyback:
-            return None
+        if e is not None and not e.arrived and e.transfer is not None and (not self.piggyback or self._haizea):
+            return None   # Haizea 1.1: a pool holds an image from its arrival on (compat_staging rule 10)
         return e
 
     def _new_transfer(self, lease: Lease, link: str, start: float, dest: tuple, deadline) -> Reservation:
@@ -116,6 +121,8 @@ class Staging:
         if deadline < now:
             return False
         groups = [tuple(missing)] if self.multicast else [(n,) for n in missing]
+        if self._haizea:   # Haizea 1.1: the latest hole before the deadline, nothing moves
+            return compat_staging.stage_ar(self, lease, groups, deadline, t_e, now)
         for dest in groups:
             res = self._new_transfer(lease, "ar", now, dest, deadline)
             for node in dest:
@@ -200,6 +207,8 @@ class Staging:
     def _be_start(self, now: float, dur: float) -> float:
         """Start of the next FIFO best-effort transfer (after the queue's tail; on a shared
         link also in a gap of the AR transfers as they are placed now)."""
+        if self._haizea:   # Haizea 1.1: the first hole among the transfers not yet ended
+            return compat_staging.next_transfer_slot(self.st, now, dur, ("be", "ar") if self.shared else ("be",))
         t = max(now, self.be_tail)
         if not self.shared:
             return t
@@ -277,10 +286,10 @@ class Staging:
         if copies:
             key = (lease.image_id, None if self.pools.reuse else lease.id, lease.image_mb, now)
             valid = (self.pools.copies_version(lease.image_id, lease.id), self.be_tail,
-                     self.st.version if self.shared else None)
+                     self.st.version if self._versioned else None)
         else:
             key = (None, lease.image_mb, now)
-            valid = (self.be_tail, self.st.version if self.shared else None)
+            valid = (self.be_tail, self.st.version if self._versioned else None)
         hit = self._ready_cache.get(key)
         if hit is not None and hit[0] == valid:
             return hit[1]

@@ -7,9 +7,10 @@
   Foster, HPDC 2008, Section 5: 5 % and 20 s. Haizea 1.1 (``Duration.incr_by_percent``) scales
   only the requested duration when a real one is known, so there the slowdown never lengthens
   a lease's real run; here it does (docs/leasing.md, "Differences from Haizea 1.1"), unless
-  ``runtime-slowdown-rule = haizea``: then the requested duration becomes round(real x
-  (1 + pct)) when the real one is known (round(requested x (1 + pct)) otherwise), the real
-  one only gains the boot overhead -- Haizea 1.1's ``Duration.incr_by_percent`` and ``incr``.
+  ``runtime-slowdown-rule = haizea``: then the requested duration becomes ceil(real x
+  (1 + pct)) when the real one is known (ceil(requested x (1 + pct)) otherwise; Haizea's
+  ``round_datetime_delta`` rounds up, in floating point, so 3,600 s x 1.1 gives 3,961 s), the
+  real one only gains the boot overhead -- Haizea 1.1's ``Duration.incr_by_percent`` and ``incr``.
 * ``image_sequence(n_images, image_mb, distribution, count, seed)`` and ``assign_images``: the
   disk image of every lease, drawn from ``n_images`` images of ``image_mb`` MB each, in
   submission order (Haizea's ``imagefile``: the i-th image of the list goes to the i-th request
@@ -27,10 +28,10 @@ from .config import LeaseConfig
 from .model import Lease
 
 
-def _scaled(seconds: float | None, factor: float, add: float) -> float | None:
+def _scaled(seconds: float | None, factor: float, add: float, rnd=round) -> float | None:
     if seconds is None:
         return None
-    return float(round(seconds * factor)) + add if factor != 1.0 else seconds + add
+    return float(rnd(seconds * factor)) + add if factor != 1.0 else seconds + add
 
 
 def apply_overheads(leases: list[Lease], cfg: LeaseConfig) -> list[Lease]:
@@ -46,7 +47,7 @@ def apply_overheads(leases: list[Lease], cfg: LeaseConfig) -> list[Lease]:
     for lease in leases:
         if (which == "all" or lease.is_be) and haizea:
             base = lease.duration_s if lease.real_duration_s is None or pct == 0 else lease.real_duration_s
-            lease = dataclasses.replace(lease, duration_s=_scaled(base, factor, boot),
+            lease = dataclasses.replace(lease, duration_s=_scaled(base, factor, boot, math.ceil),
                                         real_duration_s=_scaled(lease.real_duration_s, 1.0, boot))
         elif which == "all" or lease.is_be:
             lease = dataclasses.replace(lease, duration_s=_scaled(lease.duration_s, factor, boot),

@@ -1,0 +1,278 @@
+"""Haizea 1.1's rules for image staging and VM overheads (``compat = "haizea-1.1"``; issue 16,
+the HPDC'08 VM configurations lease for lease).
+
+Found by running Haizea 1.1 (branch ``1.1``) and vgrid on the same Haizea XML trace with the
+same images (``lwfwrite.py``; ``benchmarks/haizea_parity.py --trace FILE.xml``) and comparing
+their placements; docs/leasing.md, "Haizea-compatible mode", gives each rule's measured effect.
+The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` (the rounding of the VM overheads is
+``runtime-slowdown-rule = haizea``, ``tracefile.py``); with
+``compat = "none"`` nothing here runs and vgrid's schedules are unchanged.
+
+1. Transfer time (:func:`transfer_time`): Haizea's ``estimate_transfer_time`` rounds every
+   transfer up to the whole second (``round_datetime_delta``: ``ceil`` of the seconds), so a
+   4,096 MB image at 80 Mb/s takes 410 s, not 409.6 s; FIFO transfers back to back drift apart
+   by 0.4 s each without it.
+2. Re-placing a lease forgets its images (:func:`forget_copies`): ``reevaluate_schedule``
+   cancels a re-placed lease's preparation with ``remove_files = True`` (state SCHEDULED or
+   READY), so its own copies on its nodes are deleted even when their transfer has finished,
+   and the new placement needs a new transfer (at the FIFO tail). A lease suspended before
+   (SUSPENDED_SCHEDULED) keeps them. vgrid keeps a private copy that arrived, so the lease
+   re-placed on the same nodes needs no transfer. With ``diskimage-reuse = image-caches`` the
+   pool's copy stays in both (Haizea only drops the lease's mapping).
+3. A lease whose own transfer is under way is not re-placed (:func:`reevaluable`): Haizea
+   re-evaluates leases in states READY, SCHEDULED and SUSPENDED_SCHEDULED only, and a lease
+   is PREPARING from its transfer's start to its end (``_handle_start_filetransfer``; leases
+   riding on another lease's transfer stay SCHEDULED).
+4. Resuming with ``migration = yes`` (:func:`migration_ready`): Haizea 1.1 gives *every* node
+   (the lease's own too) the earliest start now + the migration estimate, n VMs x (ceil(image
+   MB / bw) + ceil(memory MB / bw)) at bw = ``imagetransfer-bandwidth`` / 8 MB/s
+   (``ImageTransferPreparationScheduler.estimate_migration_time`` plus
+   ``VMScheduler.estimate_migration_time``; ``LeaseScheduler.__schedule_besteffort_lease``),
+   and the resumption starts there; the copies themselves (rounds node to node) use only the
+   nodes' network, not their CPU or memory. vgrid reserves the new nodes for the migration
+   (a MIGRATE reservation before the resumption) and tries the lease's own nodes without one.
+   This rule applies with image transfers (``lease-preparation = imagetransfer``), the
+   configurations it was measured on; without them Haizea's estimate is the memory part only.
+   Placed at that earliest start, it is not a *future* (backfilled) lease: Haizea's
+   ``__schedule_asap`` found it at one of the earliest-start changepoints, so no
+   re-evaluation moves it; one placed later is re-evaluated like any future lease (Haizea
+   re-placed lease 570 of the 3-day VM-MULT + 20 % AR run so at t = 63,250 s, its migration
+   under way).
+5. Host selection (:class:`GreedyScore`): Haizea 1.1's ``greedy`` host score
+   (``GreedyPolicy.get_host_score``) never looks at images; they count only through each
+   node's earliest start (a reusable image or a joinable multicast). It is 0.5 x (4 - leases
+   on the node at the start, at most 4) / 4 + 0.25 + 0.25 x min(1, time until the node's
+   availability next changes / requested duration), on an availability window that holds
+   *every* reservation: an image transfer reserves the receiving nodes' network (Net-in),
+   so a node about to receive another lease's image comes after an idle one -- but only the
+   nodes the transfer was created for: a lease riding on it (``piggyback``) adds its nodes to
+   the transfer's list, not to its reserved resources. vgrid's
+   ``greedy`` puts nodes whose image is usable first (seed 000 Section 6.3; it also keeps a
+   resumed lease on its own nodes) and otherwise takes free nodes by index.
+6. The next best-effort transfer (:func:`next_transfer_slot`): Haizea's
+   ``__get_next_transfer_slot`` starts it now if it ends before the first scheduled transfer
+   starts, else at the end of the first transfer followed by a hole long enough, else after
+   the last one -- over the transfers not yet ended, so the slot of a cancelled transfer (a
+   re-placed lease's) is reused. vgrid appends every transfer after the latest one ever
+   scheduled (``Staging.be_tail``), which a cancellation does not move back.
+7. One link (``imagetransfer-link = shared``, the default for Haizea files): Haizea keeps
+   AR and best-effort transfers in one list, so a best-effort transfer takes a hole between
+   AR transfers too (rule 6 over both).
+8. An AR's transfer (:func:`stage_ar`): Haizea's ``__schedule_imagetransfer_edf`` puts it in
+   the *latest* hole of that list that ends by the AR's start (``__get_last_transfer_slot``,
+   with its quirks: no hole before the first transfer unless the deadline is there too) and
+   rejects the AR when that hole starts before now; no other transfer moves. vgrid's EDF
+   (seed 000 Algorithm 2) lays every AR transfer that has not started out again by deadline.
+   With ``avoid-redundant-transfers`` a best-effort lease may ride on such a transfer of its
+   image before it starts, as on any other (Haizea's ``self.transfers`` holds both kinds;
+   ``multicastjoin.py`` joins best-effort transfers only in vgrid's own mode).
+9. The queue at a transfer's start and end (``LeaseScheduler._start_transfer``,
+   ``_end_transfer``): Haizea processes its queue at every time step, and a transfer that
+   starts (no longer joinable) or ends (out of the list of rule 6) changes queued leases'
+   earliest starts; vgrid passes over the queue only when something it tracks changed.
+   A queued lease whose image has a joinable multicast is always tested in full: the bulk
+   test of ``queuescan`` assumes it is ready at the FIFO tail (:func:`joinable_images`).
+10. Reuse only what has arrived (``Staging._usable``): with ``diskimage-reuse =
+   image-caches`` Haizea adds an image to a node's pool when its transfer ends
+   (``_handle_end_filetransfer``), so another lease reuses it only from then on; before, it
+   may only ride on the transfer while it has not started (rule 8's join). vgrid lets a lease
+   count on a copy still on its way (its guaranteed arrival).
+11. Earliest starts first (:func:`earliest`): Haizea's ``__schedule_asap`` tries the nodes'
+   earliest starts (each with the nodes ready by then) and only when none fits the *future*
+   changepoints after the last of them; vgrid's mapper takes the earliest start of all, so
+   with reuse it may wait for a busy node that has the image instead of starting after a new
+   transfer elsewhere. A lease is a *future* (backfilled) one when the second pass placed it
+   (:func:`future_pass`), not whenever it starts after its nodes' ready times.
+12. The queue pass stops (:func:`skip_queue`) when no future reservation may be taken and no
+   node has any CPU free now (``__process_queue``: "Used up all future reservations and slot
+   table is full. Skipping rest of queue."), even though a lease whose images arrive later
+   could be placed then without a future reservation; vgrid tries every lease. Applied with
+   image transfers (without them a lease that is not future starts now, so nothing changes).
+"""
+from __future__ import annotations
+
+import math
+
+from .model import MEM, resource_vector
+from .slottable import INF
+from .slottable import ResKind, ResState
+
+
+def transfer_time(mb: float, mb_per_s: float) -> float:
+    """Seconds to send ``mb`` MB at ``mb_per_s`` MB/s in Haizea 1.1, rounded up to the whole
+    second (``haizea.common.utils.estimate_transfer_time``); vgrid's own mode uses mb / mb_per_s."""
+    return float(math.ceil(mb / mb_per_s))
+
+
+def reevaluable(sched, lease) -> bool:
+    """False when ``lease`` owns an image transfer that has started and not ended (Haizea's
+    PREPARING: ``reevaluate_schedule`` leaves it alone); True otherwise."""
+    return not any(r.kind is ResKind.TRANSFER and r.state is ResState.ACTIVE and r.lease is lease
+                   for r in sched.st.of_lease(lease))
+
+
+def forget_copies(sched, lease, now: float) -> None:
+    """After ``reevaluate`` unscheduled ``lease`` at ``now`` (s): delete its private image
+    copies (no reuse), unless it has run before (a suspended lease keeps its disk images)."""
+    if lease.time_run > 0 or not sched.staging.enabled:
+        return
+    sched.staging.pools.drop_private(lease.image_id, lease.id, now)
+
+
+def haizea_migration(sched, resuming: bool) -> bool:
+    """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
+    cfg = sched.cfg
+    return resuming and cfg.migration == "yes" and sched.staging.enabled and cfg.compat == "haizea-1.1"
+
+
+def migration_ready(lease, cfg, now: float) -> float:
+    """Haizea 1.1's earliest start (s) of a resumption that may migrate, on every node."""
+    bw = cfg.imagetransfer_bandwidth / 8.0
+    per_vm = math.ceil(lease.image_mb / bw) + math.ceil(lease.per_vm[MEM] / bw)
+    return now + lease.n_vms * per_vm
+
+
+def next_transfer_slot(st, now: float, dur: float, links=("be",)) -> float:
+    """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6), among the
+    transfers on ``links`` (the AR ones too on a shared link, as Haizea's one list)."""
+    busy = sorted((r.start, r.end) for r in st.reservations()
+                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+    if not busy or now + dur <= busy[0][0]:
+        return now
+    for (_s0, e0), (s1, _e1) in zip(busy, busy[1:]):
+        if e0 != s1 and s1 - e0 >= dur:
+            return e0
+    return busy[-1][1]
+
+
+class GreedyScore:
+    """Haizea 1.1's greedy host score for a best-effort lease (rule 5), with transfers.
+
+    ``at(s)`` gives ``score(node, hostable) -> (score,)`` for a start at ``s`` (s), which the
+    mapper calls once it knows the start (``Mapper.earliest``); called directly, the object
+    scores at ``t_start``. The leases on a node are those of its reservations (``use``) and of
+    the image transfers it receives (``dest``) for the lease that created them."""
+
+    horizon = 4
+
+    def __init__(self, st, lease, t_start: float) -> None:
+        self.st, self.lease, self.t_start = st, lease, t_start
+        self._memo: dict = {}
+
+    def at(self, s: float):
+        hit = self._memo.get(s)
+        if hit is not None:
+            return hit
+        into: dict = {}
+        for r in self.st.reservations():
+            if r.kind is ResKind.TRANSFER and r.end > s and r.end > r.start:
+                own = set(r.lease.mapping) if r.lease is not None else set(r.dest)
+                for node in own.intersection(r.dest):   # joined nodes reserve nothing
+                    into.setdefault(node, []).append(r)
+        scores: dict = {}
+        requested = self.lease.duration_s
+
+        def score(node: int, hostable: int) -> tuple:
+            got = scores.get(node)
+            if got is None:
+                got = scores[node] = (self._score(node, s, into.get(node, ()), requested),)
+            return got
+        self._memo = {s: score}
+        return score
+
+    def _score(self, node: int, s: float, transfers, requested: float) -> float:
+        res = [r for r in self.st.on_node(node) if r.end > r.start and r.end > s] + list(transfers)
+
+        def state(t):
+            on = [r for r in res if r.start <= t < r.end]
+            use = tuple(sum(r.use.get(node, (0, 0, 0, 0))[i] for r in on) for i in range(4))
+            net = frozenset(id(r) for r in on if r.kind is ResKind.TRANSFER)
+            return use, net, frozenset(id(r.lease) for r in on)
+        now = state(s)
+        k = min(len(now[2]), self.horizon)
+        dur = None
+        for b in sorted({x for r in res for x in (r.start, r.end) if x > s}):
+            if state(b) != now:
+                dur = b - s
+                break
+        d_score = 1.0 if dur is None or dur >= requested else dur / requested
+        return 0.5 * (self.horizon - k) / self.horizon + 0.25 + 0.25 * d_score
+
+    def __call__(self, node: int, hostable: int) -> tuple:
+        return self.at(self.t_start)(node, hostable)
+
+
+def last_transfer_slot(st, deadline: float, dur: float, links, now: float) -> float | None:
+    """Haizea's ``__get_last_transfer_slot``: the start (s) of a ``dur`` s transfer ending by
+    ``deadline`` in the latest hole among the transfers on ``links`` not yet ended at ``now``;
+    None when there is none."""
+    busy = sorted((r.start, r.end) for r in st.reservations()
+                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+    if not busy or busy[-1][1] + dur <= deadline:
+        return deadline - dur
+    for i in range(len(busy) - 1, 0, -1):
+        hole_start, hole_end = busy[i - 1][1], busy[i][0]
+        inside = hole_start < deadline <= hole_end
+        length = deadline - hole_start if inside else hole_end - hole_start
+        if length < dur or hole_start >= deadline:
+            continue
+        return deadline - dur if inside else hole_end - dur
+    return deadline - dur if deadline <= busy[0][0] else None
+
+
+def stage_ar(stg, lease, groups: list, deadline: float, t_e: float, now: float) -> bool:
+    """Rule 8: one transfer per group of nodes (multicast: one), each in the latest hole
+    before ``deadline`` (s); False (the caller rolls back) when one would start before now or
+    a pool has no room."""
+    links = ("be", "ar") if stg.shared else ("ar",)
+    dur = stg.transfer_time(lease.image_mb, "ar")
+    for dest in groups:
+        start = last_transfer_slot(stg.st, deadline, dur, links, now)
+        if start is None or start < now:
+            return False
+        res = stg._new_transfer(lease, "ar", start, dest, deadline)
+        if stg.join:   # best-effort leases may ride on it (find_earliest_starting_times)
+            stg.pending.register(res, now)
+        for node in dest:
+            if stg.pools.add(node, lease.image_id, lease.image_mb, res, lease.id, t_e, deadline) is None:
+                return False
+    return True
+
+
+def joinable_images(stg, now: float) -> frozenset:
+    """Compat mode with ``multicast-join``: the images with a transfer a lease may join at
+    ``now`` (s); empty otherwise (vgrid's own mode keeps its bulk test as it was)."""
+    if not stg._haizea or not stg.join:
+        return frozenset()
+    return frozenset(img for img in stg.pending.images() if stg.pending.best(img, now) is not None)
+
+
+def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow_future: bool, score):
+    """``Mapper.earliest`` for a best-effort placement with per-node ready times (s); in compat
+    mode with a future reservation allowed, rule 11's two passes."""
+    mapper = sched.mapper
+    sched.haizea_future_pass = False
+    if ready is None or not allow_future or sched.cfg.compat != "haizea-1.1":
+        return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
+    found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
+    if found is not None:
+        return found
+    sched.haizea_future_pass = True
+    last = max((t for t in ready if t < INF), default=now)
+    return mapper.earliest(need, n, base, max(now, last), min_dur, ready, None, True, score)
+
+
+def future_pass(sched, own: bool) -> bool:
+    """Whether the best-effort placement just made is a future one: rule 11's second pass in
+    compat mode, ``own`` (vgrid's test: it starts after its nodes are ready) otherwise."""
+    return sched.haizea_future_pass if sched.cfg.compat == "haizea-1.1" else own
+
+
+_ONE_CPU_UNIT = resource_vector(cpu=1)
+
+
+def skip_queue(sched, now: float) -> bool:
+    """Rule 12: compat mode with image transfers and no CPU free on any node at ``now`` (s)."""
+    if sched.cfg.compat != "haizea-1.1" or not sched.staging.enabled:
+        return False
+    return sched.mapper.count_now(_ONE_CPU_UNIT, now, 0.0) == 0
