@@ -185,10 +185,18 @@ def test_each_session_7_rule_is_needed_for_those_placements(monkeypatch, rule, o
         assert diff[0] == first
 
 
-@pytest.mark.parametrize("golden, inject", [("blue8-ar10-novm-nosr.place.csv", AR10), ("blue8-ar20-novm-nosr.place.csv", AR20)])
-def test_blue_8_days_nosr_with_ars_every_placement_node_for_node_as_haizea(golden, inject):
+@pytest.mark.parametrize("golden, inject, per_lease", [("blue8-ar10-novm-nosr.place.csv", AR10, "blue8-ar10-novm-nosr.csv"),
+                                                     ("blue8-ar20-novm-nosr.place.csv", AR20, None)])
+def test_blue_8_days_nosr_with_ars_every_placement_node_for_node_as_haizea(golden, inject, per_lease):
     """NOVM-NOSR (``examples/haizea/novm-nosr.conf``) + the 10 % / 20 % 3-hour medium ARs, the
-    first 8 days: every lease's last placement decided by the golden file's cut (Haizea 1.1's
-    run reached t = 400,237 / 353,481 s in session 8: 1,139 / 870 leases, ARs included, with
-    the cancellations and requeues of running leases an AR needs) has Haizea's start and nodes."""
-    assert _placement_differences(GOLDEN / golden, inject, NOVM_NOSR)[0] == []
+    first 8 days: every lease's last placement decided by the golden file's cut (10 %: Haizea
+    1.1's whole run, 1,749 leases; 20 %: its run up to t = 353,481 s, 870 leases, where it was
+    in session 8), ARs and the re-placements of cancelled running leases included, has Haizea's
+    start and nodes; with the 10 % ARs all 1,749 leases also have Haizea's start and end and
+    the 29 AR decisions agree."""
+    diff, report = _placement_differences(GOLDEN / golden, inject, NOVM_NOSR)
+    assert diff == []
+    if per_lease:
+        out = compare(read_haizea_csv(GOLDEN / per_lease), report["leases"])
+        assert out["leases"] == 1749 and out["identical"] == 1749, out["first_difference"]
+        assert out["ar"]["agree"] == 29 == out["ar"]["haizea_accepted"]
