@@ -32,10 +32,10 @@ NOTES = """## Differences explained
   5,108 leases with Haizea's start and end), and NOVM-SR with `migration = no` and the 10 % ARs
   is lease for lease Haizea's (5,202 / 5,202). The suspension configurations come near the paper
   at every rho (NOVM-SR +0.19 / +0.44 / +0.10 pp, VM-PREDEPLOY +0.10 / +0.47 / +1.00 pp). NOVM-NOSR is within 0.3 pp
-  of Haizea 1.1 at 10 and 30 % (same 27 rejected ARs at 30 %); on the first 8 days with the 10 %
-  ARs it is Haizea 1.1 lease for lease and node for node (1,749 / 1,749, 29 / 29 AR decisions),
-  and with the 20 / 30 % ARs node for node as far as Haizea's runs got (day 4.1 / 3.8); at 20 %
-  it is 3.06 pp above the paper, where Haizea was not run on 30 days. The NOVM-NOSR
+  of Haizea 1.1 at 10 and 30 % (same 27 rejected ARs at 30 %); on the first 8 days with the 10 / 20 %
+  ARs it is Haizea 1.1 lease for lease and node for node (1,749 / 1,749 and 1,779 / 1,779 leases,
+  29 / 29 and 59 / 59 AR decisions); at 20 % on 30 days it is 3.06 pp above the paper, where
+  Haizea was not run on 30 days. The NOVM-NOSR
   cells of vgrid's own mode are closer to the paper than Haizea 1.1's own (+0.08 / -0.15 / +0.16
   pp); its rules differ from Haizea's in the places listed in docs/leasing.md (among them: a
   cancelled lease keeps running until the AR starts, where Haizea stops it when it accepts the AR,
@@ -194,9 +194,9 @@ CELL_NOTES: dict = {
     ("", "VM-REUSE-SKEWED", 20): _REUSE, ("", "VM-REUSE-SKEWED", 30): _REUSE,
     (".haizea", "NOVM-NOSR", 20): (
         "not explained: Haizea 1.1 was not run on 30 days at 20 % (on the first 8 days with the 20 % ARs it "
-        "places every lease on the same nodes at the same time as this mode as far as its session-8 run got, "
-        "t = 353,480 s); at 10 / 30 % this mode is +0.23 / +0.28 pp from Haizea 1.1, so whether Haizea too is "
-        "about 3 pp above the paper here is open."),
+        "gives every lease the same start, end and nodes as this mode, and rejects the same 2 ARs); at 10 / 30 % "
+        "this mode is +0.23 / +0.28 pp from Haizea 1.1, so whether Haizea too is about 3 pp above the paper "
+        "here is open."),
     (".haizea", "VM-PREDEPLOY", 30): (
         "1.00 pp, at the threshold; a candidate is the 5 % runtime slowdown, which vgrid applies to the real "
         "duration too and Haizea 1.1 only to the requested one (below); Haizea 1.1 was not run for the VM "
