@@ -22,8 +22,10 @@ from .paths import DATA, REPO, TRACES
 GOLDEN = DATA / "haizea"
 BLUE = TRACES / "haizea/blue/30days.swf"
 AR10 = TRACES / "haizea/injected_leases/30days/work_10-dur_3h-size_2medium.lwf"
+AR20 = TRACES / "haizea/injected_leases/30days/work_20-dur_3h-size_2medium.lwf"
 AR30 = TRACES / "haizea/injected_leases/30days/work_30-dur_3h-size_2medium.lwf"
 NOVM_SR = REPO / "examples/haizea/novm-sr.conf"
+NOVM_NOSR = REPO / "examples/haizea/novm-nosr.conf"
 DAYS3 = 3 * 86400
 
 
@@ -127,24 +129,24 @@ DAYS8 = 8 * 86400
 PLACE_GOLDEN = GOLDEN / "blue8-ar10-novm-sr.place.csv"
 
 
-def _golden_placements():
-    rows = [ln.split(",") for ln in PLACE_GOLDEN.read_text().splitlines()[2:]]
-    cut = float(PLACE_GOLDEN.read_text().split("t = ")[1].split()[0])
+def _golden_placements(golden=PLACE_GOLDEN):
+    rows = [ln.split(",") for ln in golden.read_text().splitlines()[2:]]
+    cut = float(golden.read_text().split("t = ")[1].split()[0])
     return cut, {int(r[0]): (float(r[1]), float(r[2]), tuple(int(n) for n in r[3].split("+"))) for r in rows}
 
 
-def _placement_differences():
+def _placement_differences(golden=PLACE_GOLDEN, inject=AR10, conf=NOVM_SR):
     """vgrid's last placement of each lease decided by the golden file's cut time against
     Haizea 1.1's: the leases whose VM start or nodes differ (Haizea's VM start of a resumption
     is after the resumption: 21 s for 1024 MB at 50 MB/s)."""
     import io
     from vwn_agents.leasing.decisionlog import DecisionLog
-    cut, golden = _golden_placements()
+    cut, golden = _golden_placements(golden)
     leases = list(read_trace(BLUE).leases)
-    leases += read_trace(AR10, id_offset=max(l.id for l in leases)).leases
+    leases += read_trace(inject, id_offset=max(l.id for l in leases)).leases
     leases = [l for l in leases if l.submit_s < DAYS8]
     site, buf = uniform_site(144, 1, 1024), io.StringIO()
-    report = simulate(leases, site, load_haizea(NOVM_SR).config, decisions=DecisionLog(buf, site)).report()
+    report = simulate(leases, site, load_haizea(conf).config, decisions=DecisionLog(buf, site)).report()
     ours = {}
     for ln in buf.getvalue().splitlines():
         d = json.loads(ln)
@@ -181,3 +183,16 @@ def test_each_session_7_rule_is_needed_for_those_placements(monkeypatch, rule, o
     assert diff, rule
     if first is not None:
         assert diff[0] == first
+
+
+@pytest.mark.parametrize("rho, inject, leases, ars, rejected", [(10, AR10, 1749, 29, 0), (20, AR20, 1779, 59, 2)])
+def test_blue_8_days_nosr_with_ars_every_placement_node_for_node_as_haizea(rho, inject, leases, ars, rejected):
+    """NOVM-NOSR (``examples/haizea/novm-nosr.conf``) + the 10 % / 20 % 3-hour medium ARs, the
+    first 8 days: every lease's last placement in Haizea 1.1's run (ARs and the re-placements of
+    cancelled running leases included) has Haizea's start and nodes, every lease its start and
+    end (1,749 / 1,779 leases), and every AR decision agrees (29 / 59, of which 0 / 2 rejected)."""
+    diff, report = _placement_differences(GOLDEN / f"blue8-ar{rho}-novm-nosr.place.csv", inject, NOVM_NOSR)
+    assert diff == []
+    out = compare(read_haizea_csv(GOLDEN / f"blue8-ar{rho}-novm-nosr.csv"), report["leases"])
+    assert out["leases"] == leases and out["identical"] == leases, out["first_difference"]
+    assert out["ar"]["agree"] == ars and out["ar"]["haizea_rejected"] == rejected
