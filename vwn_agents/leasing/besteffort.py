@@ -278,11 +278,11 @@ def _may_resume(sched, lease, now: float) -> bool:
     ``_place`` for a resumption without ``allow_future`` needs that many such slots (on its own
     nodes: a subset; elsewhere: a longer slot, with the migration), unless two of its VMs were
     on one node (``_earliest_same_nodes`` then asks the nodes directly): then True. Always True
-    in Haizea-compatible mode, where a resumption that may migrate is placed at Haizea's
-    migration estimate, later than now (``compat_staging``). Issue 16, session 8: at rho = 30 %
+    where ``compat_staging`` rule 4 places a resumption that may migrate at Haizea's migration
+    estimate, later than now (compat mode, ``migration = yes``, image transfers). Issue 16, session 8: at rho = 30 %
     the resumptions tried in every queue pass were 46-60 % of a run."""
-    if compat.haizea(sched.cfg):    # a resumption may be placed at Haizea's migration estimate
-        return True                  # (compat_staging), not only now: the bound does not hold
+    if compat_staging.haizea_migration(sched, True):   # placed at Haizea's migration estimate,
+        return True                                     # not only now: the bound does not hold
     if sched.mapper.count_now_upper(lease.per_vm, now, min_slot_length(sched, lease)) >= lease.n_vms:
         return True
     return len(set(lease.mapping)) < len(lease.mapping)

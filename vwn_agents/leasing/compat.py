@@ -46,21 +46,16 @@ Places 5-8 were found in session 7 by comparing placements (time and nodes) with
 from __future__ import annotations
 
 from . import compat_staging, frozenhold
+from .config import haizea  # noqa: F401 - compat.haizea is the callers' name (defined in config)
 from .model import MEM
 from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
 from .slottable import ResState
 
-HAIZEA_11 = "haizea-1.1"
 #: Haizea 1.1's aging horizon: a lease submitted this long (s) before the AR's start is never
 #: preempted by it (policy.py ``_get_aging_factor``: ``DateTimeDelta(7)``).
 AGING_HORIZON_S = 7 * 86400.0
 #: The scale of Haizea's aging factor (s): ``DateTimeDelta(31)``.
 AGING_SCALE_S = 31 * 86400.0
-
-
-def haizea(cfg) -> bool:
-    """Whether ``cfg`` (a LeaseConfig) selects Haizea 1.1's behaviour."""
-    return cfg.compat == HAIZEA_11
 
 
 def aging_score(submit_s: float, t_s: float) -> float | None:

@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import math
 
+from .config import haizea
 from .model import MEM, resource_vector
 from .slottable import INF
 from .slottable import ResKind, ResState
@@ -122,7 +123,7 @@ def forget_copies(sched, lease, now: float) -> None:
 def haizea_migration(sched, resuming: bool) -> bool:
     """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
     cfg = sched.cfg
-    return resuming and cfg.migration == "yes" and sched.staging.enabled and cfg.compat == "haizea-1.1"
+    return resuming and cfg.migration == "yes" and sched.staging.enabled and haizea(cfg)
 
 
 def migration_ready(lease, cfg, now: float) -> float:
@@ -132,11 +133,17 @@ def migration_ready(lease, cfg, now: float) -> float:
     return now + lease.n_vms * per_vm
 
 
+def _transfers(st, links, now: float) -> list:
+    """(start, end) s of the image transfers on ``links`` not yet ended at ``now``, sorted:
+    Haizea's one list of transfers (rules 6-8)."""
+    return sorted((r.start, r.end) for r in st.reservations()
+                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+
+
 def next_transfer_slot(st, now: float, dur: float, links=("be",)) -> float:
     """Start (s) of a new best-effort transfer of ``dur`` s at ``now`` (rule 6), among the
     transfers on ``links`` (the AR ones too on a shared link, as Haizea's one list)."""
-    busy = sorted((r.start, r.end) for r in st.reservations()
-                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+    busy = _transfers(st, links, now)
     if not busy or now + dur <= busy[0][0]:
         return now
     for (_s0, e0), (s1, _e1) in zip(busy, busy[1:]):
@@ -206,8 +213,7 @@ def last_transfer_slot(st, deadline: float, dur: float, links, now: float) -> fl
     """Haizea's ``__get_last_transfer_slot``: the start (s) of a ``dur`` s transfer ending by
     ``deadline`` in the latest hole among the transfers on ``links`` not yet ended at ``now``;
     None when there is none."""
-    busy = sorted((r.start, r.end) for r in st.reservations()
-                  if r.kind is ResKind.TRANSFER and r.link in links and r.end > now)
+    busy = _transfers(st, links, now)
     if not busy or busy[-1][1] + dur <= deadline:
         return deadline - dur
     for i in range(len(busy) - 1, 0, -1):
@@ -252,7 +258,7 @@ def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow
     mode with a future reservation allowed, rule 11's two passes."""
     mapper = sched.mapper
     sched.haizea_future_pass = False
-    if ready is None or not allow_future or sched.cfg.compat != "haizea-1.1":
+    if ready is None or not allow_future or not haizea(sched.cfg):
         return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
     if found is not None:
@@ -265,7 +271,7 @@ def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow
 def future_pass(sched, own: bool) -> bool:
     """Whether the best-effort placement just made is a future one: rule 11's second pass in
     compat mode, ``own`` (vgrid's test: it starts after its nodes are ready) otherwise."""
-    return sched.haizea_future_pass if sched.cfg.compat == "haizea-1.1" else own
+    return sched.haizea_future_pass if haizea(sched.cfg) else own
 
 
 _ONE_CPU_UNIT = resource_vector(cpu=1)
@@ -273,6 +279,6 @@ _ONE_CPU_UNIT = resource_vector(cpu=1)
 
 def skip_queue(sched, now: float) -> bool:
     """Rule 12: compat mode with image transfers and no CPU free on any node at ``now`` (s)."""
-    if sched.cfg.compat != "haizea-1.1" or not sched.staging.enabled:
+    if not haizea(sched.cfg) or not sched.staging.enabled:
         return False
     return sched.mapper.count_now(_ONE_CPU_UNIT, now, 0.0) == 0

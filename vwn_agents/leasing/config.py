@@ -226,6 +226,14 @@ OPTIONS: tuple[Option, ...] = (
 _BY_NAME = {o.name: o for o in OPTIONS}
 
 
+#: ``[general] compat`` value selecting Haizea 1.1's behaviour (``compat.py``, ``compat_staging.py``).
+HAIZEA_11 = "haizea-1.1"
+
+
+def haizea(cfg) -> bool:
+    """Whether ``cfg`` (a LeaseConfig) selects Haizea 1.1's behaviour (``compat = "haizea-1.1"``)."""
+    return cfg.compat == HAIZEA_11
+
 class LeaseConfig:
     """Validated option values; attribute access uses underscores (``cfg.suspend_rate``)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import compat_staging
-from .config import ConfigError
+from .config import ConfigError, haizea
 from .imagepool import ImagePools
 from .model import Lease
 from .slottable import INF
@@ -43,7 +43,7 @@ class GreedyHostSelection(HostSelectionPolicy):
     def scorer(self, lease: Lease, t_start: float = INF) -> Scorer | None:
         if not self.staging.enabled:
             return None
-        if self.staging.cfg.compat == "haizea-1.1":   # Haizea's score: no images, transfers count
+        if haizea(self.staging.cfg):   # Haizea's score: no images, transfers count
             return compat_staging.GreedyScore(self.staging.st, lease, t_start)
         pools = self.pools
 
