@@ -29,7 +29,6 @@ Times in seconds, sizes in MB. The functions take the site's :class:`~.staging.S
 from __future__ import annotations
 
 import itertools
-import math
 
 
 from .model import Lease
@@ -98,15 +97,11 @@ class PendingMulticasts:
         return best
 
 
-def _join_candidate(stg, lease: Lease, now: float) -> tuple:
-    """(transfer to join or None, end s of a transfer of the lease's own): join only if the
-    pending transfer ends strictly earlier (Haizea's ``start < earliest[n].time``)."""
-    return _candidate(stg, lease.image_id, lease.image_mb, now)
-
-
 def _candidate(stg, image_id: str, mb: float, now: float) -> tuple:
-    dur = stg.transfer_time(mb, "be")
-    own_end = stg._be_start(now, dur) + dur
+    """(transfer of ``image_id`` to join or None, end s of a transfer of the lease's own of
+    ``mb`` MB): join only if the pending transfer ends strictly earlier (Haizea's ``start <
+    earliest[n].time``)."""
+    own_end = stg.fifo_end(mb, now)
     best = stg.pending.best(image_id, now)
     if best is not None and best.end < own_end:
         return best, own_end
@@ -119,7 +114,7 @@ def first_ready(stg, image_id: str, mb: float, now: float) -> float:
     float operations (``Staging.fifo_ready``, ``queuescan``)."""
     join, own_end = _candidate(stg, image_id, mb, now)
     first = join.end if join is not None else own_end
-    return first + (0.0 if stg._copy_rate is None else math.ceil(mb / stg._copy_rate))
+    return first + stg.copy_time_mb(mb)
 
 
 def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
@@ -137,7 +132,7 @@ def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
     hit = stg._ready_cache.get(key)
     if hit is not None and hit[0] == valid:
         return hit[1]
-    join, own_end = _join_candidate(stg, lease, now)
+    join, own_end = _candidate(stg, lease.image_id, lease.image_mb, now)
     first = join.end if join is not None else own_end
     copy = stg.copy_time(lease)
     out = [first + copy] * n_nodes
@@ -154,7 +149,7 @@ def stage(stg, lease: Lease, mapping: tuple, start: float, end: float, now: floa
     ready (s); ``inf`` if an image pool has no room."""
     st, pools = stg.st, stg.pools
     copy = stg.copy_time(lease)
-    join, _own_end = _join_candidate(stg, lease, now)
+    join, _own_end = _candidate(stg, lease.image_id, lease.image_mb, now)
     ready_t = now
     joined, missing = [], []
     for node in sorted(set(mapping)):

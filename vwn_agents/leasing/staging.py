@@ -28,8 +28,7 @@ import math
 import numpy as np
 
 from . import compat_staging, multicastjoin
-from .compat import haizea as compat_haizea
-from .config import LeaseConfig
+from .config import LeaseConfig, haizea as compat_haizea
 from .imagepool import ImagePools, PoolEntry
 from .model import Lease
 from .slottable import INF, Reservation, ResKind, ResState, SlotTable
@@ -80,9 +79,18 @@ class Staging:
 
     def copy_time(self, lease: Lease) -> float:
         """Seconds to copy the lease's image from the pool to its VM (0 with copy-on-write)."""
+        return self.copy_time_mb(lease.image_mb)
+
+    def copy_time_mb(self, mb: float) -> float:
+        """Seconds to copy an image of ``mb`` MB from the pool to a VM (0 with copy-on-write)."""
         if self._copy_rate is None:
             return 0.0
-        return math.ceil(lease.image_mb / self._copy_rate)
+        return math.ceil(mb / self._copy_rate)
+
+    def fifo_end(self, mb: float, now: float) -> float:
+        """End (s) of one more FIFO best-effort transfer of ``mb`` MB placed at ``now``."""
+        dur = self.transfer_time(mb, "be")
+        return self._be_start(now, dur) + dur
 
     def _usable(self, node: int, lease: Lease, t: float, use_at: float | None = None) -> PoolEntry | None:
         e = self.pools.usable(node, lease.image_id, lease.id, t, use_at)
@@ -247,9 +255,7 @@ class Staging:
         the FIFO time would be a wrong, later, ready time: session 8)."""
         if self.join and image_id is not None:
             return multicastjoin.first_ready(self, image_id, mb, now)
-        dur = self.transfer_time(mb, "be")
-        tail = self._be_start(now, dur) + dur
-        return tail + (0.0 if self._copy_rate is None else math.ceil(mb / self._copy_rate))
+        return self.fifo_end(mb, now) + self.copy_time_mb(mb)
 
     def _copies(self, lease: Lease, now: float) -> tuple:
         """((node, ready_by s), ...) of the nodes holding a copy of the lease's image it may
@@ -293,8 +299,7 @@ class Staging:
         hit = self._ready_cache.get(key)
         if hit is not None and hit[0] == valid:
             return hit[1]
-        dur = self.transfer_time(lease.image_mb, "be")
-        tail = self._be_start(now, dur) + dur
+        tail = self.fifo_end(lease.image_mb, now)
         copy = self.copy_time(lease)
         out = [tail + copy] * n_nodes
         for node, ready_by in copies:
