@@ -10,10 +10,9 @@ the same work directory reports them ended). It refuses while a node agent runs 
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from . import mounts
+from . import mounts, quota_spares
 from .node_recovery import lock_node
 
 
@@ -29,15 +28,8 @@ def cleanup(work_dir: Path, node: str) -> dict:
     lock = lock_node(work_dir, node)
     try:
         unmounted, failed = mounts.unmount_below(work_dir)
-        removed = 0
         spares = work_dir / "vwns" / ".spares"
-        if spares.is_dir() and not mounts.mounted_below(spares):
-            for p in spares.iterdir():
-                if p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-                removed += 1
+        removed = quota_spares.clean(spares) if spares.is_dir() else 0
         return {"unmounted": unmounted, "failed": failed, "spares_removed": removed}
     finally:
         lock.close()

@@ -30,6 +30,26 @@ from . import mounts, quota
 log = logging.getLogger("vgrid.node.quota")
 
 
+def clean(directory: Path) -> int:
+    """Unmount and delete everything in a spares ``directory`` (an earlier agent's spares, or
+    a retired node's: ``node_cleanup``); a mount that cannot be unmounted is logged and left
+    in place, never deleted into. Returns how many entries were removed."""
+    removed = 0
+    for p in Path(directory).iterdir():
+        if p.is_dir():
+            if os.path.ismount(p):
+                try:
+                    mounts.unmount(p)
+                except OSError as exc:
+                    log.warning("cannot unmount an old spare %s: %s", p, exc)
+                    continue
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 class SpareImages:
     """``keep`` ready quota file systems of ``size_mb`` MB in ``directory`` (module doc).
 
@@ -49,16 +69,7 @@ class SpareImages:
 
     def _clean(self) -> None:
         """Unmount and delete everything in the directory (an earlier agent's spares)."""
-        for p in self.directory.iterdir():
-            if p.is_dir():
-                if os.path.ismount(p):
-                    try:
-                        mounts.unmount(p)
-                    except OSError as exc:
-                        log.warning("cannot unmount an old spare %s: %s", p, exc)
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+        clean(self.directory)
 
     def ready(self) -> list[Path]:
         """The images ready to be taken, oldest first."""
