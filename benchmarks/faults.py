@@ -51,6 +51,7 @@ from broker.client import BrokerClient, ClientError  # noqa: E402
 from vgrid_cli.personal import ProcessImage  # noqa: E402
 from vgrid_runtime.httpclient import ErrorKind  # noqa: E402
 from vgrid_runtime.tls import TLSFiles  # noqa: E402
+from vwn_agents import mounts  # noqa: E402
 
 TERMINAL = {"Done", "Aborted", "Cancelled", "Cleared"}
 
@@ -235,16 +236,6 @@ def revive_for_cleanup(site: Site, plan: list[dict]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def unmount_leftovers(root: Path) -> list[str]:
-    """Lazily unmount whatever is still mounted under ``root`` (quota images of VWNs whose node
-    agent never came back); the mount points."""
-    with open("/proc/mounts") as f:
-        points = [line.split()[1] for line in f if line.split()[1].startswith(str(root) + "/")]
-    for point in sorted(points, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True)
-    return points
 
 
 def submit_all(url: str, creds, jobs: list[tuple[str, Path]], workers: int, patience_s: float,
@@ -456,7 +447,7 @@ def run(args, root: Path, markers: Path) -> int:
         stop.set()
         site.stop()
         revive_for_cleanup(site, plan)
-        leftovers = unmount_leftovers(root)
+        leftovers = mounts.unmount_below(root)[0]   # VWN quotas of agents never restarted
     starts, ends = count_runs(markers)
     result = summarise(acked, refused, final or {}, starts, ends)
     usage_self = resource.getrusage(resource.RUSAGE_SELF)
