@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vgrid_runtime import traces  # noqa: E402
-from vwn_agents.leasing import LeaseConfig, read_trace, simulate, uniform_site  # noqa: E402
+from vwn_agents.leasing import LeaseConfig, simulate, uniform_site  # noqa: E402
+from vwn_agents.leasing.traces import read_with_injection  # noqa: E402
 from vwn_agents.leasing.parity import ParityInputError, compare, read_haizea_csv  # noqa: E402
 
 NOVM_SR = {"backfilling": "aggressive", "suspension": "all", "suspend-rate": 50.0, "resume-rate": 50.0,
@@ -91,10 +92,7 @@ def main(argv=None) -> None:
     hz = hz or _haizea_cpu(path)
     cfg = _config(args)
     t0, c0 = time.perf_counter(), time.process_time()
-    leases = list(read_trace(trace).leases)
-    if inject:
-        offset = max((l.id for l in leases), default=0)
-        leases += read_trace(inject, id_offset=offset).leases
+    leases = read_with_injection(trace, inject)
     if args.days:
         leases = [l for l in leases if l.submit_s < args.days * 86400]
     result = simulate(leases, uniform_site(144, 1, 1024), cfg)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from vgrid_runtime import traces  # noqa: E402
 from vwn_agents.leasing import read_trace  # noqa: E402
 from vwn_agents.leasing.lwfwrite import write_lwf  # noqa: E402
+from vwn_agents.leasing.traces import read_with_injection  # noqa: E402
 from vwn_agents.leasing.tracefile import assign_images  # noqa: E402
 
 FIELDS = ("id", "type", "submit_s", "duration_s", "n_vms", "per_vm", "image_id", "image_mb", "preemptible",
@@ -35,10 +36,7 @@ FIELDS = ("id", "type", "submit_s", "duration_s", "n_vms", "per_vm", "image_id",
 
 def build(trace: str, inject: str, days: float, images: int, image_mb: float, distribution: str, seed: int) -> list:
     """The leases of the run (see module doc), in submission order."""
-    leases = list(read_trace(traces.resolve(trace), memory_mb=1024).leases)
-    if inject:
-        offset = max((l.id for l in leases), default=0)
-        leases += read_trace(traces.resolve(inject), id_offset=offset).leases
+    leases = read_with_injection(traces.resolve(trace), traces.resolve(inject) if inject else None)
     if images:
         leases = assign_images(leases, images, image_mb, distribution, seed)
     leases = sorted(leases, key=lambda l: (l.submit_s, l.id))

@@ -42,7 +42,7 @@ from vgrid_runtime.config import read_toml
 from .config import ConfigError, LeaseConfig, _BY_NAME
 from .simulate import simulate
 from .tracefile import assign_images, parse_distribution
-from .traces import TraceError, read_trace, uniform_site
+from .traces import TraceError, read_with_injection, uniform_site
 
 #: Bump when an engine change makes stored results invalid.
 ENGINE_VERSION = 1
@@ -109,11 +109,8 @@ def run_simulation(run: SimRun) -> dict:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     wl = dict(run.workload)
     site = dict(run.site)
-    workload = read_trace(run.trace, cpus_per_node=wl.get("swf-cpus-per-node", 1), memory_mb=site["mem-per-node"])
-    leases = list(workload.leases)
-    if run.inject:
-        offset = max((l.id for l in leases), default=0)
-        leases += read_trace(run.inject, id_offset=offset).leases
+    leases = read_with_injection(run.trace, run.inject, cpus_per_node=wl.get("swf-cpus-per-node", 1),
+                                 memory_mb=site["mem-per-node"])
     if run.draws_images:
         leases = assign_images(leases, wl["images"], wl.get("image-size", 4096.0),
                                wl.get("image-distribution", "uniform"), run.seed)

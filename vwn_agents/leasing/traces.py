@@ -88,6 +88,18 @@ def read_trace(path: str | Path, cpus_per_node: int = 1, memory_mb: int = 1024, 
     return read_lwf_text(text, p, id_offset)
 
 
+def read_with_injection(path: str | Path, inject: str | Path | None = None, cpus_per_node: int = 1,
+                        memory_mb: int = 1024, min_offset: int = 0) -> list[Lease]:
+    """The leases of trace ``path`` followed by those of an injected request file ``inject``
+    (an AR set, HPDC'08), whose ids are offset by the trace's largest id (at least
+    ``min_offset``) so that both keep distinct ids. Raises TraceError."""
+    leases = list(read_trace(path, cpus_per_node, memory_mb).leases)
+    if inject:
+        offset = max(max((l.id for l in leases), default=0), min_offset)
+        leases += read_trace(inject, id_offset=offset).leases
+    return leases
+
+
 def _res_vector(nodeset, path) -> tuple:
     amounts = {}
     for res in nodeset.findall("res"):
