@@ -2,9 +2,10 @@
 
 ``vgrid report --list`` lists the reports. ``sfete`` (seed 004, issue 6) is also what ``vgrid
 report`` without NAME runs; its options (``--out``, ``--seeds``, ...) are passed on unchanged to
-``gridsim_cmds.report_cmd``. The sweep reports (``hpdc08``) run their bundled spec
-(``examples/sweeps/NAME.toml``) through ``vgrid sweep``'s runner -- only the runs missing from
-``--store`` are computed -- and write ``DOCS/NAME.md`` with the tables (ours next to the paper's,
+``gridsim_cmds.report_cmd``. The sweep reports (``hpdc08``) run their bundled specs
+(``SWEEP_SPECS``: for hpdc08 the 438-run sweep ``examples/sweeps/hpdc08.toml`` and Table 1's
+Haizea-compatible rows ``hpdc08-table1.toml``, one store) through ``vgrid sweep``'s runner -- only
+the runs missing from ``--store`` are computed -- and write ``DOCS/NAME.md`` with the tables (ours next to the paper's,
 difference in percentage points) and the PNG figures.
 
 Exit codes: 0 ok; 1 runs failed (listed) or, for sfete, an acceptance check failed; 2 usage or
@@ -38,6 +39,8 @@ REPORTS = {
     "federation": ("issue 15 / seed 002 Section 4.1: the LCG trace split into three Grids, with and without "
                    "peering gateways (wait, rejected, forwarded)", "fedsim"),
 }
+#: sweep report -> its bundled specs (in SPECS_DIR), one sweep: the union of their runs
+SWEEP_SPECS = {"hpdc08": ("hpdc08.toml", "hpdc08-table1.toml")}
 #: report kind -> (module of vgrid_cli, click command) run with the remaining arguments
 _COMMANDS = {"gridsim": ("gridsim_cmds", "report_cmd"), "offline": ("offline_cmds", "table1_cmd"),
              "seed000": ("seed000_cmds", "seed000_cmd"), "fedsim": ("fedsim_cmds", "federation_cmd")}
@@ -72,27 +75,27 @@ def report_cmd(args) -> None:
               help="the SQLite result store (default NAME.sqlite); resumed: only missing runs are computed")
 @click.option("--docs", "docs_dir", type=click.Path(file_okay=False), default="docs/experiments", show_default=True,
               help="where NAME.md and the PNGs are written")
-@click.option("--spec", "spec_file", type=click.Path(dir_okay=False), default=None,
-              help="another spec than examples/sweeps/NAME.toml (e.g. a reduced one)")
+@click.option("--spec", "spec_files", type=click.Path(dir_okay=False), multiple=True,
+              help="other specs than the bundled ones (e.g. a reduced one); repeatable: the union of their runs")
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:8786)")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="LocalCluster workers (default: every core)")
 @click.option("--no-run", is_flag=True, help="compute nothing: write the page from the runs the store has")
 @click.pass_context
-def sweep_report_cmd(ctx, store_path, docs_dir, spec_file, scheduler, workers, no_run) -> None:
+def sweep_report_cmd(ctx, store_path, docs_dir, spec_files, scheduler, workers, no_run) -> None:
     """Run the report's sweep (missing runs only) and write DOCS/NAME.md with tables and PNG figures."""
     name = ctx.obj
-    _sweep_report(name, spec_file or str(SPECS_DIR / f"{name}.toml"), store_path, docs_dir, scheduler, workers,
-                  no_run)
+    specs = list(spec_files) or [str(SPECS_DIR / f) for f in SWEEP_SPECS.get(name, (f"{name}.toml",))]
+    _sweep_report(name, specs, store_path, docs_dir, scheduler, workers, no_run)
 
 
-def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers, no_run=False) -> None:
+def _sweep_report(name, spec_files: list[str], store_path, docs_dir, scheduler, workers, no_run=False) -> None:
     from vwn_agents.leasing import hpdc08, hpdc08doc
     from vwn_agents.leasing.hpdc08plots import write_figures
 
     from .sweep_run_cmds import execute
-    spec, store, summary = execute(spec_file, store_path or f"{name}.sqlite", scheduler, workers, 2,
+    runs, store, summary = execute(spec_files, store_path or f"{name}.sqlite", scheduler, workers, 2,
                                    0 if no_run else None, show=err_console.is_terminal)
-    names = {r.key(): r.configuration for r in spec.runs}
+    names = {r.key(): r.configuration for r in runs}
     rows = store.rows(keys=set(names), status="done")
     for r in rows:      # the spec names the configuration (a key is its inputs, not its name)
         r["configuration"] = names[r["key"]]
@@ -105,7 +108,7 @@ def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers, no_
         _fail(f"{reference}: {exc}", 2)
     try:
         figures = write_figures(pts, docs)
-        text = hpdc08doc.page(rows, baselines, pts, figures, summary, spec_file, haizea)
+        text = hpdc08doc.page(rows, baselines, pts, figures, summary, [_shown(f) for f in spec_files], haizea)
         (docs / f"{name}.md").write_text(text, encoding="utf-8")
     except OSError as exc:
         _fail(f"{docs}: cannot write: {exc.strerror}", 2)
@@ -118,3 +121,9 @@ def _sweep_report(name, spec_file, store_path, docs_dir, scheduler, workers, no_
                f"runs; Table 1 cells within 1 pp of the paper or Haizea 1.1: {', '.join(counts) or 'none computed'}")
     if summary["failed"]:
         raise SystemExit(1)
+
+
+def _shown(spec_file: str) -> str:
+    """A bundled spec as examples/sweeps/NAME (no machine path in the page), others as given."""
+    path = Path(spec_file)
+    return f"examples/sweeps/{path.name}" if path.resolve().parent == SPECS_DIR.resolve() else spec_file

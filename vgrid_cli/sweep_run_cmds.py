@@ -36,33 +36,43 @@ def sweep_progress(show: bool, label: str = "sweep"):
         yield update
 
 
-def execute(spec_path: str, store_path: str | None, scheduler: str | None, workers: int | None, retries: int,
+def execute(spec_paths, store_path: str | None, scheduler: str | None, workers: int | None, retries: int,
             max_runs: int | None, show: bool):
-    """Load the spec, run what is missing; returns (spec, store, summary). Exits 2 on input errors."""
+    """Load the spec(s) (a path or a list of paths), run what is missing; returns (runs, store,
+    summary). Several specs are one sweep: the union of their runs (a run two specs share, same
+    key, is run and stored once; the first spec names its configuration). Exits 2 on input errors."""
     from vwn_agents.leasing.sweeprunner import run_sweep
     from vwn_agents.leasing.sweepspec import SpecError, check_inputs, load_spec
     from vwn_agents.leasing.sweepstore import SweepStore
     from vwn_agents.leasing.traces import TraceError
-    try:
-        spec = load_spec(spec_path)
-        check_inputs(spec.runs)
-    except (SpecError, TraceError) as exc:
-        _fail(str(exc), 2)
-    except OSError as exc:
-        _fail(f"{spec_path}: {exc.strerror}", 2)
-    path = Path(store_path) if store_path else Path(f"{spec.name}.sqlite")
+    paths = [spec_paths] if isinstance(spec_paths, (str, Path)) else list(spec_paths)
+    runs, seen, name = [], set(), None
+    for spec_path in paths:
+        try:
+            spec = load_spec(spec_path)
+            check_inputs(spec.runs)
+        except (SpecError, TraceError) as exc:
+            _fail(str(exc), 2)
+        except OSError as exc:
+            _fail(f"{spec_path}: {exc.strerror}", 2)
+        name = name or spec.name
+        for r in spec.runs:
+            if r.key() not in seen:
+                seen.add(r.key())
+                runs.append(r)
+    path = Path(store_path) if store_path else Path(f"{name}.sqlite")
     try:
         store = SweepStore(path)
     except Exception as exc:  # noqa: BLE001 -- sqlalchemy/OSError: the file cannot be opened
         _fail(f"{path}: cannot open the result store: {exc}", 2)
     try:
         with sweep_progress(show) as update:
-            summary = run_sweep(spec.runs, store, scheduler=scheduler, workers=workers, retries=retries,
+            summary = run_sweep(runs, store, scheduler=scheduler, workers=workers, retries=retries,
                                 progress=update, max_runs=max_runs)
     except OSError as exc:
         _fail(f"Dask scheduler {scheduler or 'LocalCluster'}: {exc}", 2)
     summary["store"] = str(path)
-    return spec, store, summary
+    return runs, store, summary
 
 
 @click.command("sweep")
@@ -80,7 +90,7 @@ def execute(spec_path: str, store_path: str | None, scheduler: str | None, worke
 def sweep_run_cmd(spec_file, store_path, scheduler, workers, retries, max_runs, as_json) -> None:
     """Run the simulations of SPEC_FILE (TOML: traces x AR sets x configurations x seeds) on Dask,
     storing each result by the hash of its inputs; a re-run computes only what is missing."""
-    _spec, _store, s = execute(spec_file, store_path, scheduler, workers, retries, max_runs,
+    _runs, _store, s = execute(spec_file, store_path, scheduler, workers, retries, max_runs,
                                show=err_console.is_terminal and not as_json)
     if as_json:
         click.echo(json.dumps(s, indent=1))
