@@ -272,3 +272,17 @@ def test_progress_bar_on_a_tty_and_quiet_in_a_pipe(tmp_path):
         os.close(master)
     text = seen.decode("utf-8", "replace")
     assert "sweep" in text and "\u2501" in text and "0/1" in text     # the bar, runs done / total
+
+
+def test_compat_runs_are_keyed_by_the_compat_rules_version(tmp_path, monkeypatch):
+    """A change to the Haizea-compatible rules (config.COMPAT_RULES) gives compat runs new keys,
+    so a store recomputes them; own-mode keys do not move."""
+    from vwn_agents.leasing import sweepspec
+    spec = write_spec(tmp_path, grid=ARS + 'configurations = ["NOVM-NOSR", "NOVM-NOSR.haizea"]')
+    spec.write_text(spec.read_text() + '[configurations."NOVM-NOSR.haizea".general]\ncompat = "haizea-1.1"\n')
+    before = {(r.configuration, r.labels["inject"]): r.key() for r in load_spec(spec).runs}
+    monkeypatch.setattr(sweepspec, "COMPAT_RULES", sweepspec.COMPAT_RULES + 1)
+    after = {(r.configuration, r.labels["inject"]): r.key() for r in load_spec(spec).runs}
+    assert len(before) == 4
+    for (conf, inject), key in before.items():
+        assert (after[(conf, inject)] == key) == (conf == "NOVM-NOSR"), (conf, inject)

@@ -228,11 +228,16 @@ _BY_NAME = {o.name: o for o in OPTIONS}
 
 #: ``[general] compat`` value selecting Haizea 1.1's behaviour (``compat.py``, ``compat_staging.py``).
 HAIZEA_11 = "haizea-1.1"
+#: Version of the Haizea-compatible rules: bump it with any change to what compat mode schedules
+#: (compat.py, compat_staging.py, ...). Sweep keys of compat runs include it, so a store
+#: recomputes exactly those runs (``sweepspec.SimRun.key``); own-mode keys do not change.
+COMPAT_RULES = 2
 
 
 def haizea(cfg) -> bool:
     """Whether ``cfg`` (a LeaseConfig) selects Haizea 1.1's behaviour (``compat = "haizea-1.1"``)."""
     return cfg.compat == HAIZEA_11
+
 
 class LeaseConfig:
     """Validated option values; attribute access uses underscores (``cfg.suspend_rate``)."""

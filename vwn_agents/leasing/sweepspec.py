@@ -39,7 +39,7 @@ from pathlib import Path
 from vgrid_runtime import traces as catalogue
 from vgrid_runtime.config import read_toml
 
-from .config import ConfigError, LeaseConfig, _BY_NAME
+from .config import COMPAT_RULES, HAIZEA_11, ConfigError, LeaseConfig, _BY_NAME
 from .simulate import simulate
 from .tracefile import assign_images, parse_distribution
 from .traces import TraceError, read_with_injection, uniform_site
@@ -89,10 +89,13 @@ class SimRun:
         return dict(self.workload).get("images", 0) > 0
 
     def key(self) -> str:
-        """24 hex digits of SHA-256 over the inputs' contents and the configuration."""
+        """24 hex digits of SHA-256 over the inputs' contents and the configuration (and, for a
+        Haizea-compatible run, ``config.COMPAT_RULES``)."""
         blob = {"trace": file_digest(self.trace), "inject": file_digest(self.inject) if self.inject else "",
                 "options": self.options, "workload": self.workload, "site": self.site,
                 "seed": self.seed if self.draws_images else None, "engine": ENGINE_VERSION}
+        if dict(self.options).get("compat") == HAIZEA_11:
+            blob["compat_rules"] = COMPAT_RULES
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
     def params(self) -> dict:
