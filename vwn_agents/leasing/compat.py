@@ -173,7 +173,7 @@ def threshold_resume_s(sched, resume_s: float) -> float:
     :func:`reevaluate` re-places it: Haizea 1.1's ``__compute_scheduling_threshold`` adds the
     resume estimate only in state SUSPENDED_QUEUED, and ``reevaluate_schedule`` re-places a
     lease in state SUSPENDED_PENDING, so there the threshold is suspend x (1 + factor)."""
-    return 0.0 if getattr(sched, "reevaluating", False) else resume_s
+    return 0.0 if sched.reevaluating else resume_s
 
 
 def host_scorer(sched, lease, t_s: float):

@@ -67,6 +67,7 @@ class LeaseScheduler:
         self.queue: list[Lease] = []
         self.leases: dict[int, Lease] = {}
         self.future: frozenset = frozenset()
+        self.reevaluating = False   # compat: a re-evaluation is placing a lease (compat.threshold_resume_s)
         self.children: dict[int, list[Lease]] = {}  # serial best-effort: parent id -> one-VM leases
         self._sub_ids = itertools.count(10**12)
         self._slots_cache: dict = {}
