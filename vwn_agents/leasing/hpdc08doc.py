@@ -35,8 +35,9 @@ NOTES = """## Differences explained
   30 % is Haizea 1.1's own 30-day run lease for lease (5,399 / 5,399 leases, 291 / 291 AR decisions,
   3,337,519 s on both sides), 0.23 pp from the issue's Haizea figure at 10 %; on the first 8 days with the 10 / 20 %
   ARs it is Haizea 1.1 lease for lease and node for node (1,749 / 1,749 and 1,779 / 1,779 leases,
-  29 / 29 and 59 / 59 AR decisions); at 20 % on 30 days it is 3.06 pp above the paper, where
-  Haizea was not run on 30 days. The NOVM-NOSR
+  29 / 29 and 59 / 59 AR decisions); at 20 % it is Haizea 1.1's own 30-day run lease for lease
+  (session 9: 5,300 / 5,300 leases, 192 / 192 AR decisions, 2,981,041 s = +11.72 % on both sides),
+  so Haizea 1.1 itself is 3.06 pp above the paper there. The NOVM-NOSR
   cells of vgrid's own mode are closer to the paper than Haizea 1.1's own (+0.08 / -0.15 / +0.16
   pp); its rules differ from Haizea's in the places listed in docs/leasing.md (among them: a
   cancelled lease keeps running until the AR starts, where Haizea stops it when it accepts the AR,
@@ -198,11 +199,6 @@ CELL_NOTES: dict = {
     ("", "VM-MULT", 20): _TRANSFER, ("", "VM-MULT", 30): _TRANSFER,
     ("", "VM-REUSE-UNIFORM", 20): _REUSE, ("", "VM-REUSE-UNIFORM", 30): _REUSE,
     ("", "VM-REUSE-SKEWED", 20): _REUSE, ("", "VM-REUSE-SKEWED", 30): _REUSE,
-    (".haizea", "NOVM-NOSR", 20): (
-        "not explained: Haizea 1.1 was not run on 30 days at 20 % (on the first 8 days with the 20 % ARs it "
-        "gives every lease the same start, end and nodes as this mode, and rejects the same 2 ARs); at 10 / 30 % "
-        "this mode is +0.23 pp from the issue's Haizea 1.1 figure and, at 30 %, Haizea 1.1's own run lease for "
-        "lease, so whether Haizea too is about 3 pp above the paper here is open."),
     (".haizea", "VM-MULT", 20): _VM_COMPAT, (".haizea", "VM-MULT", 30): _VM_COMPAT,
     (".haizea", "VM-REUSE-UNIFORM", 30): _VM_COMPAT,
 }
