@@ -276,9 +276,10 @@ def _may_resume(sched, lease, now: float) -> bool:
     reservation). ``_place`` then tries two placements, both starting now: on the lease's own
     nodes (``_earliest_same_nodes``: n slots on those nodes free for min(base, threshold) s) and,
     with migration, anywhere for that length plus the migration estimate (``Mapper.earliest``
-    with ``allow_future`` off counts exactly those slots at ``now``). Upper bounds of both counts
-    (``Mapper.count_now_upper``, ``count_on_nodes_upper``; arrays from before this pass's
-    placements) below n VMs mean both fail. True when two of its VMs were on one node
+    with ``allow_future`` off counts exactly those slots at ``now``). Fewer than n slots for the
+    migration (``Mapper.count_now_upper``) and a node of its own without a slot for the shorter
+    length (``Mapper.each_node_free_upper``; both over arrays from before this pass's
+    placements) mean both fail. True when two of its VMs were on one node
     (``_earliest_same_nodes`` then asks the nodes directly), and where ``compat_staging`` rule 4
     places a resumption that may migrate at Haizea's migration estimate, later than now
     (compat mode, ``migration = yes``, image transfers). Issue 16: at rho = 30 % the resumptions
@@ -293,7 +294,7 @@ def _may_resume(sched, lease, now: float) -> bool:
         return True
     if len(set(lease.mapping)) < len(lease.mapping):
         return True
-    return sched.mapper.count_on_nodes_upper(need, now, same, lease.mapping) >= n
+    return sched.mapper.each_node_free_upper(need, now, same, lease.mapping)
 
 
 def _resume_lengths(sched, lease) -> tuple:
@@ -330,16 +331,9 @@ def _may_start(sched, lease, now: float) -> bool:
     the test ``Mapper.earliest`` makes (enough VM slots, on nodes whose image is ready, free
     for the minimum slot length from ``now`` or from one of the nodes' ready times), done on
     cached ready times (``Staging._ready``) and without building candidate matrices. Skips
-    most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE).
-    Every start lies in [now, ``Staging.latest_ready``], so too few slots free for the slot
-    length at any instant of that window (``Mapper.count_window_upper``) is a no without the
-    ready times (session 9: half the noes of a VM-REUSE run; not in Haizea-compatible mode)."""
+    most of a long queue behind a saturated image link (issue 16: HPDC'08 VM-MULT / VM-REUSE)."""
+    _, ready, times, memo = sched.staging._ready(lease, now, len(sched.nodes))
     length = min_slot_length(sched, lease)
-    stg = sched.staging
-    if not stg._haizea and sched.mapper.count_window_upper(lease.per_vm, now, stg.latest_ready(lease, now),
-                                                           length) < lease.n_vms:
-        return False
-    _, ready, times, memo = stg._ready(lease, now, len(sched.nodes))
     if memo.get("version") != sched.st.version:    # answers hold for these ready times and slots
         memo.clear()
         memo["version"] = sched.st.version

@@ -39,7 +39,6 @@ class Mapper:
         self._free_memo: dict = {}  # need -> (slot-table version, {t: sorted slot ends, a list})
         self._upper_memo: dict = {}  # need -> (slot-table shrink version, {t: sorted slot ends})
         self._stale_memo: dict = {}  # need -> (version of the built arrays, {t: sorted slot ends})
-        self._window_memo: dict = {}  # need -> (version of the built arrays, {(now, t_hi): sorted lengths})
 
     # ------------------------------------------------------------ fixed interval (ARs)
     def map_interval(self, need: tuple, n: int, t1: float, t2: float, score=None,
@@ -267,34 +266,23 @@ class Mapper:
             g = self._global_cache[need]
         return g
 
-    def count_on_nodes_upper(self, need: tuple, now: float, length: float, nodes) -> int:
-        """An upper bound of the VM slots of ``need`` on ``nodes`` (indices) free over
-        [now, now + length) (s): what ``earliest(..., only_nodes=nodes, allow_future=False)``
-        counts at ``now`` (issue 16, session 9: resumptions on their own nodes)."""
-        g = self._upper_arrays(need)
-        K = g["K"]
-        idx = (np.asarray(nodes, dtype=np.int64)[:, None] * K + np.arange(K)).ravel()
-        A, B = g["A"][idx], g["B"][idx]
-        return int(np.count_nonzero((A <= now) & (B > now) & (B >= now + length)))
-
-    def count_window_upper(self, need: tuple, now: float, t_hi: float, length: float) -> int:
-        """An upper bound of max over t in [now, t_hi] of ``count_free_at(need, t, length)``:
-        the slots open by ``t_hi`` (A <= t_hi, B > now) that stay free for ``length`` s from
-        max(A, now), i.e. B - max(A, now) >= length (s; with a margin of 1 ms so that the float
-        test ``B >= t + length`` of any start t >= max(A, now) implies it). Over the arrays
-        as last built (``_upper_arrays``); one sort per (build, now, t_hi), then a bisect.
-        Issue 16, session 9: ``besteffort._may_start`` answers most noes with it before
-        computing a lease's per-node ready times."""
-        g = self._upper_arrays(need)
-        memo = self._window_memo.get(need)
-        if memo is None or memo[0] != g["version"] or len(memo[1]) > 256:
-            memo = self._window_memo[need] = (g["version"], {})
-        d = memo[1].get((now, t_hi))
-        if d is None:
-            A, B = g["A"], g["B"]
-            sel = (A <= t_hi) & (B > now)
-            d = memo[1][(now, t_hi)] = np.sort(B[sel] - np.maximum(A[sel], now) + 1e-3).tolist()
-        return len(d) - bisect.bisect_left(d, length)
+    def each_node_free_upper(self, need: tuple, now: float, length: float, nodes) -> bool:
+        """False only if one of ``nodes`` (indices) has no VM slot of ``need`` free over
+        [now, now + length) (s) in the arrays as last built (``_upper_arrays``), tested with a
+        margin of 1 ms (so both float forms, ``B >= now + length`` and ``B - now >= length``,
+        imply it): then one VM on each of them cannot start now (issue 16, session 9:
+        resumptions on their own nodes, ``besteffort._may_resume``). Stops at the first such
+        node."""
+        per_node = self._upper_arrays(need)["per_node"]
+        t = now + length - 1e-3
+        for node in nodes:
+            a, b = per_node[node]
+            for x, y in zip(a, b):
+                if x <= now < y and y >= t:
+                    break
+            else:
+                return False
+        return True
 
     # ------------------------------------------------------------ earliest start
     def earliest(self, need: tuple, n: int, duration: float, now: float, min_duration: float | None = None,

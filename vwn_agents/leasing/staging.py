@@ -55,8 +55,6 @@ class Staging:
         self.naive: list[Reservation] = []
         self._ready_cache: dict = {}
         self._copies_cache: dict = {}
-        self._latest_cache: dict = {}   # latest_ready: (image, owner[, now]) -> (copies version, latest ready_by s)
-        self._tail_cache: dict = {}     # latest_ready: (MB, now) -> ((tail, version), FIFO end s, copy s)
         # Configuration read once (issue 16: LeaseConfig's attribute lookup was a tenth of a
         # VM-MULT run): link bandwidths in MB/s, the local copy rate (None: no copy).
         self._bw = {"ar": config.link_bandwidth_mbs("ar"), "be": config.link_bandwidth_mbs("be")}
@@ -279,31 +277,6 @@ class Staging:
             self._copies_cache.clear()
         self._copies_cache[key] = (version, tuple(part))
         return self._copies_cache[key][1]
-
-    def latest_ready(self, lease: Lease, now: float) -> float:
-        """An upper bound (s) of every finite per-node ready time ``_ready`` gives the lease:
-        max(one more FIFO transfer's end, now, the latest usable copy's ``ready_by``) + the copy
-        time (a joined multicast ends before the FIFO transfer). The latest copy is kept per
-        image while its copies stay as they are (``ImagePools.copies_version``), the FIFO end
-        per (MB, now) while the tail (on a shared link: the slot table) does. Not for
-        Haizea-compatible mode (``compat_staging`` rules may add other ready times). Issue 16,
-        session 9: bounds ``besteffort._may_start`` without the per-node ready times."""
-        key = (lease.image_id, None if self.pools.reuse else lease.id,
-               now if self.pools.remove_on_expire else None)
-        version = self.pools.copies_version(lease.image_id, lease.id)
-        hit = self._latest_cache.get(key)
-        if hit is None or hit[0] != version:
-            if len(self._latest_cache) > 4096:
-                self._latest_cache.clear()
-            hit = self._latest_cache[key] = (version, max((rb for _, rb in self._copies(lease, now)), default=-INF))
-        mb = lease.image_mb
-        valid = (self.be_tail, self.st.version if self._versioned else None)
-        tail = self._tail_cache.get((mb, now))
-        if tail is None or tail[0] != valid:
-            if len(self._tail_cache) > 64:
-                self._tail_cache.clear()
-            tail = self._tail_cache[(mb, now)] = (valid, self.fifo_end(mb, now), self.copy_time_mb(mb))
-        return max(tail[1], now, hit[1]) + tail[2]
 
     def _ready(self, lease: Lease, now: float, n_nodes: int) -> tuple:
         """(per-node ready times as a tuple, the same as a numpy array, their distinct values, a
