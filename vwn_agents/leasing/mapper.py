@@ -98,7 +98,7 @@ class Mapper:
                 if not blk:
                     break
             else:
-                return _complement_of_union(lst)
+                return _complement_of_spans([(r.start, r.end) for r in lst])
         return _sweep(lst, node, cap, need, m)
 
     def slot_arrays(self, need: tuple):
@@ -272,11 +272,9 @@ class Mapper:
 
     def each_node_free_upper(self, need: tuple, now: float, length: float, nodes) -> bool:
         """False only if one of ``nodes`` (indices) has no VM slot of ``need`` free over
-        [now, now + length) (s) in the arrays as last built (``_upper_arrays``), tested with a
-        margin of 1 ms (so both float forms, ``B >= now + length`` and ``B - now >= length``,
-        imply it): then one VM on each of them cannot start now (issue 16, session 9:
-        resumptions on their own nodes, ``besteffort._may_resume``). Stops at the first such
-        node."""
+        [now, now + length) (s) in the arrays as last built (``_upper_arrays``; 1 ms margin, so
+        both float forms ``B >= now + length`` and ``B - now >= length`` imply it): then one VM
+        on each cannot start now (issue 16, session 9: ``besteffort._may_resume``)."""
         per_node = self._upper_arrays(need)["per_node"]
         t = now + length - 1e-3
         for node in nodes:
@@ -435,8 +433,8 @@ def _blocking_spans(res: list, node: int, cap: tuple, need: tuple) -> list | Non
 
 
 def _complement_of_spans(spans: list) -> tuple[list, list]:
-    """``_complement_of_union`` of (start, end) pairs (sorted in place): ([-inf], [inf]) when
-    there are none."""
+    """The one slot of a node where every reservation, (start, end) in ``spans`` (sorted in
+    place), alone leaves no room: free outside their union; ([-inf], [inf]) when none."""
     spans.sort()
     A, B = [-INF], []
     cur_end = -INF
@@ -450,12 +448,6 @@ def _complement_of_spans(spans: list) -> tuple[list, list]:
             A[-1] = b
     B.append(INF)
     return A, B
-
-
-def _complement_of_union(lst: list) -> tuple[list, list]:
-    """The one slot of a node where every reservation alone leaves no room: free outside the
-    union of the reservations."""
-    return _complement_of_spans([(r.start, r.end) for r in lst])
 
 
 def _sweep(lst: list, node: int, cap: tuple, need: tuple, m: int) -> tuple[list, list]:
