@@ -12,8 +12,9 @@ reuse ones with ``diskimage-cache-full = uncached``), which the golden digests o
   of a pending multicast of its image when that ends before one more FIFO transfer; the scan
   used the FIFO time and answered no where ``_may_start`` says yes (202 of 2,639 answers wrong on
   the 250-lease VM-MULT input below before the fix). Every answer must equal the definition;
-* ``besteffort._may_resume`` (a suspended lease skipped when too few VM slots are free now):
-  whenever it says no, placing the lease (in a transaction, rolled back) must fail too.
+* ``besteffort._may_resume`` (a suspended lease skipped when too few VM slots are free now for
+  each of its two placements, session 9): whenever it says no, placing the lease (in a
+  transaction, rolled back) must fail too.
 """
 import hashlib
 import json
@@ -125,6 +126,29 @@ def test_may_resume_no_means_the_resumption_cannot_be_placed():
         m.setattr(besteffort, "_may_resume", _checked_may_resume(counts))
         simulate(workload(500, "uniform"), uniform_site(144, 1, 1024), LeaseConfig(GOLDEN["VM-REUSE-UNIFORM"][0]))
     assert counts[False] > 0
+
+
+def test_may_resume_bounds_each_path_and_skips_more_than_one_bound_for_both():
+    """Session 9: each resumption path is bounded with its own length (own nodes; elsewhere
+    with the migration estimate). On the same calls, the session 8 bound (VM slots free now
+    for the minimum slot length, ``min_slot_length``) would have let more resumptions be
+    tried; every no is a failed placement (checked as above)."""
+    counts = {True: 0, False: 0}
+    seen = {"session8_no": 0, "no": 0}
+    checked = _checked_may_resume(counts)
+
+    def compared(sched, lease, now):
+        got = checked(sched, lease, now)
+        length = besteffort.min_slot_length(sched, lease)
+        old = (sched.mapper.count_now_upper(lease.per_vm, now, length) >= lease.n_vms
+               or len(set(lease.mapping)) < len(lease.mapping))
+        seen["session8_no"] += not old
+        seen["no"] += not got
+        return got
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(besteffort, "_may_resume", compared)
+        simulate(workload(500, "uniform"), uniform_site(144, 1, 1024), LeaseConfig(GOLDEN["VM-REUSE-UNIFORM"][0]))
+    assert seen["no"] > seen["session8_no"] > 0, seen
 
 
 @SETTINGS

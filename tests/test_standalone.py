@@ -34,6 +34,7 @@ def test_no_file_refers_to_a_shared_directory_outside_the_repository():
     ("jdl_eval.py", ["--jdl-dir", "{tmp}", "--seconds", "0.01"], "{tmp}/01_hostname_nobrackets.jdl"),
     ("grid_sim.py", ["--trace", "{tmp}/LCG.swf.gz"], "{tmp}/LCG.swf.gz"),
     ("lease_engine.py", ["--days", "30", "--inject", "{tmp}/ar.lwf"], "{tmp}/ar.lwf"),
+    ("hpdc08_run.py", ["NOVM-SR", "none", "--spec", "{tmp}/hpdc08.toml"], "{tmp}/hpdc08.toml"),
 ])
 def test_a_benchmark_without_its_input_names_it_and_reports_nothing(tmp_path, script, args, named):
     args = [a.format(tmp=tmp_path) for a in args]

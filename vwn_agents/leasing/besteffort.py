@@ -273,19 +273,57 @@ def schedule_queue(sched, now: float) -> None:
 
 def _may_resume(sched, lease, now: float) -> bool:
     """False when a suspended lease certainly cannot be resumed now (without a future
-    reservation): fewer VM slots free from ``now`` for its minimum slot length than it has VMs
-    (``Mapper.count_now_upper``, a bound from before this pass's placements). Every path of
-    ``_place`` for a resumption without ``allow_future`` needs that many such slots (on its own
-    nodes: a subset; elsewhere: a longer slot, with the migration), unless two of its VMs were
-    on one node (``_earliest_same_nodes`` then asks the nodes directly): then True. Always True
-    where ``compat_staging`` rule 4 places a resumption that may migrate at Haizea's migration
-    estimate, later than now (compat mode, ``migration = yes``, image transfers). Issue 16, session 8: at rho = 30 %
-    the resumptions tried in every queue pass were 46-60 % of a run."""
+    reservation). ``_place`` then tries two placements, both starting now: on the lease's own
+    nodes (``_earliest_same_nodes``: n slots on those nodes free for min(base, threshold) s) and,
+    with migration, anywhere for that length plus the migration estimate (``Mapper.earliest``
+    with ``allow_future`` off counts exactly those slots at ``now``). Fewer than n slots for the
+    migration (``Mapper.count_now_upper``) and a node of its own without a slot for the shorter
+    length (``Mapper.each_node_free_upper``; both over arrays from before this pass's
+    placements) mean both fail. True when two of its VMs were on one node
+    (``_earliest_same_nodes`` then asks the nodes directly), and where ``compat_staging`` rule 4
+    places a resumption that may migrate at Haizea's migration estimate, later than now
+    (compat mode, ``migration = yes``, image transfers). Issue 16: at rho = 30 % the resumptions
+    tried in every queue pass were 46-60 % of a run (session 8: one bound for both paths, from
+    the minimum slot length); session 9: each path's own length, three quarters of the
+    remaining tries failed."""
     if compat_staging.haizea_migration(sched, True):   # placed at Haizea's migration estimate,
         return True                                     # not only now: the bound does not hold
-    if sched.mapper.count_now_upper(lease.per_vm, now, min_slot_length(sched, lease)) >= lease.n_vms:
+    same, moved = _resume_lengths(sched, lease)
+    need, n = lease.per_vm, lease.n_vms
+    if moved is not None and sched.mapper.count_now_upper(need, now, moved) >= n:
         return True
-    return len(set(lease.mapping)) < len(lease.mapping)
+    if len(set(lease.mapping)) < len(lease.mapping):
+        return True
+    return sched.mapper.each_node_free_upper(need, now, same, lease.mapping)
+
+
+def _resume_lengths(sched, lease) -> tuple:
+    """(length s on its own nodes, length s elsewhere or None without migration): the
+    ``need_len`` of the two ``Mapper.earliest`` calls ``_place`` makes for a resumption that is
+    not suspended in place, with the same float operations. Kept per lease while its time run,
+    its nodes and ``sched.reevaluating`` (compat) stay as they are."""
+    key = (lease.time_run, lease.mapping, getattr(sched, "reevaluating", False))
+    cache = sched.__dict__.setdefault("_resume_length_cache", {})
+    hit = cache.get(lease.id)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    if len(cache) > 65536:
+        cache.clear()
+    cfg = sched.cfg
+    r_est, s_est, m_est = _estimates(sched, lease, True)
+    base = r_est + lease.remaining_s
+    min_dur = None
+    if can_suspend(lease, cfg):
+        min_dur = scheduling_threshold(s_est + compat.threshold_resume_s(sched, r_est), sched.threshold_factor,
+                                       cfg.force_scheduling_threshold)
+    same = base if min_dur is None else min(base, min_dur)
+    if cfg.migration == "no":
+        moved = None
+    else:
+        dur = base + m_est
+        moved = dur if min_dur is None else min(dur, min_dur + m_est)
+    cache[lease.id] = (key, (same, moved))
+    return same, moved
 
 
 def _may_start(sched, lease, now: float) -> bool:

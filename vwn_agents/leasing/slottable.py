@@ -69,7 +69,7 @@ class Reservation:
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
     state: ResState = ResState.SCHEDULED
     id: int = 0
-    blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: (node, need) -> no room left
+    blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: _block_key(node, need) -> no room left
 
     def __repr__(self) -> str:
         lid = self.lease.id if self.lease is not None else "-"

@@ -106,10 +106,9 @@ class SimRun:
                 "site": dict(self.site)}
 
 
-def run_simulation(run: SimRun) -> dict:
-    """Read the inputs, simulate, return the RESULT_FIELDS (seconds, counts, fractions).
-    Raises TraceError / ConfigError for bad inputs (a failed run, reported by the runner)."""
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+def simulate_run(run: SimRun) -> tuple[list, object]:
+    """Read the run's inputs and simulate them: (the leases read, the simulation result).
+    Raises TraceError / ConfigError for bad inputs."""
     wl = dict(run.workload)
     site = dict(run.site)
     leases = read_with_injection(run.trace, run.inject, cpus_per_node=wl.get("swf-cpus-per-node", 1),
@@ -118,7 +117,14 @@ def run_simulation(run: SimRun) -> dict:
         leases = assign_images(leases, wl["images"], wl.get("image-size", 4096.0),
                                wl.get("image-distribution", "uniform"), run.seed)
     cfg = LeaseConfig(dict(run.options), f"<configuration {run.configuration}>")
-    result = simulate(leases, uniform_site(site["nodes"], site["cpus-per-node"], site["mem-per-node"]), cfg)
+    return leases, simulate(leases, uniform_site(site["nodes"], site["cpus-per-node"], site["mem-per-node"]), cfg)
+
+
+def run_simulation(run: SimRun) -> dict:
+    """Read the inputs, simulate, return the RESULT_FIELDS (seconds, counts, fractions).
+    Raises TraceError / ConfigError for bad inputs (a failed run, reported by the runner)."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    leases, result = simulate_run(run)
     m = result.report()["metrics"]
     sched_leases = result.scheduler.leases.values()
     return {"all_best_effort_s": m["all_best_effort_s"], "ar_accepted": m["ar_accepted"],
