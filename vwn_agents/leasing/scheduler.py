@@ -52,7 +52,7 @@ class LeaseScheduler:
         self.pools = ImagePools(len(nodes), self.st, reuse=config.diskimage_reuse == "image-caches",
                                 capacity_mb=config.diskimage_cache_size,
                                 remove_on_expire=config.diskimage_cache_expire,
-                                when_full=config.diskimage_cache_full)
+                                when_full=config.diskimage_cache_full, purge_on_arrival=compat.haizea(config))
         self.staging = Staging(self.st, self.pools, config)
         if config.policy_preemption in SET_POLICIES:  # seed 002: local requests preempt candidate sets
             self.policy, self.set_policy = None, candidate_set_policy(config.policy_preemption)
