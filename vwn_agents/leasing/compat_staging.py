@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import math
 
+from .compat_order import haizea_node_order
 from .config import haizea
 from .model import MEM, resource_vector
 from .slottable import INF
@@ -165,6 +166,15 @@ class GreedyScore:
     def __init__(self, st, lease, t_start: float) -> None:
         self.st, self.lease, self.t_start = st, lease, t_start
         self._memo: dict = {}
+        self._ready = None
+
+    def order_by(self, ready) -> None:
+        """Rule 14: equal scores in Haizea's set order of the nodes ready by the start
+        (``ready``: per-node earliest starts, s, of ``__schedule_asap``'s first pass), or by
+        node index (None: the future pass, where Haizea passes no node set)."""
+        if ready is not self._ready:
+            self._ready = ready
+            self._memo = {}
 
     def at(self, s: float):
         hit = self._memo.get(s)
@@ -178,11 +188,17 @@ class GreedyScore:
                     into.setdefault(node, []).append(r)
         scores: dict = {}
         requested = self.lease.duration_s
+        pos = None
+        if self._ready is not None:
+            ready = self._ready
+            pos = haizea_node_order(sorted((n for n in range(len(ready)) if ready[n] <= s),
+                                           key=lambda n: (ready[n], n)))
 
         def score(node: int, hostable: int) -> tuple:
             got = scores.get(node)
             if got is None:
-                got = scores[node] = (self._score(node, s, into.get(node, ()), requested),)
+                got = (self._score(node, s, into.get(node, ()), requested),)
+                got = scores[node] = got if pos is None else got + (-pos.get(node, node),)
             return got
         self._memo = {s: score}
         return score
@@ -258,11 +274,15 @@ def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow
     mode with a future reservation allowed, rule 11's two passes."""
     mapper = sched.mapper
     sched.haizea_future_pass = False
+    if ready is not None and hasattr(score, "order_by"):   # GreedyScore: compat mode only
+        score.order_by(ready)
     if ready is None or not allow_future or not haizea(sched.cfg):
         return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
     if found is not None:
         return found
+    if hasattr(score, "order_by"):
+        score.order_by(None)
     sched.haizea_future_pass = True
     last = max((t for t in ready if t < INF), default=now)
     return mapper.earliest(need, n, base, max(now, last), min_dur, ready, None, True, score)
