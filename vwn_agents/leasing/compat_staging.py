@@ -162,6 +162,7 @@ class GreedyScore:
     the image transfers it receives (``dest``) for the lease that created them."""
 
     horizon = 4
+    score_order = True   # rule 15: the mapper takes nodes in score order, even short ones
 
     def __init__(self, st, lease, t_start: float) -> None:
         self.st, self.lease, self.t_start = st, lease, t_start
