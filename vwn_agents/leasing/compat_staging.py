@@ -121,6 +121,28 @@ def forget_copies(sched, lease, now: float) -> None:
     sched.staging.pools.drop_private(lease.image_id, lease.id, now)
 
 
+def cancel_transfers(sched, lease) -> None:
+    """Rule 16: a lease preempted (cancelled and queued again) while its own image transfer
+    is under way leaves it, and a transfer nobody else rides on is cancelled: Haizea's
+    ``__remove_transfers`` drops the lease from every transfer in its list, started or not
+    (``cancel_preparation``), and removes the emptied ones from the slot table. vgrid's
+    ``unschedule`` leaves a started transfer alone. Inside the caller's transaction."""
+    stg = sched.staging
+    if not stg.enabled:
+        return
+    for res in list(sched.st.of_lease(lease)):
+        if res.kind is not ResKind.TRANSFER or res.state is not ResState.ACTIVE:
+            continue
+        others = [u for u in res.users if u != lease.id]
+        if others:
+            sched.st.set(res, "users", others)
+            continue
+        sched.st.remove(res)
+        stg.pools.forget_transfer(res)
+        if stg.pending is not None:
+            stg.pending.changed(res.image_id)
+
+
 def haizea_migration(sched, resuming: bool) -> bool:
     """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
     cfg = sched.cfg
