@@ -88,6 +88,21 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    table is full. Skipping rest of queue."), even though a lease whose images arrive later
    could be placed then without a future reservation; vgrid tries every lease. Applied with
    image transfers (without them a lease that is not future starts now, so nothing changes).
+13. Pools make room when an image arrives (``compat_pools.py``, ``diskimage-reuse =
+   image-caches``): Haizea's ``_add_diskimages`` purges the oldest unused image (smallest
+   ``timeout``) of a full pool at the arrival, or caches nothing; vgrid flags victims when it
+   plans the transfer, so they cannot be reused meanwhile.
+14. Equal host scores (:meth:`GreedyScore.order_by`, ``compat_order.py``): Haizea's stable sort
+   keeps the iteration order of the Python 2.7 set of the nodes ready by the start, which is
+   not ascending for a subset of high node ids (reuse: the nodes holding the image).
+15. Nodes in score order (``GreedyScore.score_order``, read by ``Mapper.earliest``): Haizea's
+   ``GreedyMapper`` with suspension allowed takes the best-scored nodes even when one is free
+   for less than the full duration (the lease then ends early, suspended); vgrid prefers nodes
+   free for the whole duration when there are enough.
+16. A lease preempted while its own image is on its way (:func:`cancel_transfers`): Haizea's
+   ``__preempt_lease`` cancels and requeues it (``cancel_preparation`` removes the transfer
+   under way when nobody else rides on it); vgrid treated the started transfer like a
+   resumption under way and refused to preempt, so the AR was rejected.
 """
 from __future__ import annotations
 
