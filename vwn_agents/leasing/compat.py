@@ -100,7 +100,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         sched.unschedule(lease, now)
         requeue.append(lease)
         return True
-    if any(r.state is ResState.ACTIVE and r is not vm and r.kind is not ResKind.TRANSFER for r in resv):
+    if any(r.state is ResState.ACTIVE and r is not vm and r.kind not in (ResKind.TRANSFER, ResKind.COPY) for r in resv):
         return False          # resuming or migrating right now (an image on its way: rule 16)
     s_time = suspend_time(lease, vm.mapping, cfg)
     if (can_suspend(lease, cfg) and sched.enactment_supports_suspend
@@ -150,6 +150,15 @@ def reevaluate(sched, now: float, place) -> None:
             sched.reevaluating = False
         if not placed:
             sched.requeue(lease)
+
+
+def copy_step(sched, res, t: float) -> None:
+    """A start or end of one of Haizea 1.1's migration rounds (``ResKind.COPY``,
+    ``compat_staging.migration_rounds``): a time step at which Haizea processes its queue;
+    the round leaves the slot table at its end."""
+    sched._dirty = True
+    if res.state is ResState.ACTIVE and t >= res.end:
+        sched.st.remove(res)
 
 
 def live_plan(sched, lease, now: float) -> list:

@@ -103,6 +103,11 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    ``__preempt_lease`` cancels and requeues it (``cancel_preparation`` removes the transfer
    under way when nobody else rides on it); vgrid treated the started transfer like a
    resumption under way and refused to preempt, so the AR was rejected.
+17. The migration's time steps (:func:`migration_rounds`): with rule 4 Haizea still puts the
+   migration's image and memory rounds in its slot table (they end well before its estimate),
+   and its clock stops at their starts and ends, so the queue is processed there (3 days of
+   VM-MULT: lease 1156's resumption placed at t = 242,531 s, the end of lease 1177's image
+   round, where vgrid waited for the next event, 39 s later).
 """
 from __future__ import annotations
 
@@ -111,8 +116,9 @@ import math
 from .compat_order import haizea_node_order
 from .config import haizea
 from .model import MEM, resource_vector
+from .preemption import migration_rounds as rounds_of
 from .slottable import INF
-from .slottable import ResKind, ResState
+from .slottable import Reservation, ResKind, ResState
 
 
 def transfer_time(mb: float, mb_per_s: float) -> float:
@@ -169,6 +175,25 @@ def migration_ready(lease, cfg, now: float) -> float:
     bw = cfg.imagetransfer_bandwidth / 8.0
     per_vm = math.ceil(lease.image_mb / bw) + math.ceil(lease.per_vm[MEM] / bw)
     return now + lease.n_vms * per_vm
+
+
+def migration_rounds(lease, mapping: tuple, cfg, now: float) -> list:
+    """Rule 17: Haizea 1.1's migration reservations of a resumption placed by rule 4 on
+    ``mapping`` at ``now`` (s), as time steps only (``ResKind.COPY``, no resources): the disk
+    image rounds, then the memory rounds, back to back from ``now``
+    (``ImageTransferPreparationScheduler.schedule_migration``, then
+    ``VMScheduler.schedule_migration``); each round moves VMs between pairs of nodes sharing no
+    node (``preemption.migration_rounds``) in ceil(MB / bw) s, bw = ``imagetransfer-bandwidth``
+    / 8 MB/s. Haizea's clock stops at each of their starts and ends and processes its queue
+    there; vgrid passes over the queue at those times too (``compat.copy_step``). None
+    when no VM changes node."""
+    k = rounds_of(lease.mapping, mapping)
+    bw = cfg.imagetransfer_bandwidth / 8.0
+    out, t = [], now
+    for dur in [math.ceil(lease.image_mb / bw)] * k + [math.ceil(lease.per_vm[MEM] / bw)] * k:
+        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping))
+        t += dur
+    return out
 
 
 def _transfers(st, links, now: float) -> list:

@@ -84,6 +84,7 @@ class LeaseScheduler:
             ResKind.VM: (self._start_vm, self._end_vm),
             ResKind.SUSPEND: (self._start_suspend, self._end_suspend),
             ResKind.HOLD: (self._noop, lambda res, t: frozenhold.ended(self, res, t)),
+            ResKind.COPY: (lambda res, t: compat.copy_step(self, res, t),) * 2,   # compat_staging rule 17
         }
 
     @property
@@ -236,7 +237,7 @@ class LeaseScheduler:
     def unschedule(self, lease: Lease, now: float) -> None:
         """Remove a lease's reservations that have not started (and its staging)."""
         for r in self.st.of_lease(lease):
-            if r.kind is not ResKind.TRANSFER and r.state is ResState.SCHEDULED:
+            if r.kind is not ResKind.TRANSFER and (r.state is ResState.SCHEDULED or r.kind is ResKind.COPY):
                 self.st.remove(r)
         self.staging.unstage(lease, now)
         if lease.id in self.future:
