@@ -140,3 +140,23 @@ def test_every_node_of_the_site_is_ascending():
     nodes = list(range(144))
     pos = haizea_node_order(nodes[::-1])
     assert sorted(pos, key=pos.get) == nodes
+
+
+def test_migration_rounds_are_haizeas_image_then_memory_rounds():
+    """Rule 17: 2 VMs moving to 2 other nodes at 80 Mb/s: one image round of ceil(4,096 / 10)
+    = 410 s, then one memory round of ceil(1,024 / 10) = 103 s, from now; time steps only."""
+    from vwn_agents.leasing import LeaseConfig
+    from vwn_agents.leasing.compat_staging import migration_rounds
+    from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
+    from vwn_agents.leasing.slottable import ResKind
+
+    lease = Lease(id=7, type=LeaseType.BEST_EFFORT, submit_s=0.0, duration_s=100.0, n_vms=2,
+                  per_vm=resource_vector(cpu=100, memory=1024), image_id="image_1", image_mb=MB)
+    lease.mapping = (36, 37)
+    cfg = LeaseConfig({"imagetransfer-bandwidth": 80.0})
+    rounds = migration_rounds(lease, (104, 105), cfg, 1000.0)
+    assert [(r.kind, r.start, r.end, r.use) for r in rounds] == [
+        (ResKind.COPY, 1000.0, 1410.0, {}), (ResKind.COPY, 1410.0, 1513.0, {})]
+    assert migration_rounds(lease, (37, 36), cfg, 1000.0) == []     # no VM changes node
+    # one node in common: the other VM moves, one round each
+    assert [(r.start, r.end) for r in migration_rounds(lease, (37, 50), cfg, 0.0)] == [(0.0, 410.0), (410.0, 513.0)]
