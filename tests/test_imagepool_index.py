@@ -73,11 +73,13 @@ def check_equal(pools: ImagePools, seen: dict) -> None:
 
 
 @SETTINGS
-@given(reuse=st.booleans(), capacity=st.sampled_from([0.0, 250.0]), strict=st.booleans(),
+@given(reuse=st.booleans(), capacity=st.sampled_from([0.0, 250.0]), strict=st.booleans(), purge=st.booleans(),
        ops=st.lists(op, min_size=1, max_size=40))
-def test_indexed_pool_queries_equal_the_scan(reuse, capacity, strict, ops):
+def test_indexed_pool_queries_equal_the_scan(reuse, capacity, strict, purge, ops):
+    """``purge``: Haizea 1.1's pools (compat mode), room made when an image arrives."""
     st_ = SlotTable(uniform_site(N_NODES, 1, 1024))
-    pools = ImagePools(N_NODES, st_, reuse=reuse, capacity_mb=capacity, remove_on_expire=strict)
+    pools = ImagePools(N_NODES, st_, reuse=reuse, capacity_mb=capacity, remove_on_expire=strict,
+                       purge_on_arrival=purge)
     transfers: list[Reservation] = []
     txs: list[int] = []
     seen: dict = {}

@@ -193,6 +193,9 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     if suspend:
         for r in suspend_reservations(lease, mapping, vm_end, cfg):
             st.add(r)
+    if compat_staging.haizea_migration(sched, resuming):
+        for r in compat_staging.migration_rounds(lease, mapping, cfg, now):
+            st.add(r)
     st.set(lease, "mapping", mapping)
     st.set(lease, "state", lease.checked(LeaseState.SCHEDULED))
     return True, None

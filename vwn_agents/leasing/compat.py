@@ -49,7 +49,7 @@ from . import compat_staging, frozenhold
 from .config import haizea  # noqa: F401 - compat.haizea is the callers' name (defined in config)
 from .model import MEM
 from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
-from .slottable import ResState
+from .slottable import ResKind, ResState
 
 #: Haizea 1.1's aging horizon: a lease submitted this long (s) before the AR's start is never
 #: preempted by it (policy.py ``_get_aging_factor``: ``DateTimeDelta(7)``).
@@ -100,8 +100,8 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         sched.unschedule(lease, now)
         requeue.append(lease)
         return True
-    if any(r.state is ResState.ACTIVE and r is not vm for r in resv):
-        return False          # resuming or migrating right now
+    if any(r.state is ResState.ACTIVE and r is not vm and r.kind not in (ResKind.TRANSFER, ResKind.COPY) for r in resv):
+        return False          # resuming or migrating right now (an image on its way: rule 16)
     s_time = suspend_time(lease, vm.mapping, cfg)
     if (can_suspend(lease, cfg) and sched.enactment_supports_suspend
             and t - max(vm.start, now) >= threshold_s(sched, lease) and t - s_time > max(vm.start, now)):
@@ -115,6 +115,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
         return True
     if vm.state is ResState.SCHEDULED:   # not started: cancelled and queued again
         sched.unschedule(lease, now)
+        compat_staging.cancel_transfers(sched, lease)
         requeue.append(lease)
         return True
     for r in resv:
@@ -149,6 +150,15 @@ def reevaluate(sched, now: float, place) -> None:
             sched.reevaluating = False
         if not placed:
             sched.requeue(lease)
+
+
+def copy_step(sched, res, t: float) -> None:
+    """A start or end of one of Haizea 1.1's migration rounds (``ResKind.COPY``,
+    ``compat_staging.migration_rounds``): a time step at which Haizea processes its queue;
+    the round leaves the slot table at its end."""
+    sched._dirty = True
+    if res.state is ResState.ACTIVE and t >= res.end:
+        sched.st.remove(res)
 
 
 def live_plan(sched, lease, now: float) -> list:

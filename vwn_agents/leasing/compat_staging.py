@@ -88,15 +88,37 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    table is full. Skipping rest of queue."), even though a lease whose images arrive later
    could be placed then without a future reservation; vgrid tries every lease. Applied with
    image transfers (without them a lease that is not future starts now, so nothing changes).
+13. Pools make room when an image arrives (``compat_pools.py``, ``diskimage-reuse =
+   image-caches``): Haizea's ``_add_diskimages`` purges the oldest unused image (smallest
+   ``timeout``) of a full pool at the arrival, or caches nothing; vgrid flags victims when it
+   plans the transfer, so they cannot be reused meanwhile.
+14. Equal host scores (:meth:`GreedyScore.order_by`, ``compat_order.py``): Haizea's stable sort
+   keeps the iteration order of the Python 2.7 set of the nodes ready by the start, which is
+   not ascending for a subset of high node ids (reuse: the nodes holding the image).
+15. Nodes in score order (``GreedyScore.score_order``, read by ``Mapper.earliest``): Haizea's
+   ``GreedyMapper`` with suspension allowed takes the best-scored nodes even when one is free
+   for less than the full duration (the lease then ends early, suspended); vgrid prefers nodes
+   free for the whole duration when there are enough.
+16. A lease preempted while its own image is on its way (:func:`cancel_transfers`): Haizea's
+   ``__preempt_lease`` cancels and requeues it (``cancel_preparation`` removes the transfer
+   under way when nobody else rides on it); vgrid treated the started transfer like a
+   resumption under way and refused to preempt, so the AR was rejected.
+17. The migration's time steps (:func:`migration_rounds`): with rule 4 Haizea still puts the
+   migration's image and memory rounds in its slot table (they end well before its estimate),
+   and its clock stops at their starts and ends, so the queue is processed there (3 days of
+   VM-MULT: lease 1156's resumption placed at t = 242,531 s, the end of lease 1177's image
+   round, where vgrid waited for the next event, 39 s later).
 """
 from __future__ import annotations
 
 import math
 
+from .compat_order import haizea_node_order
 from .config import haizea
 from .model import MEM, resource_vector
+from .preemption import migration_rounds as rounds_of
 from .slottable import INF
-from .slottable import ResKind, ResState
+from .slottable import Reservation, ResKind, ResState
 
 
 def transfer_time(mb: float, mb_per_s: float) -> float:
@@ -120,6 +142,28 @@ def forget_copies(sched, lease, now: float) -> None:
     sched.staging.pools.drop_private(lease.image_id, lease.id, now)
 
 
+def cancel_transfers(sched, lease) -> None:
+    """Rule 16: a lease preempted (cancelled and queued again) while its own image transfer
+    is under way leaves it, and a transfer nobody else rides on is cancelled: Haizea's
+    ``__remove_transfers`` drops the lease from every transfer in its list, started or not
+    (``cancel_preparation``), and removes the emptied ones from the slot table. vgrid's
+    ``unschedule`` leaves a started transfer alone. Inside the caller's transaction."""
+    stg = sched.staging
+    if not stg.enabled:
+        return
+    for res in list(sched.st.of_lease(lease)):
+        if res.kind is not ResKind.TRANSFER or res.state is not ResState.ACTIVE:
+            continue
+        others = [u for u in res.users if u != lease.id]
+        if others:
+            sched.st.set(res, "users", others)
+            continue
+        sched.st.remove(res)
+        stg.pools.forget_transfer(res)
+        if stg.pending is not None:
+            stg.pending.changed(res.image_id)
+
+
 def haizea_migration(sched, resuming: bool) -> bool:
     """Whether rule 4 places this resumption (compat mode, ``migration = yes``, image transfers)."""
     cfg = sched.cfg
@@ -131,6 +175,25 @@ def migration_ready(lease, cfg, now: float) -> float:
     bw = cfg.imagetransfer_bandwidth / 8.0
     per_vm = math.ceil(lease.image_mb / bw) + math.ceil(lease.per_vm[MEM] / bw)
     return now + lease.n_vms * per_vm
+
+
+def migration_rounds(lease, mapping: tuple, cfg, now: float) -> list:
+    """Rule 17: Haizea 1.1's migration reservations of a resumption placed by rule 4 on
+    ``mapping`` at ``now`` (s), as time steps only (``ResKind.COPY``, no resources): the disk
+    image rounds, then the memory rounds, back to back from ``now``
+    (``ImageTransferPreparationScheduler.schedule_migration``, then
+    ``VMScheduler.schedule_migration``); each round moves VMs between pairs of nodes sharing no
+    node (``preemption.migration_rounds``) in ceil(MB / bw) s, bw = ``imagetransfer-bandwidth``
+    / 8 MB/s. Haizea's clock stops at each of their starts and ends and processes its queue
+    there; vgrid passes over the queue at those times too (``compat.copy_step``). None
+    when no VM changes node."""
+    k = rounds_of(lease.mapping, mapping)
+    bw = cfg.imagetransfer_bandwidth / 8.0
+    out, t = [], now
+    for dur in [math.ceil(lease.image_mb / bw)] * k + [math.ceil(lease.per_vm[MEM] / bw)] * k:
+        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping))
+        t += dur
+    return out
 
 
 def _transfers(st, links, now: float) -> list:
@@ -161,10 +224,20 @@ class GreedyScore:
     the image transfers it receives (``dest``) for the lease that created them."""
 
     horizon = 4
+    score_order = True   # rule 15: the mapper takes nodes in score order, even short ones
 
     def __init__(self, st, lease, t_start: float) -> None:
         self.st, self.lease, self.t_start = st, lease, t_start
         self._memo: dict = {}
+        self._ready = None
+
+    def order_by(self, ready) -> None:
+        """Rule 14: equal scores in Haizea's set order of the nodes ready by the start
+        (``ready``: per-node earliest starts, s, of ``__schedule_asap``'s first pass), or by
+        node index (None: the future pass, where Haizea passes no node set)."""
+        if ready is not self._ready:
+            self._ready = ready
+            self._memo = {}
 
     def at(self, s: float):
         hit = self._memo.get(s)
@@ -178,11 +251,17 @@ class GreedyScore:
                     into.setdefault(node, []).append(r)
         scores: dict = {}
         requested = self.lease.duration_s
+        pos = None
+        if self._ready is not None:
+            ready = self._ready
+            pos = haizea_node_order(sorted((n for n in range(len(ready)) if ready[n] <= s),
+                                           key=lambda n: (ready[n], n)))
 
         def score(node: int, hostable: int) -> tuple:
             got = scores.get(node)
             if got is None:
-                got = scores[node] = (self._score(node, s, into.get(node, ()), requested),)
+                got = (self._score(node, s, into.get(node, ()), requested),)
+                got = scores[node] = got if pos is None else got + (-pos.get(node, node),)
             return got
         self._memo = {s: score}
         return score
@@ -258,11 +337,15 @@ def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow
     mode with a future reservation allowed, rule 11's two passes."""
     mapper = sched.mapper
     sched.haizea_future_pass = False
+    if ready is not None and hasattr(score, "order_by"):   # GreedyScore: compat mode only
+        score.order_by(ready)
     if ready is None or not allow_future or not haizea(sched.cfg):
         return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
     if found is not None:
         return found
+    if hasattr(score, "order_by"):
+        score.order_by(None)
     sched.haizea_future_pass = True
     last = max((t for t in ready if t < INF), default=now)
     return mapper.earliest(need, n, base, max(now, last), min_dur, ready, None, True, score)

@@ -31,7 +31,7 @@ from .model import MEM, LeaseState, Segment
 from .slottable import INF, Reservation, ResKind, ResState
 
 #: Reservation kinds that are not part of a lease's plan (transfers, frozen memory).
-NOT_PLAN = (ResKind.TRANSFER, ResKind.HOLD)
+NOT_PLAN = (ResKind.TRANSFER, ResKind.HOLD, ResKind.COPY)
 
 
 def plan(st, lease) -> list:

@@ -33,6 +33,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from . import compat_pools
 from .slottable import Reservation, SlotTable
 
 
@@ -57,6 +58,8 @@ class PoolEntry:
     available_from: float = -math.inf
     node: int | None = None   # the node whose pool holds it (ImagePools' indexes)
     uncached: bool = False    # a private copy outside the pool (``diskimage-cache-full = uncached``)
+    timeout: float = -math.inf  # Haizea 1.1's victim order (``purge_on_arrival``, compat_pools.py)
+    seq: int = 0              # arrival order (the same)
 
     def ready_by(self) -> float:
         """Time from which the image is guaranteed on the node (s): the deadline of an AR
@@ -70,7 +73,7 @@ class ImagePools:
     """The image pools of all nodes of a site (see module doc)."""
 
     def __init__(self, n_nodes: int, st: SlotTable, reuse: bool = True, capacity_mb: float = 0.0,
-                 remove_on_expire: bool = False, when_full: str = "fail") -> None:
+                 remove_on_expire: bool = False, when_full: str = "fail", purge_on_arrival: bool = False) -> None:
         if when_full not in ("fail", "uncached"):
             raise ValueError(f"when_full must be 'fail' or 'uncached', got {when_full!r}")
         self.st = st
@@ -78,6 +81,10 @@ class ImagePools:
         self.reuse = reuse
         self.capacity_mb = capacity_mb
         self.remove_on_expire = remove_on_expire
+        # Haizea 1.1 (compat mode): room is made when an image arrives, not when its transfer
+        # is planned (compat_pools.py)
+        self.purge_on_arrival = purge_on_arrival
+        self.arrivals = itertools.count(1)
         self.pools: list[dict] = [dict() for _ in range(n_nodes)]  # read-only outside this class
         self._keys = itertools.count(1)
         self.disk_events: list[tuple] = []
@@ -250,9 +257,15 @@ class ImagePools:
         return sum(e.mb for e in self.pools[node].values() if e.evicted_by is None and not e.uncached)
 
     # ------------------------------------------------------------ changes (undoable)
-    def pin(self, entry: PoolEntry, lease_id: int, t_end: float) -> None:
-        """Algorithm 4, reuse branch: add the VM's lease and extend the expiration."""
+    def pin(self, entry: PoolEntry, lease_id: int, t_end: float, timeout: float | None = None) -> None:
+        """Algorithm 4, reuse branch: add the VM's lease and extend the expiration. With
+        ``purge_on_arrival`` the entry's Haizea ``timeout`` is raised to ``timeout`` (s; default
+        ``t_end``; an AR passes its start, as Haizea 1.1 does)."""
         st = self.st
+        if self.purge_on_arrival:
+            t = t_end if timeout is None else timeout
+            if t > entry.timeout:
+                st.set(entry, "timeout", t)
         self._touch(entry, structural=False)
         st.on_rollback(lambda: self._touch(entry, structural=False))
         if entry.users.get(lease_id, -math.inf) < t_end:
@@ -275,7 +288,7 @@ class ImagePools:
         pool = self.pools[node]
         key = next(self._keys)
         uncached = False
-        if self.capacity_mb > 0:
+        if self.capacity_mb > 0 and not self.purge_on_arrival:   # else: at arrival (compat_pools)
             need = self.used_mb(node) + mb - self.capacity_mb
             if need > 0:
                 victims = sorted((e for e in pool.values()
@@ -306,7 +319,8 @@ class ImagePools:
         entry = PoolEntry(image_id, mb, transfer, t_end, {lease_id: t_end},
                           lease_id if uncached or not self.reuse else None,
                           arrived=transfer is None, last_use=t_end, key=key,
-                          available_from=-math.inf if transfer is None else arrival, uncached=uncached)
+                          available_from=-math.inf if transfer is None else arrival, uncached=uncached,
+                          timeout=t_end)
         entry.node = node
         self._put(node, entry)
         return entry
@@ -378,6 +392,8 @@ class ImagePools:
                     self.disk_events.append((now, node, -e.mb))
         for node, e in touched:
             if e.transfer is transfer and self.pools[node].get(e.key) is e:
+                if self.purge_on_arrival and self.reuse and not e.uncached and not compat_pools.arrive(self, node, e, now):
+                    continue    # merged into the copy already there (Haizea 1.1)
                 self._touch(e)
                 e.arrived = True
                 e.transfer = None

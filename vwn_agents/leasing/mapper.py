@@ -328,8 +328,13 @@ class Mapper:
         s = float(S[i])
         sel = np.nonzero(ok[i])[0]
         full = sel[B[sel] >= s + duration]
+        in_order = getattr(score, "score_order", False)   # Haizea 1.1's greedy mapper (compat_staging)
         if score is not None and hasattr(score, "at"):   # a score that depends on the start
             score = score.at(s)
+        if in_order and len(full) < len(sel):
+            chosen = self._pick(sel, NODE, B, n, score, by_end=False, slots=True)
+            end = min(s + duration, min(float(B[k]) for k in chosen[1]))
+            return s, end, chosen[0]
         if len(full) >= n:
             chosen = self._pick(full, NODE, B, n, score, by_end=False)
             return s, s + duration, chosen
@@ -356,8 +361,9 @@ class Mapper:
         ok = (A[None, :] <= S[:, None]) & (B[None, :] >= np.minimum(S + length, t)[:, None]) & (B[None, :] > S[:, None])
         return bool((ok.sum(axis=1) >= n).any())
 
-    def _pick(self, idx, NODE, B, n, score, by_end):
-        """Choose n slots among ``idx``: latest end first (by_end) or by host score."""
+    def _pick(self, idx, NODE, B, n, score, by_end, slots=False):
+        """Choose n slots among ``idx``: latest end first (by_end) or by host score; with
+        ``slots`` (host score only) also the chosen slot indexes, as ``by_end`` returns."""
         if score is None or by_end:
             nodes = NODE[idx]
             ends = B[idx]
@@ -381,7 +387,7 @@ class Mapper:
             rows.sort(key=lambda r: (tuple(-x for x in key(r[0], counts[r[0]])), r[0], -r[1]))
         rows = rows[:n]
         mapping = tuple(sorted(r[0] for r in rows))
-        if by_end:
+        if by_end or slots:
             return mapping, [r[2] for r in rows]
         return mapping
 

@@ -52,7 +52,7 @@ class LeaseScheduler:
         self.pools = ImagePools(len(nodes), self.st, reuse=config.diskimage_reuse == "image-caches",
                                 capacity_mb=config.diskimage_cache_size,
                                 remove_on_expire=config.diskimage_cache_expire,
-                                when_full=config.diskimage_cache_full)
+                                when_full=config.diskimage_cache_full, purge_on_arrival=compat.haizea(config))
         self.staging = Staging(self.st, self.pools, config)
         if config.policy_preemption in SET_POLICIES:  # seed 002: local requests preempt candidate sets
             self.policy, self.set_policy = None, candidate_set_policy(config.policy_preemption)
@@ -85,6 +85,7 @@ class LeaseScheduler:
             ResKind.VM: (self._start_vm, self._end_vm),
             ResKind.SUSPEND: (self._start_suspend, self._end_suspend),
             ResKind.HOLD: (self._noop, lambda res, t: frozenhold.ended(self, res, t)),
+            ResKind.COPY: (lambda res, t: compat.copy_step(self, res, t),) * 2,   # compat_staging rule 17
         }
 
     @property
@@ -237,7 +238,7 @@ class LeaseScheduler:
     def unschedule(self, lease: Lease, now: float) -> None:
         """Remove a lease's reservations that have not started (and its staging)."""
         for r in self.st.of_lease(lease):
-            if r.kind is not ResKind.TRANSFER and r.state is ResState.SCHEDULED:
+            if r.kind is not ResKind.TRANSFER and (r.state is ResState.SCHEDULED or r.kind is ResKind.COPY):
                 self.st.remove(r)
         self.staging.unstage(lease, now)
         if lease.id in self.future:

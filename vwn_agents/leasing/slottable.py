@@ -37,6 +37,7 @@ class ResKind(enum.IntEnum):
     VM = 3
     SUSPEND = 4
     HOLD = 5  # memory a lease suspended in place keeps on its nodes (``frozenhold``)
+    COPY = 6  # Haizea 1.1's migration rounds (compat mode): time steps only, no resources
 
 
 class ResState(enum.Enum):

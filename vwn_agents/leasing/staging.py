@@ -119,7 +119,7 @@ class Staging:
         for node in sorted(set(mapping)):
             e = self._usable(node, lease, deadline, t_s)
             if e is not None:
-                self.pools.pin(e, lease.id, t_e)
+                self.pools.pin(e, lease.id, t_e, t_s)   # Haizea's pool timeout: the AR's start
             else:
                 missing.append(node)
         if not missing:

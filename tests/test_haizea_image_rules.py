@@ -1,0 +1,162 @@
+"""Haizea 1.1's image-pool and node-order rules in compat mode (issue 16, session 9):
+``compat_pools.py`` (rule 13: a full pool is purged when an image arrives) and
+``compat_order.py`` (rule 14: equal host scores in CPython 2.7's set order). Their effect on
+whole runs is in tests/test_haizea_vm_parity.py (VM-REUSE 3 days: 237 -> 527 of 527).
+"""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vwn_agents.leasing import uniform_site
+from vwn_agents.leasing.compat_order import Py2IntSet, _final_size, haizea_node_order
+from vwn_agents.leasing.imagepool import ImagePools
+from vwn_agents.leasing.slottable import Reservation, ResKind, SlotTable
+
+MB = 4096.0
+
+
+def _pools(capacity=2 * MB, purge=True, n=2):
+    st_ = SlotTable(uniform_site(n, 1, 1024))
+    return st_, ImagePools(n, st_, reuse=True, capacity_mb=capacity, when_full="uncached", purge_on_arrival=purge)
+
+
+def _transfer(image, end, node=0):
+    return Reservation(ResKind.TRANSFER, None, end - 410.0, end, image_id=image, mb=MB, dest=(node,))
+
+
+def _arrive(pools, image, lease, t_end, arrival, node=0):
+    tr = _transfer(image, arrival, node)
+    e = pools.add(node, image, MB, tr, lease, t_end, arrival)
+    pools.arrived(tr, arrival)
+    return e
+
+
+def _images(pools, node=0):
+    return sorted((e.image_id, e.uncached) for e in pools.pools[node].values())
+
+
+def test_a_full_pool_is_purged_when_the_image_arrives_not_when_it_is_planned():
+    _st, pools = _pools()
+    _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "b", 2, 200.0, 20.0)
+    pools.lease_ended(1, [0], 100.0)
+    pools.lease_ended(2, [0], 200.0)
+    tr = _transfer("c", 1000.0)
+    pools.add(0, "c", MB, tr, 3, 2000.0, 1000.0)
+    # planned: nothing flagged, both images still reusable (vgrid's own mode flags "a" here)
+    assert all(e.evicted_by is None for e in pools.pools[0].values())
+    assert pools.usable(0, "a", 4, 500.0) is not None
+    pools.arrived(tr, 1000.0)
+    # arrived: the oldest unused image (smallest timeout) went, one image for one
+    assert _images(pools) == [("b", False), ("c", False)]
+    assert (1000.0, 0, -MB) in pools.disk_events
+
+
+def test_vgrids_own_pools_flag_the_victim_when_the_transfer_is_planned():
+    _st, pools = _pools(purge=False)
+    _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "b", 2, 200.0, 20.0)
+    pools.lease_ended(1, [0], 100.0)
+    pools.lease_ended(2, [0], 200.0)
+    pools.add(0, "c", MB, _transfer("c", 1000.0), 3, 2000.0, 1000.0)
+    assert pools.usable(0, "a", 4, 500.0) is None
+
+
+def test_the_victim_is_the_smallest_timeout_even_if_a_reuse_raised_another():
+    _st, pools = _pools()
+    a = _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "b", 2, 200.0, 20.0)
+    pools.pin(a, 5, 900.0)          # a later lease reused "a": its timeout is now 900
+    for lid, t in ((1, 100.0), (2, 200.0), (5, 900.0)):
+        pools.lease_ended(lid, [0], t)
+    _arrive(pools, "c", 3, 2000.0, 1000.0)
+    assert _images(pools) == [("a", False), ("c", False)]
+
+
+def test_an_ar_reusing_an_image_raises_its_timeout_to_the_ars_start():
+    _st, pools = _pools()
+    a = _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "b", 2, 200.0, 20.0)
+    pools.pin(a, 5, 900.0, 150.0)    # Haizea's __schedule_deadline: timeout = the AR's start
+    for lid, t in ((1, 100.0), (2, 200.0), (5, 900.0)):
+        pools.lease_ended(lid, [0], t)
+    _arrive(pools, "c", 3, 2000.0, 1000.0)
+    assert _images(pools) == [("b", False), ("c", False)]
+
+
+def test_no_unused_image_gives_an_uncached_copy_and_it_leaves_with_its_lease():
+    _st, pools = _pools()
+    _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "b", 2, 200.0, 20.0)
+    c = _arrive(pools, "c", 3, 300.0, 30.0)       # "a" and "b" still in use
+    assert c.uncached and _images(pools) == [("a", False), ("b", False), ("c", True)]
+    assert pools.usable(0, "c", 4, 500.0) is None  # nobody else reuses it
+    assert pools.used_mb(0) == pools.scan_used_mb(0) == 2 * MB
+    pools.lease_ended(3, [0], 300.0)
+    assert _images(pools) == [("a", False), ("b", False)]
+
+
+def test_a_second_copy_arriving_is_merged_into_the_pools_copy():
+    _st, pools = _pools()
+    first = _arrive(pools, "a", 1, 100.0, 10.0)
+    _arrive(pools, "a", 2, 500.0, 20.0)
+    assert _images(pools) == [("a", False)]
+    assert first.users == {1: 100.0, 2: 500.0} and first.timeout == 500.0
+    assert {e.key for _n, e in pools.entries_pinned_by(2)} == {first.key}
+    pools.lease_ended(1, [0], 100.0)
+    pools.lease_ended(2, [0], 500.0)
+    assert _images(pools) == [("a", False)] and not first.users
+
+
+# ---------------------------------------------------------------- CPython 2.7 set order
+# Orders printed by CPython 2.7.18 for ``list(set(range(1, 145)) & set(n + 1 for n in nodes))``
+# (Haizea's ids are vgrid's + 1), minus one.
+PY27 = [
+    (list(range(96, 112)) + [56, 120, 121], [56] + list(range(96, 112)) + [120, 121]),
+    ([31, 0, 64, 32, 7, 8, 127, 15, 143], [143, 0, 7, 8, 15, 31, 32, 64, 127]),
+    (list(range(127, 144)) + list(range(100, 127)), list(range(100, 144))),
+    ([1, 3, 5], [5, 3, 1]),
+    ([33, 1, 65, 97, 129], [33, 1, 65, 97, 129]),
+]
+
+
+def test_node_order_is_cpython_27_set_order():
+    for want, nodes in PY27:
+        pos = haizea_node_order(nodes)
+        assert sorted(pos, key=pos.get) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 143), min_size=1, max_size=144, unique=True))
+def test_node_order_is_a_permutation_and_ascending_when_ids_fit_the_table(nodes):
+    pos = haizea_node_order(nodes)
+    assert sorted(pos) == sorted(nodes) and sorted(pos.values()) == list(range(len(nodes)))
+    if max(nodes) + 1 < _final_size(len(nodes)):
+        assert sorted(pos, key=pos.get) == sorted(nodes)
+    # the fast path agrees with the replay
+    assert [k - 1 for k in Py2IntSet(Py2IntSet(n + 1 for n in nodes))] == sorted(pos, key=pos.get)
+
+
+def test_every_node_of_the_site_is_ascending():
+    nodes = list(range(144))
+    pos = haizea_node_order(nodes[::-1])
+    assert sorted(pos, key=pos.get) == nodes
+
+
+def test_migration_rounds_are_haizeas_image_then_memory_rounds():
+    """Rule 17: 2 VMs moving to 2 other nodes at 80 Mb/s: one image round of ceil(4,096 / 10)
+    = 410 s, then one memory round of ceil(1,024 / 10) = 103 s, from now; time steps only."""
+    from vwn_agents.leasing import LeaseConfig
+    from vwn_agents.leasing.compat_staging import migration_rounds
+    from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
+    from vwn_agents.leasing.slottable import ResKind
+
+    lease = Lease(id=7, type=LeaseType.BEST_EFFORT, submit_s=0.0, duration_s=100.0, n_vms=2,
+                  per_vm=resource_vector(cpu=100, memory=1024), image_id="image_1", image_mb=MB)
+    lease.mapping = (36, 37)
+    cfg = LeaseConfig({"imagetransfer-bandwidth": 80.0})
+    rounds = migration_rounds(lease, (104, 105), cfg, 1000.0)
+    assert [(r.kind, r.start, r.end, r.use) for r in rounds] == [
+        (ResKind.COPY, 1000.0, 1410.0, {}), (ResKind.COPY, 1410.0, 1513.0, {})]
+    assert migration_rounds(lease, (37, 36), cfg, 1000.0) == []     # no VM changes node
+    # one node in common: the other VM moves, one round each
+    assert [(r.start, r.end) for r in migration_rounds(lease, (37, 50), cfg, 0.0)] == [(0.0, 410.0), (410.0, 513.0)]
