@@ -140,7 +140,7 @@ def table1(pts: dict, suffix: str = "", haizea: dict | None = None) -> list[dict
 
 
 def _f(v, fmt="{:+.2f}") -> str:
-    return "-" if v is None else fmt.format(v)
+    return "-" if v is None else fmt.format(round(v, 2) + 0.0)     # + 0.0: no "-0.00"
 
 
 def table1_markdown(by_mode: dict, haizea: dict | None = None) -> str:

@@ -44,7 +44,7 @@ NOTES = """## Differences explained
   up to 24 h earlier), and which of them the paper's simulator shared is not known. VM-MULT and
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
   transfers, lease for lease"; 3 days: VM-MULT and VM-REUSE 527 / 527 leases as Haizea 1.1, VM-MULT + 20 % ARs 516 / 553), with Haizea's
-  runtime-slowdown rule and one transfer list; they cost 60-250 CPU s a run.
+  runtime-slowdown rule and one transfer list; they cost 65-360 CPU s a run (session 9).
 
 - **Baseline.** Our NOVM-NOSR all-best-effort time without ARs is within 0.4 % of the paper's
   and of Haizea 1.1's. All three make the same decisions for most leases; they differ in which
@@ -186,12 +186,12 @@ _PRE = ("as NOVM-SR (vgrid's own suspension rules without Haizea's aging horizon
         "at every rho.")
 _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT minus VM-PREDEPLOY +2.92 / "
              "+4.39 pp at 20 / 30 % against the paper's +2.37 / +5.02, below), so the gap is VM-PREDEPLOY's "
-             "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 % "
-             "and 1.4-1.5 pp below the paper at 20 / 30 % (its own sentence below).")
+             "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 / 20 % "
+             "and 2.4 pp below the paper at 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
-          "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp except "
-          "VM-REUSE-UNIFORM at 30 % (its own sentence below).")
+          "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 / 20 % and "
+          "1.3-1.5 pp below the paper at 30 % (their own sentences below).")
 _VM_COMPAT = ("not explained. Haizea 1.1 was not run on 30 days for an image-transfer configuration. On 3 days "
               "the compat rules (session 9: rules 13-17, docs/leasing.md) reproduce its VM-MULT and VM-REUSE "
               "schedules lease for lease (527 / 527 each) and 516 / 553 leases of VM-MULT with 20 % ARs (26 / 26 AR "
