@@ -266,11 +266,13 @@ class LeaseConfig:
         if opt.minimum is not None and value < opt.minimum:
             raise ConfigError(f"{source}: [{opt.section}] {name} must be >= {opt.minimum}, got {value!r}")
         self._values[name] = value
+        self.__dict__.pop(name.replace("-", "_"), None)   # a value __getattr__ kept
 
     def with_options(self, **overrides) -> "LeaseConfig":
         """A copy with some options changed (underscores or dashes in names)."""
         vals = dict(self._values)
         new = LeaseConfig()
+        new.__dict__.clear()
         new._values = vals
         for k, v in overrides.items():
             new._set(k.replace("_", "-"), v, "<override>")
@@ -280,11 +282,16 @@ class LeaseConfig:
         return self._values[name]
 
     def __getattr__(self, attr: str):
+        """An option's value by its name with underscores; kept as an instance attribute, so the
+        next read is a plain one (``_set`` drops it): ``cfg.compat`` was read per lease and
+        pass, 3-4 % of a VM-REUSE run's samples (issue 16, session 10)."""
         name = attr.replace("_", "-")
         try:
-            return self.__dict__["_values"][name]
+            value = self.__dict__["_values"][name]
         except KeyError:
             raise AttributeError(attr) from None
+        self.__dict__[attr] = value
+        return value
 
     def as_dict(self) -> dict:
         return dict(self._values)
