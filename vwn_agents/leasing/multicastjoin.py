@@ -121,8 +121,8 @@ def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
     """``Staging._ready`` with joining: per node min(own FIFO transfer's end, the joinable
     transfer's end, the node's usable copy) + the copy time. Same value shape and the same
     caching, keyed also by the image's pending-transfer version."""
-    copies = stg._copies(lease, now)
-    if copies:
+    rows = stg._copy_rows(lease, now)
+    if rows[0]:
         key = ("join", lease.image_id, None if stg.pools.reuse else lease.id, lease.image_mb, now)
         valid = (stg.pools.image_version(lease.image_id, lease.id), stg.be_tail,
                  stg.st.version if stg._versioned else None, stg.pending.version(lease.image_id))
@@ -134,12 +134,8 @@ def ready(stg, lease: Lease, now: float, n_nodes: int) -> tuple:
         return hit[1]
     join, own_end = _candidate(stg, lease.image_id, lease.image_mb, now)
     first = join.end if join is not None else own_end
-    copy = stg.copy_time(lease)
-    out = [first + copy] * n_nodes
-    for node, ready_by in copies:
-        t = max(now, ready_by)
-        out[node] = (min(t, first) if join is not None else t) + copy
-    return stg._remember_ready(key, valid, out)
+    return stg._ready_value(key, valid, first, rows, now, first if join is not None else None,
+                            stg.copy_time(lease), n_nodes)
 
 
 def stage(stg, lease: Lease, mapping: tuple, start: float, end: float, now: float) -> float:
