@@ -134,21 +134,21 @@ class Mapper:
             g["K"] = K
             self._alloc(g, n_nodes)
             dirty = range(n_nodes)
-        if dirty:
-            flat_a: list = []
-            flat_b: list = []
+        if dirty:   # pad the dirty blocks, then write their slots (session 10: no padded lists)
+            flat_a, flat_b, lens = [], [], []
             for node in dirty:
                 a, b = per_node[node]
                 flat_a += a
-                flat_a += [INF] * (K - len(a))
                 flat_b += b
-                flat_b += [-INF] * (K - len(b))
-            idx = (np.asarray(dirty, dtype=np.int64)[:, None] * K + np.arange(K)).ravel()
+                lens.append(len(a))
+            rows, ln = np.asarray(dirty, dtype=np.int64), np.asarray(lens, dtype=np.int64)
+            g["A"].reshape(n_nodes, K)[rows] = INF
+            g["B"].reshape(n_nodes, K)[rows] = -INF
+            idx = np.repeat(rows * K - np.cumsum(ln) + ln, ln) + np.arange(len(flat_a))
             g["A"][idx] = flat_a
             g["B"][idx] = flat_b
-        A, B = g["A"], g["B"]
         g["dirty"] = set()
-        g["arrays"] = (A, B, g["N"], {})
+        g["arrays"] = (g["A"], g["B"], g["N"], {})
         g["version"] = st.version
         g["shrink"] = st.shrink_version
         return g["arrays"]
