@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .model import vec_scale, vms_in
+from .slotfit import first_fit
 from .slottable import SlotTable
 
 INF = math.inf
@@ -317,16 +318,11 @@ class Mapper:
         if allow_future:
             parts.append(A[A > now])
         S = np.unique(np.concatenate(parts))
-        ok = (A[None, :] <= S[:, None]) & (B[None, :] >= S[:, None] + need_len) & (B[None, :] > S[:, None])
-        if ready_arr is not None:
-            ok &= ready_arr[NODE][None, :] <= S[:, None]
-        counts = ok.sum(axis=1)
-        hits = np.nonzero(counts >= n)[0]
-        if len(hits) == 0:
+        hit = first_fit(A, B, S, n, need_len, None, None if ready_arr is None else ready_arr[NODE])
+        if hit is None:
             return None
-        i = int(hits[0])
-        s = float(S[i])
-        sel = np.nonzero(ok[i])[0]
+        s = float(S[hit[0]])
+        sel = np.nonzero(hit[1])[0]
         full = sel[B[sel] >= s + duration]
         in_order = getattr(score, "score_order", False)   # Haizea 1.1's greedy mapper (compat_staging)
         if score is not None and hasattr(score, "at"):   # a score that depends on the start
@@ -358,8 +354,7 @@ class Mapper:
             return False
         A, B = A[rel], B[rel]
         S = np.unique(np.concatenate([[now], A[A > now]]))
-        ok = (A[None, :] <= S[:, None]) & (B[None, :] >= np.minimum(S + length, t)[:, None]) & (B[None, :] > S[:, None])
-        return bool((ok.sum(axis=1) >= n).any())
+        return first_fit(A, B, S, n, ends=np.minimum(S + length, t)) is not None
 
     def _pick(self, idx, NODE, B, n, score, by_end, slots=False):
         """Choose n slots among ``idx``: latest end first (by_end) or by host score; with
