@@ -1,7 +1,9 @@
 """Haizea 1.1's image-pool and node-order rules in compat mode (issue 16, session 9):
 ``compat_pools.py`` (rule 13: a full pool is purged when an image arrives) and
 ``compat_order.py`` (rule 14: equal host scores in CPython 2.7's set order). Their effect on
-whole runs is in tests/test_haizea_vm_parity.py (VM-REUSE 3 days: 237 -> 527 of 527).
+whole runs is in tests/test_haizea_vm_parity.py (VM-REUSE 3 days: 237 -> 527 of 527). Also
+the migration rounds of ``compat_staging`` (rules 17 and 18, session 10: VM-MULT + 20 % ARs
+3 days 516 -> 552 of 553).
 """
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -157,6 +159,56 @@ def test_migration_rounds_are_haizeas_image_then_memory_rounds():
     rounds = migration_rounds(lease, (104, 105), cfg, 1000.0)
     assert [(r.kind, r.start, r.end, r.use) for r in rounds] == [
         (ResKind.COPY, 1000.0, 1410.0, {}), (ResKind.COPY, 1410.0, 1513.0, {})]
-    assert migration_rounds(lease, (37, 36), cfg, 1000.0) == []     # no VM changes node
-    # one node in common: the other VM moves, one round each
-    assert [(r.start, r.end) for r in migration_rounds(lease, (37, 50), cfg, 0.0)] == [(0.0, 410.0), (410.0, 513.0)]
+    assert migration_rounds(lease, (36, 37), cfg, 1000.0) == []     # no VM changes node
+
+
+def _lease(n=2, duration=100.0):
+    from vwn_agents.leasing.model import Lease, LeaseType, resource_vector
+    return Lease(id=7, type=LeaseType.BEST_EFFORT, submit_s=0.0, duration_s=duration, n_vms=n,
+                 per_vm=resource_vector(cpu=100, memory=1024), image_id="image_1", image_mb=MB)
+
+
+def test_migration_rounds_pair_virtual_nodes_as_haizea():
+    """Rule 18: virtual node i moves from the node it ran on to the i-th node of the mapper's
+    order; a pair joins a round when neither node is in it yet, a virtual node that stays takes
+    part, and each round carries the nodes whose network it reserves. (Rule 17 alone paired the
+    nodes that change in index order: one round for both cases below, reserving nothing.)"""
+    from vwn_agents.leasing import LeaseConfig
+    from vwn_agents.leasing.compat_staging import haizea_rounds, migration_rounds
+    from vwn_agents.leasing.model import Segment
+
+    cfg = LeaseConfig({"imagetransfer-bandwidth": 80.0})
+    lease = _lease()
+    lease.mapping = (36, 37)
+    lease.segments = [Segment(0.0, 10.0, (36, 37), (37, 36))]     # vnode 0 ran on 37, vnode 1 on 36
+    # to (37, 50) with vnode 0 on 50 and vnode 1 on 37: 37 -> 50, then 36 -> 37 (37 busy in round 1)
+    rounds = migration_rounds(lease, (37, 50), cfg, 0.0, vnodes=(50, 37))
+    assert [(r.kind, r.start, r.end, r.dest) for r in rounds] == [
+        (ResKind.COPY, 0.0, 410.0, (37, 50)), (ResKind.COPY, 410.0, 820.0, (36, 37)),
+        (ResKind.COPY, 820.0, 923.0, (37, 50)), (ResKind.COPY, 923.0, 1026.0, (36, 37))]
+    # vnode 1 stays on 36 and still reserves it; vnode 0 goes 37 -> 50: one round of three nodes
+    rounds = migration_rounds(lease, (36, 50), cfg, 0.0, vnodes=(50, 36))
+    assert [(r.start, r.end, r.dest) for r in rounds] == [(0.0, 410.0, (36, 37, 50)), (410.0, 513.0, (36, 37, 50))]
+    # the same nodes in another vnode order is a migration (Haizea's vnode swap: two rounds)
+    assert len(migration_rounds(lease, (36, 37), cfg, 0.0, vnodes=(36, 37))) == 4
+    assert migration_rounds(lease, (36, 37), cfg, 0.0, vnodes=(37, 36)) == []
+    assert haizea_rounds([(1, 2), (2, 3), (4, 5), (3, 1)]) == [[(1, 2), (4, 5)], [(2, 3)], [(3, 1)]]
+
+
+def test_the_greedy_score_counts_a_migration_round_as_a_lease_on_its_nodes():
+    """Rule 18: Haizea's greedy host score sees a migration round (it reserves its nodes'
+    network): a node whose round starts later has its availability changing then, a node in a
+    round at the start holds one lease; the mapper's order (best first) gives the virtual nodes."""
+    from vwn_agents.leasing.compat_staging import GreedyScore
+
+    st_ = SlotTable(uniform_site(4, 1, 1024))
+    other = _lease()
+    st_.add(Reservation(ResKind.COPY, other, 100.0, 510.0, dest=(1, 2)))
+    lease = _lease(n=4, duration=1000.0)
+    score = GreedyScore(st_, lease, 0.0)
+    at0 = score.at(0.0)
+    assert at0(0, 1) == (1.0,) and at0(3, 1) == (1.0,)
+    assert at0(1, 1) == at0(2, 1) == (0.5 + 0.25 + 0.25 * 100.0 / 1000.0,)   # changes at 100 s
+    at200 = score.at(200.0)
+    assert at200(1, 1) == (0.5 * 3 / 4 + 0.25 + 0.25 * 310.0 / 1000.0,)       # one lease until 510 s
+    assert score.vnodes(0.0, (0, 1, 2, 3)) == (0, 3, 1, 2)

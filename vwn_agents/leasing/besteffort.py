@@ -86,11 +86,12 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         if found is None:
             return False
         s, e, mapping = found
+        vnodes = score.vnodes(s, mapping) if hasattr(score, "vnodes") else ()   # compat: rule 18
         if sched.decisions is not None:      # the per-decision log (decisionlog), off by default
             explained = sched.decisions.explain(sched, lease, now, found, base if min_dur is None else
                                                 min(base, min_dur), ready, allow_future)
         tx = sched.st.begin()
-        ok, retry_at = _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining)
+        ok, retry_at = _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining, vnodes)
         if ok and lease.deadline_s is not None and _planned_end(sched, lease) > lease.deadline_s + 1e-9:
             sched.st.rollback(tx)  # seed 002: a deadline-constrained lease ends by its deadline
             return False
@@ -164,9 +165,10 @@ def _earliest_same_nodes(sched, lease, duration, now, min_duration, allow_future
     return None
 
 
-def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
+def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining, vnodes=()):
     """Add the reservations of one placement. Returns (ok, retry_at): retry_at is the time at
-    which the nodes would really be ready when image staging makes ``s`` too early."""
+    which the nodes would really be ready when image staging makes ``s`` too early. ``vnodes``:
+    compat mode, the nodes in the mapper's order (``compat_staging`` rule 18)."""
     cfg, st = sched.cfg, sched.st
     mig = migration_time(lease, lease.mapping, mapping, cfg) if resuming else 0.0
     if compat_staging.haizea_migration(sched, resuming):
@@ -189,12 +191,12 @@ def _commit_plan(sched, lease, s, e, mapping, now, resuming, remaining):
     if resuming and res_t > 0:
         for r in resume_reservations(lease, mapping, s + mig, res_t, cfg):
             st.add(r)
-    st.add(Reservation(ResKind.VM, lease, vm_start, vm_end, use=use, mapping=mapping))
+    st.add(Reservation(ResKind.VM, lease, vm_start, vm_end, use=use, mapping=mapping, vnodes=vnodes))
     if suspend:
         for r in suspend_reservations(lease, mapping, vm_end, cfg):
             st.add(r)
     if compat_staging.haizea_migration(sched, resuming):
-        for r in compat_staging.migration_rounds(lease, mapping, cfg, now):
+        for r in compat_staging.migration_rounds(lease, mapping, cfg, now, vnodes):
             st.add(r)
     st.set(lease, "mapping", mapping)
     st.set(lease, "state", lease.checked(LeaseState.SCHEDULED))

@@ -108,6 +108,13 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    and its clock stops at their starts and ends, so the queue is processed there (3 days of
    VM-MULT: lease 1156's resumption placed at t = 242,531 s, the end of lease 1177's image
    round, where vgrid waited for the next event, 39 s later).
+18. The migration rounds in the host score (:func:`vnode_pairs`, :func:`haizea_rounds`,
+   :meth:`GreedyScore.vnodes`): Haizea moves virtual node i from the node it ran on to the
+   i-th node of the mapper's order and puts a pair in a round when neither node is in it yet;
+   each round reserves its nodes' network, so it counts as a lease there and ends their
+   unchanged availability in the greedy score (3 days of VM-MULT + 20 % ARs: lease 1117 at
+   t = 223,582 s, beside lease 640's rounds). vgrid keeps mappings in node order and had
+   paired the nodes that change in index order, scoring no round.
 """
 from __future__ import annotations
 
@@ -116,7 +123,6 @@ import math
 from .compat_order import haizea_node_order
 from .config import haizea
 from .model import MEM, resource_vector
-from .preemption import migration_rounds as rounds_of
 from .slottable import INF
 from .slottable import Reservation, ResKind, ResState
 
@@ -177,23 +183,63 @@ def migration_ready(lease, cfg, now: float) -> float:
     return now + lease.n_vms * per_vm
 
 
-def migration_rounds(lease, mapping: tuple, cfg, now: float) -> list:
+def migration_rounds(lease, mapping: tuple, cfg, now: float, vnodes: tuple = ()) -> list:
     """Rule 17: Haizea 1.1's migration reservations of a resumption placed by rule 4 on
     ``mapping`` at ``now`` (s), as time steps only (``ResKind.COPY``, no resources): the disk
     image rounds, then the memory rounds, back to back from ``now``
     (``ImageTransferPreparationScheduler.schedule_migration``, then
-    ``VMScheduler.schedule_migration``); each round moves VMs between pairs of nodes sharing no
-    node (``preemption.migration_rounds``) in ceil(MB / bw) s, bw = ``imagetransfer-bandwidth``
+    ``VMScheduler.schedule_migration``), each ceil(MB / bw) s, bw = ``imagetransfer-bandwidth``
     / 8 MB/s. Haizea's clock stops at each of their starts and ends and processes its queue
-    there; vgrid passes over the queue at those times too (``compat.copy_step``). None
-    when no VM changes node."""
-    k = rounds_of(lease.mapping, mapping)
+    there; vgrid passes over the queue at those times too (``compat.copy_step``).
+    Rule 18: the rounds are Haizea's (:func:`haizea_rounds` of :func:`vnode_pairs`, ``vnodes``:
+    the new nodes per virtual node in the mapper's order), and each COPY carries in ``dest`` the
+    nodes whose network it reserves, which :class:`GreedyScore` counts. Empty when no virtual
+    node changes node."""
+    pairs = vnode_pairs(lease, mapping, vnodes)
+    if all(a == b for a, b in pairs):
+        return []
     bw = cfg.imagetransfer_bandwidth / 8.0
+    rounds = haizea_rounds(pairs)
     out, t = [], now
-    for dur in [math.ceil(lease.image_mb / bw)] * k + [math.ceil(lease.per_vm[MEM] / bw)] * k:
-        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping))
+    for i, dur in enumerate([math.ceil(lease.image_mb / bw)] * len(rounds)
+                            + [math.ceil(lease.per_vm[MEM] / bw)] * len(rounds)):
+        nodes = tuple(sorted({n for pair in rounds[i % len(rounds)] for n in pair}))
+        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping, dest=nodes))
         t += dur
     return out
+
+
+def vnode_pairs(lease, mapping: tuple, vnodes: tuple = ()) -> list:
+    """Rule 18: (origin, destination) node per virtual node of a migration to ``mapping``:
+    virtual node i moves from the node it last ran on (its disk image's and memory's node,
+    ``Segment.vnodes``: Haizea's ``last_vmrr.nodes``) to ``vnodes[i]``, the i-th node of the
+    mapper's order (``GreedyMapper.map`` gives the best-scored node the first virtual node).
+    Without a recorded order (a lease placed in vgrid's own mode) the nodes in index order."""
+    last = lease.segments[-1] if lease.segments else None
+    old = (last.vnodes or last.nodes) if last is not None else lease.mapping
+    new = vnodes if vnodes and sorted(vnodes) == sorted(mapping) else mapping
+    if len(old) != len(new):
+        return list(zip(sorted(lease.mapping), sorted(mapping)))
+    return list(zip(old, new))
+
+
+def haizea_rounds(pairs: list) -> list:
+    """Haizea 1.1's migration rounds (``schedule_migration``): in virtual node order, a pair
+    (origin, destination) joins the current round when neither node is in it yet, so a node
+    sends or receives one copy per round; a virtual node that stays (origin = destination)
+    takes part too. Returns the list of rounds, each a list of pairs."""
+    rounds, left = [], list(pairs)
+    while left:
+        used, this, rest = set(), [], []
+        for a, b in left:
+            if a in used or b in used:
+                rest.append((a, b))
+            else:
+                used.update((a, b))
+                this.append((a, b))
+        rounds.append(this)
+        left = rest
+    return rounds
 
 
 def _transfers(st, links, now: float) -> list:
@@ -220,8 +266,9 @@ class GreedyScore:
 
     ``at(s)`` gives ``score(node, hostable) -> (score,)`` for a start at ``s`` (s), which the
     mapper calls once it knows the start (``Mapper.earliest``); called directly, the object
-    scores at ``t_start``. The leases on a node are those of its reservations (``use``) and of
-    the image transfers it receives (``dest``) for the lease that created them."""
+    scores at ``t_start``. The leases on a node are those of its reservations (``use``), of
+    the image transfers it receives (``dest``) for the lease that created them, and of the
+    migration rounds it sends or receives in (``COPY``, rule 18)."""
 
     horizon = 4
     score_order = True   # rule 15: the mapper takes nodes in score order, even short ones
@@ -249,6 +296,9 @@ class GreedyScore:
                 own = set(r.lease.mapping) if r.lease is not None else set(r.dest)
                 for node in own.intersection(r.dest):   # joined nodes reserve nothing
                     into.setdefault(node, []).append(r)
+            elif r.kind is ResKind.COPY and r.end > s and r.end > r.start:   # rule 18
+                for node in r.dest:
+                    into.setdefault(node, []).append(r)
         scores: dict = {}
         requested = self.lease.duration_s
         pos = None
@@ -272,7 +322,7 @@ class GreedyScore:
         def state(t):
             on = [r for r in res if r.start <= t < r.end]
             use = tuple(sum(r.use.get(node, (0, 0, 0, 0))[i] for r in on) for i in range(4))
-            net = frozenset(id(r) for r in on if r.kind is ResKind.TRANSFER)
+            net = frozenset(id(r) for r in on if r.kind is ResKind.TRANSFER or r.kind is ResKind.COPY)
             return use, net, frozenset(id(r.lease) for r in on)
         now = state(s)
         k = min(len(now[2]), self.horizon)
@@ -286,6 +336,13 @@ class GreedyScore:
 
     def __call__(self, node: int, hostable: int) -> tuple:
         return self.at(self.t_start)(node, hostable)
+
+    def vnodes(self, s: float, mapping: tuple) -> tuple:
+        """Rule 18: the nodes of ``mapping`` (chosen for a start at ``s``, s) in the mapper's
+        order -- best score first, as ``Mapper._pick`` sorted them --, i.e. the node of each
+        virtual node in Haizea's ``GreedyMapper``."""
+        score = self.at(s)
+        return tuple(sorted(mapping, key=lambda n: (tuple(-x for x in score(n, 1)), n)))
 
 
 def last_transfer_slot(st, deadline: float, dur: float, links, now: float) -> float | None:

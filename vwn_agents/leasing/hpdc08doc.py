@@ -43,7 +43,7 @@ NOTES = """## Differences explained
   cancelled lease keeps running until the AR starts, where Haizea stops it when it accepts the AR,
   up to 24 h earlier), and which of them the paper's simulator shared is not known. VM-MULT and
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
-  transfers, lease for lease"; 3 days: VM-MULT and VM-REUSE 527 / 527 leases as Haizea 1.1, VM-MULT + 20 % ARs 516 / 553), with Haizea's
+  transfers, lease for lease"; 3 days: VM-MULT and VM-REUSE 527 / 527 leases as Haizea 1.1, VM-MULT + 20 % ARs 552 / 553), with Haizea's
   runtime-slowdown rule and one transfer list; they cost 65-360 CPU s a run (session 9).
 
 - **Baseline.** Our NOVM-NOSR all-best-effort time without ARs is within 0.4 % of the paper's
@@ -187,17 +187,17 @@ _PRE = ("as NOVM-SR (vgrid's own suspension rules without Haizea's aging horizon
 _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT minus VM-PREDEPLOY +2.92 / "
              "+4.39 pp at 20 / 30 % against the paper's +2.37 / +5.02, below), so the gap is VM-PREDEPLOY's "
              "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 / 20 % "
-             "and 2.4 pp below the paper at 30 % (its own sentence below).")
+             "and 1.5 pp below the paper at 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
           "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 / 20 % and "
-          "1.3-1.5 pp below the paper at 30 % (their own sentences below).")
+          "1.6-2.0 pp below the paper at 30 % (their own sentences below).")
 _VM_COMPAT = ("not explained. Haizea 1.1 was not run on 30 days for an image-transfer configuration. On 3 days "
-              "the compat rules (session 9: rules 13-17, docs/leasing.md) reproduce its VM-MULT and VM-REUSE "
-              "schedules lease for lease (527 / 527 each) and 516 / 553 leases of VM-MULT with 20 % ARs (26 / 26 AR "
-              "decisions); the next difference is known (Haizea's migration rounds reserve the network of their "
-              "nodes, so they count as a lease in its host score) and not yet a rule. So this row is between "
-              "vgrid and Haizea 1.1, and whether Haizea 1.1 is this far from the paper is open.")
+              "the compat rules (sessions 8-10: rules 1-18, docs/leasing.md) reproduce its VM-MULT and VM-REUSE "
+              "schedules lease for lease (527 / 527 each) and 552 / 553 leases of VM-MULT with 20 % ARs (26 / 26 AR "
+              "decisions; the one left, lease 1159, is suspended once more than in Haizea, for a cause not yet "
+              "found). So this row is between vgrid and Haizea 1.1, and whether Haizea 1.1 is this far from the "
+              "paper is open.")
 CELL_NOTES: dict = {
     ("", "NOVM-SR", 20): _SR, ("", "NOVM-SR", 30): _SR,
     ("", "VM-PREDEPLOY", 20): _PRE, ("", "VM-PREDEPLOY", 30): _PRE,

@@ -118,10 +118,13 @@ class Node:
 
 @dataclass
 class Segment:
-    """One running interval of a lease: [start, end) seconds on ``nodes`` (node index per VM)."""
+    """One running interval of a lease: [start, end) seconds on ``nodes`` (node index per VM);
+    ``vnodes``: the same nodes per virtual node in Haizea 1.1's order (compat mode, rule 18;
+    empty otherwise)."""
     start: float
     end: float
     nodes: tuple
+    vnodes: tuple = ()
 
 
 @dataclass(eq=False)

@@ -387,7 +387,7 @@ class LeaseScheduler:
         self.st.remove(res)
         res.state = ResState.DONE
         lease.time_run += t - res.start
-        lease.segments.append(Segment(res.start, t, res.mapping))
+        lease.segments.append(Segment(res.start, t, res.mapping, res.vnodes))
         self._dirty = True
         if lease.remaining_s <= EPS:
             self._finish(lease, t)
@@ -464,7 +464,7 @@ class LeaseScheduler:
         if vm is not None and vm.state is ResState.ACTIVE:
             self.st.remove(vm)
             lease.time_run += t - vm.start
-            lease.segments.append(Segment(vm.start, t, vm.mapping))
+            lease.segments.append(Segment(vm.start, t, vm.mapping, vm.vnodes))
 
     def _premature_end(self, lease: Lease, t: float) -> None:
         """The lease's VMs finished before their reservation ended: free everything and let

@@ -54,6 +54,8 @@ class Reservation:
     ``image_id``, ``mb``, ``deadline`` (s, AR transfers), ``dest`` (receiving node indices) and
     ``not_before`` (s): the earliest the transfer may end, because its arrival evicts pool images
     that are pinned until then (``ImagePools.add``); EDF never moves it to end earlier.
+    A COPY (compat mode: one of Haizea 1.1's migration rounds) carries in ``dest`` the nodes whose
+    network the round reserves (rule 18 of ``compat_staging``).
     """
     kind: ResKind
     lease: Lease | None
@@ -68,6 +70,7 @@ class Reservation:
     dest: tuple = ()
     not_before: float = -INF
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
+    vnodes: tuple = ()  # compat mode, VM: node per virtual node in Haizea's mapper order (rule 18)
     state: ResState = ResState.SCHEDULED
     id: int = 0
     blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: _block_key(node, need) -> no room left
