@@ -133,6 +133,7 @@ class LeaseScheduler:
             self.requeue(lease)
         if self.decisions is not None and lease.state is LeaseState.REJECTED:
             self.decisions.rejected(lease, now)
+        self._dirty = self._dirty or compat.haizea(self.cfg)   # Haizea 1.1: an arrival is a step (rule 19)
         return lease
 
     def adopt(self, lease: Lease, mapping: tuple, start_s: float) -> Lease:
