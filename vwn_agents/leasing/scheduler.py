@@ -258,6 +258,7 @@ class LeaseScheduler:
         reservation starts, until nothing more is due."""
         now = self.clock.now() if now is None else now
         failed: dict = {}  # reservations whose start failed in this call: retried on the next one
+        once, passed = compat.haizea(self.cfg), False   # Haizea 1.1: one queue pass per step (rule 20)
         for _ in range(100_000):
             handled = False
             for t, lease_id in compat.premature_order(self, self.enactment.pop_events(now)):
@@ -275,9 +276,10 @@ class LeaseScheduler:
                 break
             if compat.starts_before_queue(self.cfg):   # Haizea 1.1: due starts, then the queue
                 handled = self._run_starts(due, now, failed) or handled
-            if self._dirty and self.queue:
+            if self._dirty and self.queue and not passed:
                 self._dirty = False
                 schedule_queue(self, now)
+                passed = once
             self._dirty = False
             handled = self._run_starts(due + self.st.pop_due(now), now, failed) or handled
             if not handled:
