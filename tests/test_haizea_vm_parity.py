@@ -23,6 +23,7 @@ from .paths import DATA, REPO, TRACES
 
 BLUE = TRACES / "haizea/blue/30days.swf"
 AR20 = TRACES / "haizea/injected_leases/30days/work_20-dur_3h-size_2medium.lwf"
+AR30 = TRACES / "haizea/injected_leases/30days/work_30-dur_3h-size_2medium.lwf"
 VM_MULT = REPO / "examples/haizea/vm-mult.conf"
 VM_REUSE = REPO / "examples/haizea/vm-reuse.conf"
 FIELDS = ("id", "type", "submit_s", "duration_s", "n_vms", "per_vm", "image_id", "image_mb", "preemptible",
@@ -68,6 +69,37 @@ def test_vm_mult_3_days_with_20_percent_ars_towards_haizea(tmp_path):
     assert out["identical"] >= 552, out["first_difference"]
     assert out["ar"]["agree"] == 26
     assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"]
+
+
+def test_vm_mult_3_days_with_30_percent_ars_towards_haizea(tmp_path):
+    """With the 40 ARs of work_30-dur_3h-size_2medium (session 10, golden from Haizea 1.1 itself):
+    566 of 567 leases as Haizea, all 40 AR decisions (it rejects 8719, as vgrid does) and the
+    same all-best-effort time (377,983 s). The one difference: lease 1169 (submitted 238,006 s),
+    the same start 243,437 s, ends 252,674 s in Haizea and 252,857 s in vgrid."""
+    leases = _blue3_with_images(tmp_path, AR30)
+    out = compare(read_haizea_csv(DATA / "haizea/blue3-ar30-vm-mult.csv"),
+                  simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_MULT).config).report()["leases"])
+    assert out["leases"] == 567 and out["missing"] == []
+    assert out["identical"] >= 566, out["first_difference"]
+    assert out["ar"]["agree"] == 40 and out["ar"]["haizea_rejected"] == 1
+    assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"] == 377983.0
+
+
+def test_vm_reuse_3_days_with_30_percent_ars_towards_haizea(tmp_path):
+    """VM-REUSE with the same 40 ARs (session 10): all 40 AR decisions and the same
+    all-best-effort time (376,753 s), 288 of 567 leases as Haizea 1.1: 246 before rule 19 (AR
+    8738's arrival at t = 61,888 s is a time step where Haizea processes the queue and places
+    leases 576 and 577; vgrid placed them at the next step, 62,076 s), 287 before rule 20 (at
+    t = 80,131 s lease 624's transfer, starting at once, gave vgrid a second queue pass that
+    placed lease 623 behind it; Haizea processes the queue once per step and places 623 at
+    80,601 s). The first difference now: lease 662 (starts 125,509 s in Haizea, 124,142 s here)."""
+    leases = _blue3_with_images(tmp_path, AR30)
+    out = compare(read_haizea_csv(DATA / "haizea/blue3-ar30-vm-reuse.csv"),
+                  simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_REUSE).config).report()["leases"])
+    assert out["leases"] == 567 and out["missing"] == []
+    assert out["identical"] >= 288, out["first_difference"]
+    assert out["ar"]["agree"] == 40 and out["ar"]["haizea_rejected"] == 1
+    assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"] == 376753.0
 
 
 def test_vm_reuse_3_days_as_haizea(tmp_path):

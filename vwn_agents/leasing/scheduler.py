@@ -133,6 +133,7 @@ class LeaseScheduler:
             self.requeue(lease)
         if self.decisions is not None and lease.state is LeaseState.REJECTED:
             self.decisions.rejected(lease, now)
+        self._dirty = self._dirty or compat.haizea(self.cfg)   # Haizea 1.1: an arrival is a step (rule 19)
         return lease
 
     def adopt(self, lease: Lease, mapping: tuple, start_s: float) -> Lease:
@@ -257,6 +258,7 @@ class LeaseScheduler:
         reservation starts, until nothing more is due."""
         now = self.clock.now() if now is None else now
         failed: dict = {}  # reservations whose start failed in this call: retried on the next one
+        once, passed = compat.haizea(self.cfg), False   # Haizea 1.1: one queue pass per step (rule 20)
         for _ in range(100_000):
             handled = False
             for t, lease_id in compat.premature_order(self, self.enactment.pop_events(now)):
@@ -274,9 +276,10 @@ class LeaseScheduler:
                 break
             if compat.starts_before_queue(self.cfg):   # Haizea 1.1: due starts, then the queue
                 handled = self._run_starts(due, now, failed) or handled
-            if self._dirty and self.queue:
+            if self._dirty and self.queue and not passed:
                 self._dirty = False
                 schedule_queue(self, now)
+                passed = once
             self._dirty = False
             handled = self._run_starts(due + self.st.pop_due(now), now, failed) or handled
             if not handled:
