@@ -147,7 +147,10 @@ def test_the_lease_engine_migrates_a_suspended_vm_to_another_node(pki, tmp_path,
         "queue": "long", "nodes": [n1.url, url2], "si00": 1500, "ram_mb": 2048, "max_wallclock_s": 7200,
         "vos": ["dteam"], "retry_s": 0.2, "retry_initial_s": 0.05, "vwns_per_node": 1,
         "suspend_vwns": True, "migrate_vwns": True, "lease_config": str(lease_cfg),
-        "node_down_after_s": 3600, "broker_dns": [dns["broker"]], **tls_fields(d, "ce")})
+        # node_lost_s: moved() below runs the injected clock 1.7x faster than real time, so a node
+        # agent's 10 s heartbeats look up to 17 s apart; a loaded machine (a migration's copy, TCG
+        # guests) then made node 2 "lost" after 30 clock s (session 10 CI) -- not what this tests.
+        "node_down_after_s": 3600, "node_lost_s": 600, "broker_dns": [dns["broker"]], **tls_fields(d, "ce")})
     app = ce_app(ce_cfg, clock)
     ce_srv = BackgroundServer(app, host=ADDR["ce"], tls=ce_cfg.tls_files())
     broker = session(d, "broker")
