@@ -1,0 +1,1 @@
+from mx.DateTime.Parser import DateTimeFromString as ParseDateTime  # noqa
