@@ -187,12 +187,12 @@ _PRE = ("as NOVM-SR (vgrid's own suspension rules without Haizea's aging horizon
         "at every rho.")
 _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT minus VM-PREDEPLOY +2.92 / "
              "+4.39 pp at 20 / 30 % against the paper's +2.37 / +5.02, below), so the gap is VM-PREDEPLOY's "
-             "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 / 20 % "
-             "and 1.5 pp below the paper at 30 % (its own sentence below).")
+             "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 % "
+             "and 1.4 / 1.6 pp below the paper at 20 / 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
           "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 / 20 % and "
-          "1.6-2.0 pp below the paper at 30 % (their own sentences below).")
+          "1.4-1.8 pp below the paper at 30 % (their own sentences below).")
 _VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. Haizea 1.1 was not run on 30 days for an "
                    "image-transfer configuration, but on 3 days compat mode reproduces its VM-MULT schedule lease for "
                    "lease without ARs (527 / 527), with the 20 % ARs (552 / 553) and with the 30 % ARs (566 / 567; "
