@@ -119,12 +119,19 @@ def wait_gone(pid: int, start: int | None, timeout_s: float) -> bool:
         os.close(fd)
 
 
-def stage_in_and_start(agent, v, start) -> bool:
+def stage_in_and_start(agent, v, start, hold_lock: bool = True) -> bool:
     """Stage VWN ``v``'s input sandbox into its jail, then -- unless it was cancelled or the
-    agent is stopping meanwhile -- call ``start(v)`` under the agent's lock. Returns whether
-    ``start`` was called; a sandbox or disk error fails ``v`` (``Outcome.WRAPPER_ERROR``) and
-    returns False. Shared by the cgroup path (``NodeAgent._run``) and the VM path
-    (``drivers.vm_job.run``)."""
+    agent is stopping meanwhile -- call ``start(v)``. Returns whether ``start`` was called; a
+    sandbox or disk error fails ``v`` (``Outcome.WRAPPER_ERROR``) and returns False. Shared by
+    the cgroup path (``NodeAgent._run``) and the VM paths (``drivers.vm_job.run``,
+    ``drivers.voc_job.run``).
+
+    ``hold_lock``: ``start`` runs under the agent's lock (a fork from the zygote: milliseconds).
+    False for a VM boot (libvirt's ``createXML``: 0.4 s here, tens of seconds on a host whose
+    libvirtd re-probes qemu, ``drivers.libvirtd``): the lock is taken only for the check, so
+    ``POST /vwns``, heartbeats and readjustments never wait for a boot; a cancel that arrives
+    during the boot is seen by the caller's watch loop (``v.cancelled``) and the domain is
+    destroyed by ``NodeAgent._finish``."""
     try:
         agent.conf.prepare(v.jail, v.request.input_sandbox, lambda: v.cancelled or agent._stopping)
     except (SandboxError, OSError) as exc:
@@ -133,5 +140,8 @@ def stage_in_and_start(agent, v, start) -> bool:
     with agent._lock:
         if v.cancelled or agent._stopping:
             return False
-        start(v)
+        if hold_lock:
+            start(v)
+            return True
+    start(v)
     return True

@@ -240,11 +240,15 @@ class LibvirtVMs:
         capped at ``fraction`` (CPU fraction); returns the qemu pid (None if unknown). VMError."""
         (d / "domain.xml").write_text(xml)
         with self._lock:
-            try:
-                self.conn.createXML(xml, 0)
-            except self._lv.libvirtError as exc:
-                raise VMError(f"{vwn}: cannot start its domain: {exc}") from None
             self.caps[vwn] = fraction
+        try:                                       # not under the lock: a boot may take seconds
+            self.conn.createXML(xml, 0)
+        except self._lv.libvirtError as exc:
+            raise VMError(f"{vwn}: cannot start its domain: {exc}") from None
+        with self._lock:
+            latest = self.caps.get(vwn, fraction)
+        if latest != fraction:                     # readjusted while it booted
+            self.set_cap(vwn, latest)
         return self.qemu_pid(vwn)
 
     def _root_disk(self, vwn: str, d: Path, disk: Path | None) -> Path | None:

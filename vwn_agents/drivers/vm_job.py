@@ -66,8 +66,9 @@ def _start(agent, v) -> None:
     except VMError as exc:
         v.fail(Outcome.WRAPPER_ERROR, f"cannot start the VWN's VM: {exc}")
         return
-    v.wrapper_pid, v.wrapper_start = pid, start_time(pid) if pid else None
-    agent._save(v)
+    with agent._lock:
+        v.wrapper_pid, v.wrapper_start = pid, start_time(pid) if pid else None
+        agent._save(v)
 
 
 def _disk(agent, v) -> Path | None:
@@ -110,7 +111,7 @@ def run(agent, v) -> None:
             nonlocal booted_at
             booted_at = time.monotonic()
             _start(agent, v)
-        if not stage_in_and_start(agent, v, boot) or v.wrapper_pid is None:
+        if not stage_in_and_start(agent, v, boot, hold_lock=False) or v.wrapper_pid is None:
             return
     else:
         drv.vms.adopt(v.vwn)
