@@ -10,7 +10,7 @@ conservative = all); without it only "now" (and the nodes' staging-ready times) 
 """
 from __future__ import annotations
 
-from .mapper import vm_use
+from .mapper import StartScore, vm_use
 from .model import LeaseState, MEM
 from . import compat, compat_staging, frozenhold
 from .queuescan import QueueScan
@@ -86,7 +86,7 @@ def _place(sched, lease, now: float, allow_future: bool, immediate: bool) -> boo
         if found is None:
             return False
         s, e, mapping = found
-        vnodes = score.vnodes(s, mapping) if hasattr(score, "vnodes") else ()   # compat: rule 18
+        vnodes = score.vnodes(s, mapping) if isinstance(score, StartScore) else ()   # compat: rule 18
         if sched.decisions is not None:      # the per-decision log (decisionlog), off by default
             explained = sched.decisions.explain(sched, lease, now, found, base if min_dur is None else
                                                 min(base, min_dur), ready, allow_future)

@@ -122,6 +122,7 @@ import math
 
 from .compat_order import haizea_node_order
 from .config import haizea
+from .mapper import StartScore
 from .model import MEM, resource_vector
 from .slottable import INF
 from .slottable import Reservation, ResKind, ResState
@@ -261,7 +262,7 @@ def next_transfer_slot(st, now: float, dur: float, links=("be",)) -> float:
     return busy[-1][1]
 
 
-class GreedyScore:
+class GreedyScore(StartScore):
     """Haizea 1.1's greedy host score for a best-effort lease (rule 5), with transfers.
 
     ``at(s)`` gives ``score(node, hostable) -> (score,)`` for a start at ``s`` (s), which the
@@ -394,14 +395,14 @@ def earliest(sched, need, n: int, base: float, now: float, min_dur, ready, allow
     mode with a future reservation allowed, rule 11's two passes."""
     mapper = sched.mapper
     sched.haizea_future_pass = False
-    if ready is not None and hasattr(score, "order_by"):   # GreedyScore: compat mode only
+    if ready is not None and isinstance(score, StartScore):   # GreedyScore: compat mode only
         score.order_by(ready)
     if ready is None or not allow_future or not haizea(sched.cfg):
         return mapper.earliest(need, n, base, now, min_dur, ready, None, allow_future, score)
     found = mapper.earliest(need, n, base, now, min_dur, ready, None, False, score)
     if found is not None:
         return found
-    if hasattr(score, "order_by"):
+    if isinstance(score, StartScore):
         score.order_by(None)
     sched.haizea_future_pass = True
     last = max((t for t in ready if t < INF), default=now)

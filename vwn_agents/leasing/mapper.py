@@ -28,6 +28,29 @@ from .slottable import SlotTable
 INF = math.inf
 
 
+class StartScore:
+    """A host score that depends on the lease's start: ``Mapper.earliest`` calls ``at(s)`` once
+    it knows the start s (s) and orders nodes by the returned ``score(node, hostable) -> tuple``
+    (higher first). A plain callable ``score(node, hostable)`` is a score that does not depend on
+    the start. The hooks below are the compat mode's (Haizea 1.1's greedy mapper,
+    ``compat_staging.GreedyScore``); their defaults are vgrid's own behaviour."""
+
+    #: Rule 15 (compat_staging): take nodes in score order, even those whose slot is shorter.
+    score_order = False
+
+    def at(self, s: float):
+        """The node score for a start at ``s`` (s)."""
+        raise NotImplementedError
+
+    def order_by(self, ready) -> None:
+        """Rule 14: how equal scores are ordered, from the per-node ready times (s) or None."""
+
+    def vnodes(self, s: float, mapping: tuple) -> tuple:
+        """Rule 18: ``mapping``'s nodes in virtual-node order for a start at ``s``; () when the
+        order does not matter."""
+        return ()
+
+
 class Mapper:
     """Spatial placement over a ``SlotTable`` (see module doc)."""
 
@@ -296,7 +319,8 @@ class Mapper:
         suspended, so a start is acceptable when every chosen slot stays free for at least
         that long. ``ready``: per-node earliest start (s) or None (all ready now);
         ``only_nodes``: allowed node indices. Without ``allow_future`` only ``now`` and the
-        nodes' ready times are tried. Returns ``(start, end, mapping)`` where ``end`` is when
+        nodes' ready times are tried. ``score``: None (latest-ending slots first), a callable
+        ``score(node, hostable) -> tuple`` or a ``StartScore``. Returns ``(start, end, mapping)`` where ``end`` is when
         the chosen slots stop being free (start + duration when the full length fits), or None.
         """
         A, B, NODE, _ = self.slot_arrays(need)
@@ -324,8 +348,9 @@ class Mapper:
         s = float(S[hit[0]])
         sel = np.nonzero(hit[1])[0]
         full = sel[B[sel] >= s + duration]
-        in_order = getattr(score, "score_order", False)   # Haizea 1.1's greedy mapper (compat_staging)
-        if score is not None and hasattr(score, "at"):   # a score that depends on the start
+        in_order = False
+        if isinstance(score, StartScore):
+            in_order = score.score_order
             score = score.at(s)
         if in_order and len(full) < len(sel):
             chosen = self._pick(sel, NODE, B, n, score, by_end=False, slots=True)
