@@ -45,7 +45,7 @@ Places 5-8 were found in session 7 by comparing placements (time and nodes) with
 """
 from __future__ import annotations
 
-from . import compat_staging, frozenhold
+from . import compat_pools, compat_staging, frozenhold
 from .config import haizea  # noqa: F401 - compat.haizea is the callers' name (defined in config)
 from .model import MEM
 from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
@@ -155,9 +155,12 @@ def reevaluate(sched, now: float, place) -> None:
 def copy_step(sched, res, t: float) -> None:
     """A start or end of one of Haizea 1.1's migration rounds (``ResKind.COPY``,
     ``compat_staging.migration_rounds``): a time step at which Haizea processes its queue;
-    the round leaves the slot table at its end."""
+    the round leaves the slot table at its end, and a disk-image round's lease stops pinning
+    the pool images of the nodes it left (rule 22)."""
     sched._dirty = True
     if res.state is ResState.ACTIVE and t >= res.end:
+        if res.origins and res.lease is not None:          # rule 22: the images left these nodes
+            compat_pools.leave(sched.pools, res.lease.id, res.origins, t)
         sched.st.remove(res)
 
 

@@ -115,6 +115,21 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    unchanged availability in the greedy score (3 days of VM-MULT + 20 % ARs: lease 1117 at
    t = 223,582 s, beside lease 640's rounds). vgrid keeps mappings in node order and had
    paired the nodes that change in index order, scoring no round.
+19. An arrival is a time step (``LeaseScheduler.submit``) and 20. one queue pass per step
+   (``LeaseScheduler.process``): see docs/leasing.md.
+21. An AR reuses a pool image only if the image's ``timeout`` is at least the AR's start
+   (``Staging.stage_ar``): Haizea's ``__schedule_deadline`` asks
+   ``exists_reusable_image(pnode, image, after = start)``, which skips images whose timeout
+   (the latest end of their users, ``compat_pools.py``) is earlier, and transfers the image
+   to that node again; vgrid pinned any arrived copy (3 days of VM-REUSE + 30 % ARs: AR 8734
+   pinned image_29 on node 18, whose timeout was 16,573 s, so Haizea purged it at 62,708 s
+   and vgrid another image, and lease 584's nodes differed at 64,817 s).
+22. A migration unpins the pool images it leaves (:func:`migration_rounds`' ``origins``,
+   ``compat.copy_step``, ``compat_pools.leave``): at the end of each disk-image round Haizea's
+   ``_handle_end_migrate`` removes the lease's virtual nodes from the pool images of the nodes
+   they left (``remove_diskimage(origin, ...)``), so those images become unused and may be
+   purged; vgrid kept them pinned until the lease ended (same run: lease 525, migrated away
+   from nodes 17-34 at 50,711-51,121 s, kept image_19 pinned there in vgrid only).
 """
 from __future__ import annotations
 
@@ -194,18 +209,22 @@ def migration_rounds(lease, mapping: tuple, cfg, now: float, vnodes: tuple = ())
     there; vgrid passes over the queue at those times too (``compat.copy_step``).
     Rule 18: the rounds are Haizea's (:func:`haizea_rounds` of :func:`vnode_pairs`, ``vnodes``:
     the new nodes per virtual node in the mapper's order), and each COPY carries in ``dest`` the
-    nodes whose network it reserves, which :class:`GreedyScore` counts. Empty when no virtual
-    node changes node."""
+    nodes whose network it reserves, which :class:`GreedyScore` counts. Rule 22: a disk-image
+    round carries in ``origins`` the nodes it moves the lease's images away from (no virtual
+    node of the lease stays there), whose pool images the lease stops pinning at the round's
+    end (``compat.copy_step``). Empty when no virtual node changes node."""
     pairs = vnode_pairs(lease, mapping, vnodes)
     if all(a == b for a, b in pairs):
         return []
     bw = cfg.imagetransfer_bandwidth / 8.0
     rounds = haizea_rounds(pairs)
+    staying = {a for a, b in pairs if a == b}
     out, t = [], now
     for i, dur in enumerate([math.ceil(lease.image_mb / bw)] * len(rounds)
                             + [math.ceil(lease.per_vm[MEM] / bw)] * len(rounds)):
         nodes = tuple(sorted({n for pair in rounds[i % len(rounds)] for n in pair}))
-        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping, dest=nodes))
+        origins = () if i >= len(rounds) else tuple(sorted({a for a, b in rounds[i] if a != b} - staying))
+        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping, dest=nodes, origins=origins))
         t += dur
     return out
 

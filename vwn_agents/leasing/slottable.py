@@ -71,6 +71,7 @@ class Reservation:
     not_before: float = -INF
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
     vnodes: tuple = ()  # compat mode, VM: node per virtual node in Haizea's mapper order (rule 18)
+    origins: tuple = ()  # compat mode, COPY: nodes a disk-image round moves the lease away from (rule 22)
     state: ResState = ResState.SCHEDULED
     id: int = 0
     blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: _block_key(node, need) -> no room left

@@ -118,6 +118,8 @@ class Staging:
         missing = []
         for node in sorted(set(mapping)):
             e = self._usable(node, lease, deadline, t_s)
+            if e is not None and self._haizea and self.pools.reuse and e.timeout < t_s:
+                e = None   # Haizea 1.1 reuses only a pool image whose timeout is >= the AR's start (rule 21)
             if e is not None:
                 self.pools.pin(e, lease.id, t_e, t_s)   # Haizea's pool timeout: the AR's start
             else:
