@@ -44,8 +44,8 @@ NOTES = """## Differences explained
   up to 24 h earlier), and which of them the paper's simulator shared is not known. VM-MULT and
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
   transfers, lease for lease"; 3 days: VM-MULT and VM-REUSE 527 / 527 leases as Haizea 1.1, VM-MULT + 20 % ARs 552 / 553, + 30 % ARs 566 / 567,
-  VM-REUSE + 30 % ARs 288 / 567), with Haizea's
-  runtime-slowdown rule and one transfer list; they cost 65-360 CPU s a run (sessions 9-10).
+  VM-REUSE + 30 % ARs 556 / 567 after rules 21-22, session 11), with Haizea's
+  runtime-slowdown rule and one transfer list; they cost 65-360 CPU s a run (sessions 9-11).
 
 - **Baseline.** Our NOVM-NOSR all-best-effort time without ARs is within 0.4 % of the paper's
   and of Haizea 1.1's. All three make the same decisions for most leases; they differ in which
@@ -191,19 +191,23 @@ _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT 
              "and 1.4 / 1.6 pp below the paper at 20 / 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
-          "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 / 20 % and "
-          "1.4-1.8 pp below the paper at 30 % (their own sentences below).")
+          "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 % (and "
+          "skewed 20 %) and 1.1-2.0 pp below the paper at uniform 20 % and at 30 % (their own sentences below).")
 _VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. Haizea 1.1 was not run on 30 days for an "
                    "image-transfer configuration, but on 3 days compat mode reproduces its VM-MULT schedule lease for "
                    "lease without ARs (527 / 527), with the 20 % ARs (552 / 553) and with the 30 % ARs (566 / 567; "
                    "40 / 40 AR decisions and the same all-best-effort; session 10, docs/leasing.md). So this row is "
                    "most likely Haizea 1.1's own value, below the paper as Haizea 1.1 is 3 pp above it for NOVM-NOSR "
                    "20 %; only a 30-day Haizea 1.1 run would show it.")
-_VM_REUSE_COMPAT = ("not explained. Haizea 1.1 was not run on 30 days for an image-transfer configuration. On 3 days "
-                    "compat mode reproduces its VM-REUSE schedule lease for lease without ARs (527 / 527), but with the "
-                    "30 % ARs only 288 / 567 leases (40 / 40 AR decisions and the same all-best-effort; rules 19-20, "
-                    "session 10; the next difference, lease 584 at t = 64,817 s, comes from other pool contents). So "
-                    "this row is between vgrid and Haizea 1.1, and whether Haizea 1.1 is this far from the paper is open.")
+_VM_REUSE_COMPAT = ("not explained by a known difference from Haizea 1.1 that is implemented. Haizea 1.1 was not run "
+                    "on 30 days for an image-transfer configuration (its image runs slow down to about 1,200 CPU s "
+                    "per simulated day: many hours of one core). On 3 days compat mode reproduces its VM-REUSE "
+                    "schedule lease for lease without ARs (527 / 527) and with the 30 % ARs 556 / 567 (40 / 40 AR "
+                    "decisions and the same all-best-effort; rules 21-22, session 11, docs/leasing.md); the next "
+                    "known difference is Haizea's greedy mapper taking a best-scored node whose free time is "
+                    "shorter than the lease's minimum duration and then failing that start (lease 1087; not yet a "
+                    "rule). Rules 21-22 moved these 30-day cells by -1.6 to +0.3 pp, in both directions, so this "
+                    "row is near Haizea 1.1 but its distance from the paper is not settled.")
 CELL_NOTES: dict = {
     ("", "NOVM-SR", 20): _SR, ("", "NOVM-SR", 30): _SR,
     ("", "VM-PREDEPLOY", 20): _PRE, ("", "VM-PREDEPLOY", 30): _PRE,
