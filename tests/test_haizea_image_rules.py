@@ -246,7 +246,7 @@ def test_a_migration_round_unpins_the_pool_images_it_leaves():
     """Rule 22: at the end of a disk-image round Haizea's ``_handle_end_migrate`` removes the
     lease from the pool images of the nodes it left, so they may be purged; a node a virtual node
     stays on keeps its pin. (Same run: lease 525 kept image_19 pinned on 16 nodes it had left.)"""
-    from vwn_agents.leasing import LeaseConfig, compat_pools
+    from vwn_agents.leasing import LeaseConfig
     from vwn_agents.leasing.compat_staging import migration_rounds
     from vwn_agents.leasing.model import Segment
 
@@ -263,7 +263,7 @@ def test_a_migration_round_unpins_the_pool_images_it_leaves():
     on1 = _arrive(pools, "a", 7, 5000.0, 10.0, node=1)
     _arrive(pools, "b", 2, 200.0, 20.0, node=0)
     pools.lease_ended(2, [0], 200.0)
-    compat_pools.leave(pools, 7, (0,), 300.0)
+    pools.lease_ended(7, (0,), 300.0)             # what compat.copy_step does at a round's end
     assert 7 not in on0.users and 7 in on1.users
     _arrive(pools, "c", 3, 2000.0, 1000.0, node=0)     # full: the oldest unused goes, "b" (200 s)
     _arrive(pools, "d", 4, 2000.0, 1100.0, node=0)     # then "a", unpinned by the migration

@@ -108,12 +108,13 @@ def kvm_device_access(path: str = KVM_DEVICE, group: str = "kvm") -> str | None:
         return None
     if st.st_gid == gid and st.st_mode & 0o060 == 0o060:
         return None
+    old = st.st_mode & 0o7777
     try:
         os.chown(path, -1, gid)
-        os.chmod(path, (st.st_mode & 0o7777) | 0o660)
+        os.chmod(path, old | 0o660)
     except OSError:
         return None
-    return f"{path}: group {group}, mode {(st.st_mode & 0o7777) | 0o660:o} (was gid {st.st_gid}, mode {st.st_mode & 0o7777:o})"
+    return f"{path}: group {group}, mode {old | 0o660:o} (was gid {st.st_gid}, mode {old:o})"
 
 
 def ensure_libvirtd(uri: str = URI, timeout_s: float = 30.0) -> Daemons:

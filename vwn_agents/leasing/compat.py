@@ -45,7 +45,7 @@ Places 5-8 were found in session 7 by comparing placements (time and nodes) with
 """
 from __future__ import annotations
 
-from . import compat_pools, compat_staging, frozenhold
+from . import compat_staging, frozenhold
 from .config import haizea  # noqa: F401 - compat.haizea is the callers' name (defined in config)
 from .model import MEM
 from .preemption import can_suspend, op_time, scheduling_threshold, suspend_reservations, suspend_time
@@ -160,7 +160,7 @@ def copy_step(sched, res, t: float) -> None:
     sched._dirty = True
     if res.state is ResState.ACTIVE and t >= res.end:
         if res.origins and res.lease is not None:          # rule 22: the images left these nodes
-            compat_pools.leave(sched.pools, res.lease.id, res.origins, t)
+            sched.pools.lease_ended(res.lease.id, res.origins, t)
         sched.st.remove(res)
 
 

@@ -78,12 +78,3 @@ def purge_downto(pools, node: int, target_mb: float, now: float) -> bool:
         if sum(x.mb for x in _cached_arrived(pools, node)) <= target_mb:
             return True
 
-
-def leave(pools, lease_id: int, nodes, now: float) -> None:
-    """Rule 22 (``compat_staging.py``): the lease's disk images left ``nodes`` at ``now`` (the
-    end of one of its migration's disk-image rounds), so it no longer pins their pool images
-    (Haizea's ``_handle_end_migrate``: ``remove_diskimage(origin, lease, vnode)``)."""
-    nodes = set(nodes)
-    for node, e in pools.entries_pinned_by(lease_id):
-        if node in nodes and not e.uncached:
-            pools.release(e, lease_id, now)

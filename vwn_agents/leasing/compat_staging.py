@@ -125,7 +125,7 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    pinned image_29 on node 18, whose timeout was 16,573 s, so Haizea purged it at 62,708 s
    and vgrid another image, and lease 584's nodes differed at 64,817 s).
 22. A migration unpins the pool images it leaves (:func:`migration_rounds`' ``origins``,
-   ``compat.copy_step``, ``compat_pools.leave``): at the end of each disk-image round Haizea's
+   ``compat.copy_step``, which calls ``ImagePools.lease_ended`` for those nodes): at the end of each disk-image round Haizea's
    ``_handle_end_migrate`` removes the lease's virtual nodes from the pool images of the nodes
    they left (``remove_diskimage(origin, ...)``), so those images become unused and may be
    purged; vgrid kept them pinned until the lease ended (same run: lease 525, migrated away
