@@ -170,9 +170,11 @@ def _lease(n=2, duration=100.0):
 
 def test_migration_rounds_pair_virtual_nodes_as_haizea():
     """Rule 18: virtual node i moves from the node it ran on to the i-th node of the mapper's
-    order; a pair joins a round when neither node is in it yet, a virtual node that stays takes
-    part, and each round carries the nodes whose network it reserves. (Rule 17 alone paired the
-    nodes that change in index order: one round for both cases below, reserving nothing.)"""
+    order; a pair joins a round when neither node is in it yet, and each round carries the
+    nodes whose network it reserves. Rule 24: a virtual node whose images are already on its
+    new node is not copied (``schedule_migration`` keeps only the virtual nodes whose mapping
+    differs; session 10 had it take part in a round). (Rule 17 alone paired the nodes that
+    change in index order: one round for both cases below, reserving nothing.)"""
     from vwn_agents.leasing import LeaseConfig
     from vwn_agents.leasing.compat_staging import haizea_rounds, migration_rounds
     from vwn_agents.leasing.model import Segment
@@ -183,16 +185,49 @@ def test_migration_rounds_pair_virtual_nodes_as_haizea():
     lease.segments = [Segment(0.0, 10.0, (36, 37), (37, 36))]     # vnode 0 ran on 37, vnode 1 on 36
     # to (37, 50) with vnode 0 on 50 and vnode 1 on 37: 37 -> 50, then 36 -> 37 (37 busy in round 1)
     rounds = migration_rounds(lease, (37, 50), cfg, 0.0, vnodes=(50, 37))
-    assert [(r.kind, r.start, r.end, r.dest) for r in rounds] == [
-        (ResKind.COPY, 0.0, 410.0, (37, 50)), (ResKind.COPY, 410.0, 820.0, (36, 37)),
-        (ResKind.COPY, 820.0, 923.0, (37, 50)), (ResKind.COPY, 923.0, 1026.0, (36, 37))]
-    # vnode 1 stays on 36 and still reserves it; vnode 0 goes 37 -> 50: one round of three nodes
+    assert [(r.kind, r.start, r.end, r.dest, r.link) for r in rounds] == [
+        (ResKind.COPY, 0.0, 410.0, (37, 50), "disk"), (ResKind.COPY, 410.0, 820.0, (36, 37), "disk"),
+        (ResKind.COPY, 820.0, 923.0, (37, 50), "memory"), (ResKind.COPY, 923.0, 1026.0, (36, 37), "memory")]
+    assert [r.moves for r in rounds[:2]] == [((0, 37, 50),), ((1, 36, 37),)]
+    # vnode 1 stays on 36: only vnode 0 is copied, 37 -> 50, one round of each kind on two nodes
     rounds = migration_rounds(lease, (36, 50), cfg, 0.0, vnodes=(50, 36))
-    assert [(r.start, r.end, r.dest) for r in rounds] == [(0.0, 410.0, (36, 37, 50)), (410.0, 513.0, (36, 37, 50))]
+    assert [(r.start, r.end, r.dest) for r in rounds] == [(0.0, 410.0, (37, 50)), (410.0, 513.0, (37, 50))]
     # the same nodes in another vnode order is a migration (Haizea's vnode swap: two rounds)
     assert len(migration_rounds(lease, (36, 37), cfg, 0.0, vnodes=(36, 37))) == 4
     assert migration_rounds(lease, (36, 37), cfg, 0.0, vnodes=(37, 36)) == []
-    assert haizea_rounds([(1, 2), (2, 3), (4, 5), (3, 1)]) == [[(1, 2), (4, 5)], [(2, 3)], [(3, 1)]]
+    assert haizea_rounds([(1, 2), (2, 3), (4, 5), (3, 1), (6, 6)]) == [
+        [(0, 1, 2), (2, 4, 5)], [(1, 2, 3)], [(3, 3, 1)]]
+
+
+def test_a_migration_that_ended_moved_the_images_the_next_plan_starts_from():
+    """Rule 24: Haizea's ``_handle_end_migrate`` moves a round's disk (or memory) images to their
+    destinations, and the next ``schedule_migration`` of the lease starts from there: a lease
+    re-placed (``reevaluate``) on the nodes its finished migration went to needs no more
+    rounds. vgrid paired from the last segment's nodes every time, so a 140-VM lease re-placed
+    at each premature end put six rounds in the slot table again (3 days of VM-MULT + 20 % ARs:
+    lease 640's rounds changed the greedy score of nodes 50-51 at t = 245,599 s, lease 1159
+    resumed elsewhere; 552 -> 553 of 553 leases as Haizea 1.1)."""
+    from vwn_agents.leasing import LeaseConfig
+    from vwn_agents.leasing.compat_staging import copied, image_nodes, migration_rounds
+    from vwn_agents.leasing.model import Segment
+
+    cfg = LeaseConfig({"imagetransfer-bandwidth": 80.0})
+    st_ = SlotTable(uniform_site(4, 1, 1024))
+    lease = _lease()
+    lease.mapping = (0, 1)
+    lease.segments = [Segment(0.0, 10.0, (0, 1), (0, 1))]
+    rounds = migration_rounds(lease, (2, 3), cfg, 20.0, vnodes=(2, 3))
+    assert [r.link for r in rounds] == ["disk", "memory"] and rounds[0].moves == ((0, 0, 2), (1, 1, 3))
+    copied(st_, lease, rounds[0])                       # the disk round ended: disks on 2 and 3
+    assert image_nodes(lease) == ((2, 3), (0, 1))
+    again = migration_rounds(lease, (2, 3), cfg, 500.0, vnodes=(2, 3))
+    assert [(r.link, r.start, r.end) for r in again] == [("memory", 500.0, 603.0)]
+    copied(st_, lease, again[0])
+    assert image_nodes(lease) == ((2, 3), (2, 3))
+    assert migration_rounds(lease, (2, 3), cfg, 700.0, vnodes=(2, 3)) == []
+    assert len(migration_rounds(lease, (0, 1), cfg, 700.0, vnodes=(0, 1))) == 2   # and back: both kinds
+    lease.segments.append(Segment(800.0, 900.0, (0, 1), (1, 0)))   # it ran again: images where it ran
+    assert image_nodes(lease) == ((1, 0), (1, 0))
 
 
 def test_the_greedy_score_counts_a_migration_round_as_a_lease_on_its_nodes():

@@ -161,6 +161,8 @@ def copy_step(sched, res, t: float) -> None:
     if res.state is ResState.ACTIVE and t >= res.end:
         if res.origins and res.lease is not None:          # rule 22: the images left these nodes
             sched.pools.lease_ended(res.lease.id, res.origins, t)
+        if res.moves and res.lease is not None:            # rule 24: and are now at their destinations
+            compat_staging.copied(sched.st, res.lease, res)
         sched.st.remove(res)
 
 

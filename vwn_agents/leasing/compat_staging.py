@@ -130,6 +130,13 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    they left (``remove_diskimage(origin, ...)``), so those images become unused and may be
    purged; vgrid kept them pinned until the lease ended (same run: lease 525, migrated away
    from nodes 17-34 at 50,711-51,121 s, kept image_19 pinned there in vgrid only).
+24. A migration starts where the images are (:func:`image_nodes`, :func:`copied`): Haizea's
+   ``schedule_migration`` pairs each virtual node's *current* disk (memory) image node, which
+   each round's ``_handle_end_migrate`` moved, with its new node, and copies only the virtual
+   nodes whose image is elsewhere; vgrid paired from the last segment's nodes every time, so a
+   lease re-placed after its migration ended (``reevaluate``) got its rounds again (3 days of
+   VM-MULT + 20 % ARs: lease 640's six rounds at t = 244,436 s changed the host score of nodes
+   50-51 at 245,599 s, so lease 1159 resumed on 140-141 and was suspended once more).
 """
 from __future__ import annotations
 
@@ -212,31 +219,57 @@ def migration_rounds(lease, mapping: tuple, cfg, now: float, vnodes: tuple = ())
     nodes whose network it reserves, which :class:`GreedyScore` counts. Rule 22: a disk-image
     round carries in ``origins`` the nodes it moves the lease's images away from (no virtual
     node of the lease stays there), whose pool images the lease stops pinning at the round's
-    end (``compat.copy_step``). Empty when no virtual node changes node."""
-    pairs = vnode_pairs(lease, mapping, vnodes)
-    if all(a == b for a, b in pairs):
-        return []
-    bw = cfg.imagetransfer_bandwidth / 8.0
-    rounds = haizea_rounds(pairs)
-    staying = {a for a, b in pairs if a == b}
+    end (``compat.copy_step``). Rule 24: the copies start where the images are now
+    (:func:`image_nodes`: rounds that ended moved them), each kind on its own, and only the
+    virtual nodes whose image is elsewhere are copied. Empty when none is."""
+    disk_at, memory_at = image_nodes(lease)
     out, t = [], now
-    for i, dur in enumerate([math.ceil(lease.image_mb / bw)] * len(rounds)
-                            + [math.ceil(lease.per_vm[MEM] / bw)] * len(rounds)):
-        nodes = tuple(sorted({n for pair in rounds[i % len(rounds)] for n in pair}))
-        origins = () if i >= len(rounds) else tuple(sorted({a for a, b in rounds[i] if a != b} - staying))
-        out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping, dest=nodes, origins=origins))
-        t += dur
+    bw = cfg.imagetransfer_bandwidth / 8.0
+    for link, old, mb in (("disk", disk_at, lease.image_mb), ("memory", memory_at, lease.per_vm[MEM])):
+        pairs = vnode_pairs(lease, mapping, vnodes, old)
+        staying = {a for a, b in pairs if a == b}
+        dur = math.ceil(mb / bw)
+        for moves in haizea_rounds(pairs):
+            nodes = tuple(sorted({n for _, a, b in moves for n in (a, b)}))
+            origins = tuple(sorted({a for _, a, _ in moves} - staying)) if link == "disk" else ()
+            out.append(Reservation(ResKind.COPY, lease, t, t + dur, mapping=mapping, dest=nodes,
+                                   origins=origins, link=link, moves=tuple(moves)))
+            t += dur
     return out
 
 
-def vnode_pairs(lease, mapping: tuple, vnodes: tuple = ()) -> list:
-    """Rule 18: (origin, destination) node per virtual node of a migration to ``mapping``:
-    virtual node i moves from the node it last ran on (its disk image's and memory's node,
-    ``Segment.vnodes``: Haizea's ``last_vmrr.nodes``) to ``vnodes[i]``, the i-th node of the
-    mapper's order (``GreedyMapper.map`` gives the best-scored node the first virtual node).
-    Without a recorded order (a lease placed in vgrid's own mode) the nodes in index order."""
+def image_nodes(lease) -> tuple:
+    """Rule 24: (disk, memory) node per virtual node of a suspended ``lease``'s images: those
+    of its last segment (Haizea's ``last_vmrr.nodes``), moved by the migration rounds that
+    ended since (``Lease.migrated``; Haizea's ``get_disk_image_mappings`` and
+    ``get_ram_image_mappings``, which ``_handle_end_migrate`` updates)."""
+    moved = lease.migrated
+    if moved and moved[0] == len(lease.segments):
+        return moved[1], moved[2]
     last = lease.segments[-1] if lease.segments else None
-    old = (last.vnodes or last.nodes) if last is not None else lease.mapping
+    old = tuple((last.vnodes or last.nodes) if last is not None else lease.mapping)
+    return old, old
+
+
+def copied(st, lease, res) -> None:
+    """Rule 24: the end of migration round ``res`` (a COPY of ``lease``) moved its virtual
+    nodes' disk or memory images to their destinations (``_handle_end_migrate``)."""
+    disk, memory = (list(x) for x in image_nodes(lease))
+    at = disk if res.link == "disk" else memory
+    for vnode, _origin, dest in res.moves:
+        if vnode < len(at):
+            at[vnode] = dest
+    st.set(lease, "migrated", (len(lease.segments), tuple(disk), tuple(memory)))
+
+
+def vnode_pairs(lease, mapping: tuple, vnodes: tuple = (), old: tuple | None = None) -> list:
+    """Rule 18: (origin, destination) node per virtual node of a migration to ``mapping``:
+    virtual node i moves from ``old[i]`` (default: its disk image's node, :func:`image_nodes`)
+    to ``vnodes[i]``, the i-th node of the mapper's order (``GreedyMapper.map`` gives the
+    best-scored node the first virtual node). Without a recorded order (a lease placed in
+    vgrid's own mode) the nodes in index order."""
+    if old is None:
+        old = image_nodes(lease)[0]
     new = vnodes if vnodes and sorted(vnodes) == sorted(mapping) else mapping
     if len(old) != len(new):
         return list(zip(sorted(lease.mapping), sorted(mapping)))
@@ -244,19 +277,20 @@ def vnode_pairs(lease, mapping: tuple, vnodes: tuple = ()) -> list:
 
 
 def haizea_rounds(pairs: list) -> list:
-    """Haizea 1.1's migration rounds (``schedule_migration``): in virtual node order, a pair
-    (origin, destination) joins the current round when neither node is in it yet, so a node
-    sends or receives one copy per round; a virtual node that stays (origin = destination)
-    takes part too. Returns the list of rounds, each a list of pairs."""
-    rounds, left = [], list(pairs)
+    """Haizea 1.1's migration rounds (``schedule_migration``) of ``pairs`` (origin,
+    destination per virtual node): the virtual nodes whose image is elsewhere, in virtual node
+    order; one joins the current round when neither of its nodes is in it yet, so a node sends
+    or receives one copy per round. Returns the rounds, each a list of (virtual node, origin,
+    destination); none when no virtual node moves."""
+    rounds, left = [], [(i, a, b) for i, (a, b) in enumerate(pairs) if a != b]
     while left:
         used, this, rest = set(), [], []
-        for a, b in left:
+        for i, a, b in left:
             if a in used or b in used:
-                rest.append((a, b))
+                rest.append((i, a, b))
             else:
                 used.update((a, b))
-                this.append((a, b))
+                this.append((i, a, b))
         rounds.append(this)
         left = rest
     return rounds

@@ -167,6 +167,10 @@ class Lease:
     start_s: float | None = None
     end_s: float | None = None
     mapping: tuple = ()  # node index per VM of the last scheduled VM reservation
+    # compat haizea-1.1 (rule 24): where a suspended lease's images are after migration rounds
+    # that ended since its last segment: (len(segments) then, disk node per virtual node,
+    # memory node per virtual node); () = on the last segment's nodes
+    migrated: tuple = ()
     reject_reason: str = ""
     cancel_at_end: bool = False
     restart_at_end: bool = False  # compat haizea-1.1: a cancel starts it again from scratch (new start)

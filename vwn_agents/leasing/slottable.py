@@ -55,7 +55,9 @@ class Reservation:
     ``not_before`` (s): the earliest the transfer may end, because its arrival evicts pool images
     that are pinned until then (``ImagePools.add``); EDF never moves it to end earlier.
     A COPY (compat mode: one of Haizea 1.1's migration rounds) carries in ``dest`` the nodes whose
-    network the round reserves (rule 18 of ``compat_staging``).
+    network the round reserves (rule 18 of ``compat_staging``), in ``link`` what it copies
+    ("disk" or "memory") and in ``moves`` its copies as (virtual node, origin, destination)
+    (rule 24).
     """
     kind: ResKind
     lease: Lease | None
@@ -72,6 +74,7 @@ class Reservation:
     users: list = field(default_factory=list)  # leases riding on a transfer (piggybacking)
     vnodes: tuple = ()  # compat mode, VM: node per virtual node in Haizea's mapper order (rule 18)
     origins: tuple = ()  # compat mode, COPY: nodes a disk-image round moves the lease away from (rule 22)
+    moves: tuple = ()  # compat mode, COPY: (virtual node, origin, destination) per copy (rule 24)
     state: ResState = ResState.SCHEDULED
     id: int = 0
     blocks: dict = field(default_factory=dict, repr=False)  # mapper cache: _block_key(node, need) -> no room left
