@@ -304,3 +304,31 @@ def test_a_migration_round_unpins_the_pool_images_it_leaves():
     _arrive(pools, "d", 4, 2000.0, 1100.0, node=0)     # then "a", unpinned by the migration
     assert _images(pools) == [("c", False), ("d", False)]
     assert _images(pools, node=1) == [("a", False)]
+
+
+def test_the_greedy_mapper_rejects_a_start_whose_best_node_is_too_short():
+    """Rule 23: Haizea's ``GreedyMapper`` takes the best-scored nodes free at a start even when
+    one is free for less than the minimum duration, shrinks the mapping's end to that node's
+    (``latest_fit``), and ``__find_fit_at_points`` then rejects the start; the next candidate
+    start is tried. vgrid offered only slots free for the minimum duration, so it started at 0
+    on node 1 (3 days of VM-REUSE + 30 % ARs: lease 1087 at t = 205,797 s; 556 -> 559 / 567)."""
+    from vwn_agents.leasing.mapper import Mapper, StartScore
+    from vwn_agents.leasing.model import resource_vector
+
+    vm = resource_vector(cpu=100, memory=1024)
+    st_ = SlotTable(uniform_site(3, 1, 1024))
+    st_.add(Reservation(ResKind.VM, None, 100.0, 1000.0, use={0: vm}))   # node 0 free for 100 s
+    st_.add(Reservation(ResKind.VM, None, 0.0, 500.0, use={2: vm}))      # node 2 busy until 500 s
+
+    class NodeZeroFirst(StartScore):
+        score_order = True
+
+        def at(self, s):
+            return lambda node, k: ({0: 10, 1: 1, 2: 2}[node],)
+
+    m = Mapper(st_)
+    assert m.earliest(vm, 1, 600.0, 0.0, min_duration=300.0, score=NodeZeroFirst()) == (500.0, 1100.0, (2,))
+    # a start whose best node is long enough is taken at once, and ends early where it must
+    assert m.earliest(vm, 1, 600.0, 0.0, min_duration=80.0, score=NodeZeroFirst()) == (0.0, 100.0, (0,))
+    # vgrid's own order (no score_order): the longest free slot at the first start that fits
+    assert m.earliest(vm, 1, 600.0, 0.0, min_duration=300.0)[:2] == (0.0, 600.0)

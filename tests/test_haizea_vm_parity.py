@@ -96,14 +96,15 @@ def test_vm_reuse_3_days_with_30_percent_ars_towards_haizea(tmp_path):
     80,601 s); 294 before rule 22 and 556 with rules 21 and 22 (session 11: AR 8734 pinned
     image_29 on node 18 although its pool timeout was earlier than the AR's start, and lease 525
     kept image_19 pinned on the 16 nodes it migrated away from, so the pools purged other
-    images than Haizea's and lease 584 went to node 26 instead of 28 at t = 64,817 s). The
-    first difference now: lease 780 (same start 153,319 s, ends 220,638 s in Haizea, 220,704 s
-    here)."""
+    images than Haizea's and lease 584 went to node 26 instead of 28 at t = 64,817 s), 559 with
+    rule 23 (session 12: at lease 1087's resumption, t = 205,797 s, Haizea's greedy mapper takes
+    nodes free for too short a time and rejects the start). The first difference now: lease
+    1085 (same start 214,426 s, ends 225,795 s in Haizea, 225,799 s here)."""
     leases = _blue3_with_images(tmp_path, AR30)
     out = compare(read_haizea_csv(DATA / "haizea/blue3-ar30-vm-reuse.csv"),
                   simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_REUSE).config).report()["leases"])
     assert out["leases"] == 567 and out["missing"] == []
-    assert out["identical"] >= 556, out["first_difference"]
+    assert out["identical"] >= 559, out["first_difference"]
     assert out["ar"]["agree"] == 40 and out["ar"]["haizea_rejected"] == 1
     assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"] == 376753.0
 

@@ -98,7 +98,7 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
 15. Nodes in score order (``GreedyScore.score_order``, read by ``Mapper.earliest``): Haizea's
    ``GreedyMapper`` with suspension allowed takes the best-scored nodes even when one is free
    for less than the full duration (the lease then ends early, suspended); vgrid prefers nodes
-   free for the whole duration when there are enough.
+   free for the whole duration when there are enough. Rule 23 extends it to every free node.
 16. A lease preempted while its own image is on its way (:func:`cancel_transfers`): Haizea's
    ``__preempt_lease`` cancels and requeues it (``cancel_preparation`` removes the transfer
    under way when nobody else rides on it); vgrid treated the started transfer like a
@@ -130,6 +130,13 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    they left (``remove_diskimage(origin, ...)``), so those images become unused and may be
    purged; vgrid kept them pinned until the lease ended (same run: lease 525, migrated away
    from nodes 17-34 at 50,711-51,121 s, kept image_19 pinned there in vgrid only).
+23. A start whose best nodes are too short (``Mapper._greedy_start``, for a lease that may be
+   suspended): Haizea's ``GreedyMapper`` walks every node free at the start in score order,
+   even one free for less than the minimum duration, and shrinks the mapping's end to the
+   shortest (``latest_fit``); ``__find_fit_at_points`` then rejects the start and tries the
+   next changepoint. vgrid offered only slots free for the minimum duration (3 days of
+   VM-REUSE + 30 % ARs: lease 1087's resumption at t = 205,797 s took nodes 123-126 at once;
+   Haizea's mapper took 49-50, free until 206,015 s, failed, and placed it 220 s later).
 24. A migration starts where the images are (:func:`image_nodes`, :func:`copied`): Haizea's
    ``schedule_migration`` pairs each virtual node's *current* disk (memory) image node, which
    each round's ``_handle_end_migrate`` moved, with its new node, and copies only the virtual
