@@ -3,8 +3,10 @@
 ``compat_order.py`` (rule 14: equal host scores in CPython 2.7's set order). Their effect on
 whole runs is in tests/test_haizea_vm_parity.py (VM-REUSE 3 days: 237 -> 527 of 527). Also
 the migration rounds of ``compat_staging`` (rules 17 and 18, session 10: VM-MULT + 20 % ARs
-3 days 516 -> 552 of 553).
+3 days 516 -> 552 of 553), rules 21-22 (session 11) and 23-25 (session 12: the greedy mapper's
+too-short start, where a migration starts, a queue pass at every time step).
 """
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -332,3 +334,36 @@ def test_the_greedy_mapper_rejects_a_start_whose_best_node_is_too_short():
     assert m.earliest(vm, 1, 600.0, 0.0, min_duration=80.0, score=NodeZeroFirst()) == (0.0, 100.0, (0,))
     # vgrid's own order (no score_order): the longest free slot at the first start that fits
     assert m.earliest(vm, 1, 600.0, 0.0, min_duration=300.0)[:2] == (0.0, 600.0)
+
+
+@pytest.mark.parametrize("compat, passes", [("haizea-1.1", 1), ("none", 0)])
+def test_every_time_step_processes_the_queue_in_compat_mode(monkeypatch, compat, passes):
+    """Rule 25: Haizea 1.1's simulated clock stops at every start and end of a reservation and
+    processes its queue there (``process_ending_reservations``, ``process_requests``,
+    ``process_starting_reservations`` at each step); vgrid ran a pass only when something it
+    tracks changed, not when only a VM or a resumption started. Time matters to a pass (an
+    image transfer starts at the first hole from now), so a lease placed at such a step starts
+    earlier (3 days of VM-REUSE + 30 % ARs: lease 1085's transfer from t = 214,016 s, the start
+    of lease 780's resumption, where vgrid waited for the next step, 214,020 s; 559 -> 567 / 567,
+    and VM-MULT + 30 % 566 -> 567 / 567). Here an AR's VM start at 500 s is the only event."""
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.leasing import LeaseConfig, LeaseScheduler, SimulatedNodes, scheduler as sched_mod
+    from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, resource_vector
+
+    vm = resource_vector(cpu=100, memory=1024)
+    site = uniform_site(2, 1, 1024)
+    s = LeaseScheduler(site, LeaseConfig({"compat": compat, "backfilling": "off"}),
+                       SimulatedClock(0.0), SimulatedNodes(site))
+    s.submit(Lease(1, LeaseType.BEST_EFFORT, 0.0, 1000.0, 1, vm))
+    s.submit(Lease(2, LeaseType.ADVANCE_RESERVATION, 0.0, 100.0, 1, vm, requested_start_s=500.0))
+    s.process(0.0)
+    s.submit(Lease(3, LeaseType.BEST_EFFORT, 0.0, 100.0, 2, vm))   # 2 VMs: waits for lease 1's end
+    s.process(0.0)
+    assert s.leases[3].state is LeaseState.QUEUED
+    calls = []
+    real = sched_mod.schedule_queue
+    monkeypatch.setattr(sched_mod, "schedule_queue", lambda sch, now: (calls.append(now), real(sch, now)))
+    s.clock.advance_to(500.0)
+    s.process(500.0)
+    assert s.leases[2].state is LeaseState.ACTIVE
+    assert calls == [500.0] * passes

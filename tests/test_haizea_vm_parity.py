@@ -74,14 +74,15 @@ def test_vm_mult_3_days_with_20_percent_ars_towards_haizea(tmp_path):
 
 def test_vm_mult_3_days_with_30_percent_ars_towards_haizea(tmp_path):
     """With the 40 ARs of work_30-dur_3h-size_2medium (session 10, golden from Haizea 1.1 itself):
-    566 of 567 leases as Haizea, all 40 AR decisions (it rejects 8719, as vgrid does) and the
-    same all-best-effort time (377,983 s). The one difference: lease 1169 (submitted 238,006 s),
-    the same start 243,437 s, ends 252,674 s in Haizea and 252,857 s in vgrid."""
+    all 567 leases as Haizea (session 12, rule 25; 566 before: lease 1169's resumption, placed
+    by Haizea at t = 245,012 s, a time step where vgrid ran no queue pass, ended 183 s later),
+    all 40 AR decisions (it rejects 8719, as vgrid does) and the same all-best-effort time
+    (377,983 s)."""
     leases = _blue3_with_images(tmp_path, AR30)
     out = compare(read_haizea_csv(DATA / "haizea/blue3-ar30-vm-mult.csv"),
                   simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_MULT).config).report()["leases"])
     assert out["leases"] == 567 and out["missing"] == []
-    assert out["identical"] >= 566, out["first_difference"]
+    assert out["identical"] == 567, out["first_difference"]
     assert out["ar"]["agree"] == 40 and out["ar"]["haizea_rejected"] == 1
     assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"] == 377983.0
 
@@ -98,13 +99,14 @@ def test_vm_reuse_3_days_with_30_percent_ars_towards_haizea(tmp_path):
     kept image_19 pinned on the 16 nodes it migrated away from, so the pools purged other
     images than Haizea's and lease 584 went to node 26 instead of 28 at t = 64,817 s), 559 with
     rule 23 (session 12: at lease 1087's resumption, t = 205,797 s, Haizea's greedy mapper takes
-    nodes free for too short a time and rejects the start). The first difference now: lease
-    1085 (same start 214,426 s, ends 225,795 s in Haizea, 225,799 s here)."""
+    nodes free for too short a time and rejects the start) and all 567 with rule 25 (lease
+    1085's transfer starts at t = 214,016 s, where only lease 780's resumption starts: Haizea
+    processes its queue at every time step)."""
     leases = _blue3_with_images(tmp_path, AR30)
     out = compare(read_haizea_csv(DATA / "haizea/blue3-ar30-vm-reuse.csv"),
                   simulate(leases, uniform_site(144, 1, 1024), load_haizea(VM_REUSE).config).report()["leases"])
     assert out["leases"] == 567 and out["missing"] == []
-    assert out["identical"] >= 559, out["first_difference"]
+    assert out["identical"] == 567, out["first_difference"]
     assert out["ar"]["agree"] == 40 and out["ar"]["haizea_rejected"] == 1
     assert out["all_best_effort_s"]["vgrid"] == out["all_best_effort_s"]["haizea"] == 376753.0
 

@@ -116,7 +116,8 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    t = 223,582 s, beside lease 640's rounds). vgrid keeps mappings in node order and had
    paired the nodes that change in index order, scoring no round.
 19. An arrival is a time step (``LeaseScheduler.submit``) and 20. one queue pass per step
-   (``LeaseScheduler.process``): see docs/leasing.md.
+   (``LeaseScheduler.process``): see docs/leasing.md. 25. Every time step, also one where only
+   a VM or a resumption starts, has that pass (``LeaseScheduler.process``).
 21. An AR reuses a pool image only if the image's ``timeout`` is at least the AR's start
    (``Staging.stage_ar``): Haizea's ``__schedule_deadline`` asks
    ``exists_reusable_image(pnode, image, after = start)``, which skips images whose timeout

@@ -276,6 +276,8 @@ class LeaseScheduler:
                 break
             if compat.starts_before_queue(self.cfg):   # Haizea 1.1: due starts, then the queue
                 handled = self._run_starts(due, now, failed) or handled
+            if once and handled:   # Haizea 1.1: every time step processes the queue (compat rule 25)
+                self._dirty = True
             if self._dirty and self.queue and not passed:
                 self._dirty = False
                 schedule_queue(self, now)
