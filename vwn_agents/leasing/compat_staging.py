@@ -131,7 +131,7 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    they left (``remove_diskimage(origin, ...)``), so those images become unused and may be
    purged; vgrid kept them pinned until the lease ended (same run: lease 525, migrated away
    from nodes 17-34 at 50,711-51,121 s, kept image_19 pinned there in vgrid only).
-23. A start whose best nodes are too short (``Mapper._greedy_start``, for a lease that may be
+23. A start whose best nodes are too short (``compat_mapper.greedy_start``, for a lease that may be
    suspended): Haizea's ``GreedyMapper`` walks every node free at the start in score order,
    even one free for less than the minimum duration, and shrinks the mapping's end to the
    shortest (``latest_fit``); ``__find_fit_at_points`` then rejects the start and tries the

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from .compat_mapper import greedy_start
 from .model import vec_scale, vms_in
 from .slotfit import first_fit
 from .slottable import SlotTable
@@ -347,7 +348,7 @@ class Mapper:
         if hit is None:
             return None
         if isinstance(score, StartScore) and score.score_order and min_duration is not None:
-            return self._greedy_start(need, n, duration, need_len, S, hit, (A, B, NODE), ready_arr, allowed, score)
+            return greedy_start(self, need, n, duration, need_len, S, hit, (A, B, NODE), ready_arr, allowed, score)
         s = float(S[hit[0]])
         sel = np.nonzero(hit[1])[0]
         full = sel[B[sel] >= s + duration]
@@ -359,36 +360,6 @@ class Mapper:
         chosen = self._pick(sel, NODE, B, n, score, by_end=True)
         end = min(float(B[k]) for k in chosen[1])
         return s, end, chosen[0]
-
-    def _greedy_start(self, need: tuple, n: int, duration: float, need_len: float, S, hit, fit,
-                      ready_arr, allowed, score: StartScore):
-        """Rule 23 (``compat_staging``): Haizea 1.1's ``GreedyMapper`` for a lease that may be
-        suspended, at each candidate start s of ``S`` (sorted, s) from ``hit`` (``first_fit``'s
-        answer) on: every VM slot of ``need`` free at s (ready by then, on an ``allowed`` node)
-        competes in score order, even one shorter than ``need_len`` (s); the mapping ends when
-        its shortest chosen slot does (``latest_fit``), and a start whose end is less than
-        ``need_len`` after s is rejected, so the next start where n slots of that length are
-        free (``first_fit`` over ``fit``, the slots at least that long) is tried. Returns
-        ``(start, end, mapping)`` or None."""
-        A0, B0, NODE0, _ = self.slot_arrays(need)
-        with np.errstate(invalid="ignore"):   # a free slot [inf, inf) after a hold: never free
-            every = B0 > A0
-        if allowed is not None:
-            every &= allowed[NODE0]
-        A0, B0, NODE0 = A0[every], B0[every], NODE0[every]
-        A, B, NODE = fit
-        while hit is not None:
-            s = float(S[hit[0]])
-            free = (A0 <= s) & (B0 > s)
-            if ready_arr is not None:
-                free &= ready_arr[NODE0] <= s
-            mapping, slots = self._pick(np.nonzero(free)[0], NODE0, B0, n, score.at(s), by_end=False, slots=True)
-            end = min(s + duration, min(float(B0[k]) for k in slots))
-            if end - s >= need_len:
-                return s, end, mapping
-            S = S[hit[0] + 1:]
-            hit = first_fit(A, B, S, n, need_len, None, None if ready_arr is None else ready_arr[NODE]) if len(S) else None
-        return None
 
     def could_start_before(self, need: tuple, n: int, length: float, now: float, t: float) -> bool:
         """Necessary condition for a lease already reserved from ``t`` to start earlier: n VM
