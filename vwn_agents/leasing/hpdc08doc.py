@@ -43,9 +43,10 @@ NOTES = """## Differences explained
   cancelled lease keeps running until the AR starts, where Haizea stops it when it accepts the AR,
   up to 24 h earlier), and which of them the paper's simulator shared is not known. VM-MULT and
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
-  transfers, lease for lease"; 3 days: VM-MULT and VM-REUSE 527 / 527 leases as Haizea 1.1, VM-MULT + 20 % ARs 552 / 553, + 30 % ARs 566 / 567,
-  VM-REUSE + 30 % ARs 556 / 567 after rules 21-22, session 11), with Haizea's
-  runtime-slowdown rule and one transfer list; they cost 65-360 CPU s a run (sessions 9-11).
+  transfers, lease for lease"; 3 days: every lease as Haizea 1.1 on all five image inputs, VM-MULT
+  and VM-REUSE 527 / 527, VM-MULT + 20 % ARs 553 / 553, VM-MULT and VM-REUSE + 30 % ARs 567 / 567,
+  after rules 23-25, session 12), with Haizea's runtime-slowdown rule and one transfer list; they
+  cost 65-360 CPU s a run (sessions 9-12).
 
 - **Baseline.** Our NOVM-NOSR all-best-effort time without ARs is within 0.4 % of the paper's
   and of Haizea 1.1's. All three make the same decisions for most leases; they differ in which
@@ -188,26 +189,25 @@ _PRE = ("as NOVM-SR (vgrid's own suspension rules without Haizea's aging horizon
 _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT minus VM-PREDEPLOY +2.92 / "
              "+4.39 pp at 20 / 30 % against the paper's +2.37 / +5.02, below), so the gap is VM-PREDEPLOY's "
              "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 % "
-             "and 1.4 / 1.6 pp below the paper at 20 / 30 % (its own sentence below).")
+             "and 1.1 / 1.4 pp below the paper at 20 / 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
           "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 % (and "
-          "skewed 20 %) and 1.1-2.0 pp below the paper at uniform 20 % and at 30 % (their own sentences below).")
-_VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. Haizea 1.1 was not run on 30 days for an "
-                   "image-transfer configuration, but on 3 days compat mode reproduces its VM-MULT schedule lease for "
-                   "lease without ARs (527 / 527), with the 20 % ARs (552 / 553) and with the 30 % ARs (566 / 567; "
-                   "40 / 40 AR decisions and the same all-best-effort; session 10, docs/leasing.md). So this row is "
-                   "most likely Haizea 1.1's own value, below the paper as Haizea 1.1 is 3 pp above it for NOVM-NOSR "
-                   "20 %; only a 30-day Haizea 1.1 run would show it.")
-_VM_REUSE_COMPAT = ("not explained by a known difference from Haizea 1.1 that is implemented. Haizea 1.1 was not run "
-                    "on 30 days for an image-transfer configuration (its image runs slow down to about 1,200 CPU s "
-                    "per simulated day: many hours of one core). On 3 days compat mode reproduces its VM-REUSE "
-                    "schedule lease for lease without ARs (527 / 527) and with the 30 % ARs 556 / 567 (40 / 40 AR "
-                    "decisions and the same all-best-effort; rules 21-22, session 11, docs/leasing.md); the next "
-                    "known difference is Haizea's greedy mapper taking a best-scored node whose free time is "
-                    "shorter than the lease's minimum duration and then failing that start (lease 1087; not yet a "
-                    "rule). Rules 21-22 moved these 30-day cells by -1.6 to +0.3 pp, in both directions, so this "
-                    "row is near Haizea 1.1 but its distance from the paper is not settled.")
+          "skewed 20 %) and 1.1-2.1 pp below the paper at uniform 20 % and at 30 % (their own sentences below).")
+_PREFIX = ("Haizea 1.1 was not run on 30 days for an image-transfer configuration (its image runs slow down to "
+           "about 1,200 CPU s per simulated day: many hours of one core). On 3 days compat mode reproduces its "
+           "schedule lease for lease on every image input (VM-MULT 527 / 527, with the 20 % ARs 553 / 553, with "
+           "the 30 % ARs 567 / 567; VM-REUSE 527 / 527, with the 30 % ARs 567 / 567; all AR decisions and "
+           "all-best-effort times equal; rules 23-25, session 12, docs/leasing.md), and of the 1,348 leases "
+           "Haizea 1.1 completed in the first 6 days of 15 days of VM-MULT with the 30 % ARs, 1,234 are identical "
+           "(57 / 57 AR decisions; the first difference at day 4.6). ")
+_VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. " + _PREFIX +
+                   "So this row is most likely near Haizea 1.1's own value, below the paper as Haizea 1.1 is 3 pp "
+                   "above it for NOVM-NOSR 20 %; only a 30-day Haizea 1.1 run would show it.")
+_VM_REUSE_COMPAT = ("not explained by a known difference from Haizea 1.1 that is implemented. " + _PREFIX +
+                    "Rules 23-25 still moved the 30-day reuse cells by -0.64 to +0.55 pp (rules 21-22: -1.6 to "
+                    "+0.3), so the schedules part after the first days and this row's distance from the paper is "
+                    "not settled.")
 CELL_NOTES: dict = {
     ("", "NOVM-SR", 20): _SR, ("", "NOVM-SR", 30): _SR,
     ("", "VM-PREDEPLOY", 20): _PRE, ("", "VM-PREDEPLOY", 30): _PRE,
