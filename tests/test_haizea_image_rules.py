@@ -367,3 +367,37 @@ def test_every_time_step_processes_the_queue_in_compat_mode(monkeypatch, compat,
     s.process(500.0)
     assert s.leases[2].state is LeaseState.ACTIVE
     assert calls == [500.0] * passes
+
+
+def test_a_lease_an_ar_cancels_before_its_start_loses_its_arrived_image():
+    """Rule 26: Haizea's ``__preempt_lease`` cancels a lease that has not started and queues it
+    again with ``cancel_preparation(lease)``, ``remove_files`` true (false only for a suspended
+    lease), so the image that already arrived on its node is deleted and its new placement
+    needs a new transfer. vgrid kept the copy (rule 2 dropped it only for ``reevaluate``):
+    15 days of VM-MULT + 30 % ARs, AR 8776 at t = 423,457 s cancelled lease 638, whose new
+    transfer in Haizea pushed lease 2096's 410 s later; 1,234 -> 1,348 of the 1,348 leases
+    Haizea 1.1 completed by day 6 identical."""
+    from vgrid_runtime.clock import SimulatedClock
+    from vwn_agents.leasing import LeaseConfig, LeaseScheduler, SimulatedNodes
+    from vwn_agents.leasing.model import Lease, LeaseState, LeaseType, resource_vector
+
+    vm = resource_vector(cpu=100, memory=1024)
+    site = uniform_site(1, 1, 1024)
+    s = LeaseScheduler(site, LeaseConfig({"compat": "haizea-1.1", "lease-preparation": "imagetransfer",
+                                          "imagetransfer-bandwidth": 80.0, "suspension": "none",
+                                          "diskimage-reuse": "none"}),   # VM-MULT: private copies
+                       SimulatedClock(0.0), SimulatedNodes(site))
+    s.submit(Lease(1, LeaseType.BEST_EFFORT, 0.0, 500.0, 1, vm, "b", 100.0, True))
+    s.submit(Lease(2, LeaseType.BEST_EFFORT, 0.0, 300.0, 1, vm, "a", 100.0, True))   # behind 1: a future lease
+    s.process(0.0)
+    while s.next_event_time() <= 100.0:        # both transfers arrive (10 s each)
+        t = s.next_event_time()
+        s.clock.advance_to(t)
+        s.process(t)
+    assert s.leases[2].state is LeaseState.SCHEDULED and s.leases[2].transfers == 1
+    s.clock.advance_to(100.0)
+    s.submit(Lease(3, LeaseType.ADVANCE_RESERVATION, 100.0, 200.0, 1, vm, "c", 100.0, True,
+                   requested_start_s=520.0))   # over lease 2's reservation: 2 is cancelled, queued again
+    s.process(100.0)
+    assert s.leases[3].state is not LeaseState.REJECTED
+    assert s.leases[2].transfers == 2          # its arrived copy is gone: a new transfer

@@ -98,6 +98,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     resv = list(st.of_lease(lease))
     if vm.state is ResState.SCHEDULED and vm.start >= t and all(r.state is ResState.SCHEDULED for r in resv):
         sched.unschedule(lease, now)
+        compat_staging.forget_copies(sched, lease, now)   # rule 26
         requeue.append(lease)
         return True
     if any(r.state is ResState.ACTIVE and r is not vm and r.kind not in (ResKind.TRANSFER, ResKind.COPY) for r in resv):
@@ -116,6 +117,7 @@ def preempt(sched, lease, t: float, now: float, requeue: list) -> bool:
     if vm.state is ResState.SCHEDULED:   # not started: cancelled and queued again
         sched.unschedule(lease, now)
         compat_staging.cancel_transfers(sched, lease)
+        compat_staging.forget_copies(sched, lease, now)   # rule 26
         requeue.append(lease)
         return True
     for r in resv:

@@ -145,6 +145,11 @@ The policies here are called from ``staging.Staging`` and ``compat.reevaluate`` 
    lease re-placed after its migration ended (``reevaluate``) got its rounds again (3 days of
    VM-MULT + 20 % ARs: lease 640's six rounds at t = 244,436 s changed the host score of nodes
    50-51 at 245,599 s, so lease 1159 resumed on 140-141 and was suspended once more).
+26. An AR that cancels a lease before its start deletes its images (``compat.preempt``, via
+   :func:`forget_copies`): Haizea's ``__preempt_lease`` calls ``cancel_preparation(lease)`` with
+   ``remove_files`` true unless the lease is suspended, so the lease queued again needs a new
+   transfer; rule 2 did it for ``reevaluate`` only (15 days of VM-MULT + 30 % ARs: AR 8776 at t =
+   423,457 s cancelled lease 638, whose new transfer put lease 2096's 410 s later in Haizea).
 """
 from __future__ import annotations
 
@@ -172,8 +177,9 @@ def reevaluable(sched, lease) -> bool:
 
 
 def forget_copies(sched, lease, now: float) -> None:
-    """After ``reevaluate`` unscheduled ``lease`` at ``now`` (s): delete its private image
-    copies (no reuse), unless it has run before (a suspended lease keeps its disk images)."""
+    """After ``reevaluate`` (rule 2) or an AR's preemption (rule 26) unscheduled ``lease`` at
+    ``now`` (s): delete its private image copies (no reuse), unless it has run before (a
+    suspended lease keeps its disk images)."""
     if lease.time_run > 0 or not sched.staging.enabled:
         return
     sched.staging.pools.drop_private(lease.image_id, lease.id, now)

@@ -231,7 +231,7 @@ HAIZEA_11 = "haizea-1.1"
 #: Version of the Haizea-compatible rules: bump it with any change to what compat mode schedules
 #: (compat.py, compat_staging.py, ...). Sweep keys of compat runs include it, so a store
 #: recomputes exactly those runs (``sweepspec.SimRun.key``); own-mode keys do not change.
-COMPAT_RULES = 10
+COMPAT_RULES = 11
 
 
 def haizea(cfg) -> bool:
