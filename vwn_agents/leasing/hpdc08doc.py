@@ -45,7 +45,8 @@ NOTES = """## Differences explained
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
   transfers, lease for lease"; 3 days: every lease as Haizea 1.1 on all five image inputs, VM-MULT
   and VM-REUSE 527 / 527, VM-MULT + 20 % ARs 553 / 553, VM-MULT and VM-REUSE + 30 % ARs 567 / 567,
-  after rules 23-25, session 12), with Haizea's runtime-slowdown rule and one transfer list; they
+  and the first 6 days of VM-MULT + 30 % ARs, 1,348 / 1,348, after rules 23-26, session 12), with
+  Haizea's runtime-slowdown rule and one transfer list; they
   cost 65-360 CPU s a run (sessions 9-12).
 
 - **Baseline.** Our NOVM-NOSR all-best-effort time without ARs is within 0.4 % of the paper's
@@ -189,7 +190,7 @@ _PRE = ("as NOVM-SR (vgrid's own suspension rules without Haizea's aging horizon
 _TRANSFER = ("the image transfers add about what they add in the paper (VM-MULT minus VM-PREDEPLOY +2.92 / "
              "+4.39 pp at 20 / 30 % against the paper's +2.37 / +5.02, below), so the gap is VM-PREDEPLOY's "
              "suspension model; the Haizea-compatible row, with Haizea's transfer rules, is within 1 pp at 10 % "
-             "and 1.1 / 1.4 pp below the paper at 20 / 30 % (its own sentence below).")
+             "and 1.1 / 1.5 pp below the paper at 20 / 30 % (its own sentence below).")
 _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (or 7 popular) images a 20 GB "
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
           "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 % (and "
@@ -198,9 +199,9 @@ _PREFIX = ("Haizea 1.1 was not run on 30 days for an image-transfer configuratio
            "about 1,200 CPU s per simulated day: many hours of one core). On 3 days compat mode reproduces its "
            "schedule lease for lease on every image input (VM-MULT 527 / 527, with the 20 % ARs 553 / 553, with "
            "the 30 % ARs 567 / 567; VM-REUSE 527 / 527, with the 30 % ARs 567 / 567; all AR decisions and "
-           "all-best-effort times equal; rules 23-25, session 12, docs/leasing.md), and of the 1,348 leases "
-           "Haizea 1.1 completed in the first 6 days of 15 days of VM-MULT with the 30 % ARs, 1,234 are identical "
-           "(57 / 57 AR decisions; the first difference at day 4.6). ")
+           "all-best-effort times equal; rules 23-25, session 12, docs/leasing.md), and so are all 1,348 leases "
+           "Haizea 1.1 completed in the first 6 days of 15 days of VM-MULT with the 30 % ARs (57 / 57 AR "
+           "decisions; rule 26, session 12). ")
 _VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. " + _PREFIX +
                    "So this row is most likely near Haizea 1.1's own value, below the paper as Haizea 1.1 is 3 pp "
                    "above it for NOVM-NOSR 20 %; only a 30-day Haizea 1.1 run would show it.")
