@@ -36,7 +36,9 @@ class StartScore:
     the start. The hooks below are the compat mode's (Haizea 1.1's greedy mapper,
     ``compat_staging.GreedyScore``); their defaults are vgrid's own behaviour."""
 
-    #: Rule 15 (compat_staging): take nodes in score order, even those whose slot is shorter.
+    #: Rules 15 and 23 (compat_staging): for a lease that may be suspended, every node free at a
+    #: start competes in score order, even one free for too short a time, and such a start is
+    #: rejected (``compat_mapper.greedy_start``).
     score_order = False
 
     def at(self, s: float):
