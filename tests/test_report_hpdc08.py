@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from vgrid_cli.report_cmds import report_cmd
 from vwn_agents.leasing import hpdc08
 from vwn_agents.leasing.sweepspec import load_spec, run_simulation
+from vwn_agents.leasing.sweepstore import SweepStore
 
 from .paths import REPO
 from .test_sweep_runner import write_spec
@@ -81,6 +82,12 @@ def test_hpdc08_report_on_a_reduced_input(tmp_path):
         assert (docs / f"hpdc08_{png}.png").read_bytes()[:4] == b"\x89PNG"
         assert f"(hpdc08_{png}.png)" in page
     assert f"from `{own}` + `{spec}` (8 of 8 runs present" in page
+    # --prune keeps only the runs the given specs plan (here: the own-mode spec's 4 of 8)
+    r = CliRunner().invoke(report_cmd, ["hpdc08", "--spec", str(own), "--store", str(tmp_path / "s.sqlite"),
+                                        "--docs", str(docs), "--no-run", "--prune"])
+    assert r.exit_code == 0, r.output
+    assert "pruned 4 runs" in r.output
+    assert {row["key"] for row in SweepStore(tmp_path / "s.sqlite").rows()} == {run.key() for run in load_spec(own).runs}
 
 
 def test_haizea_reference_table_errors_name_file_line_and_field(tmp_path):

@@ -80,15 +80,18 @@ def report_cmd(args) -> None:
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler (tcp://host:8786)")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="LocalCluster workers (default: every core)")
 @click.option("--no-run", is_flag=True, help="compute nothing: write the page from the runs the store has")
+@click.option("--prune", is_flag=True,
+              help="then delete the store's runs that the specs no longer plan (e.g. of older compat rules)")
 @click.pass_context
-def sweep_report_cmd(ctx, store_path, docs_dir, spec_files, scheduler, workers, no_run) -> None:
+def sweep_report_cmd(ctx, store_path, docs_dir, spec_files, scheduler, workers, no_run, prune) -> None:
     """Run the report's sweep (missing runs only) and write DOCS/NAME.md with tables and PNG figures."""
     name = ctx.obj
     specs = list(spec_files) or [str(SPECS_DIR / f) for f in SWEEP_SPECS.get(name, (f"{name}.toml",))]
-    _sweep_report(name, specs, store_path, docs_dir, scheduler, workers, no_run)
+    _sweep_report(name, specs, store_path, docs_dir, scheduler, workers, no_run, prune)
 
 
-def _sweep_report(name, spec_files: list[str], store_path, docs_dir, scheduler, workers, no_run=False) -> None:
+def _sweep_report(name, spec_files: list[str], store_path, docs_dir, scheduler, workers, no_run=False,
+                  prune=False) -> None:
     from vwn_agents.leasing import hpdc08, hpdc08doc
     from vwn_agents.leasing.hpdc08plots import write_figures
 
@@ -119,6 +122,8 @@ def _sweep_report(name, spec_files: list[str], store_path, docs_dir, scheduler, 
             counts.append(f"{label} {ok}/{total}")
     click.echo(f"wrote {docs / (name + '.md')} and {len(figures)} figures; {summary['present']}/{summary['planned']} "
                f"runs; Table 1 cells within 1 pp of the paper or Haizea 1.1: {', '.join(counts) or 'none computed'}")
+    if prune:
+        click.echo(f"pruned {store.prune(set(names))} runs no spec plans from the store")
     if summary["failed"]:
         raise SystemExit(1)
 

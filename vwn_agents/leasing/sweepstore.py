@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, func, insert, select, update
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, delete, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 
 from vgrid_runtime.sqldb import open_engine, sqlite_url
@@ -91,6 +91,19 @@ class SweepStore:
                 values["attempts"] = old.attempts + attempts
                 c.execute(update(runs_table).where(runs_table.c.key == key).values(**values))
         return True
+
+    def prune(self, keep: set[str]) -> int:
+        """Delete every row whose key is not in ``keep`` (e.g. the runs of an older
+        ``config.COMPAT_RULES``, which no spec plans any more; a SQLite file is vacuumed after);
+        returns how many went."""
+        with self.engine.begin() as c:
+            gone = [r[0] for r in c.execute(select(runs_table.c.key)) if r[0] not in keep]
+            for i in range(0, len(gone), 500):
+                c.execute(delete(runs_table).where(runs_table.c.key.in_(gone[i:i + 500])))
+        if gone and self.engine.dialect.name == "sqlite":    # give the pages back: the file shrinks
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                c.exec_driver_sql("VACUUM")
+        return len(gone)
 
     def rows(self, keys=None, status: str | None = None) -> list[dict]:
         """Rows as dicts (``params`` and ``result`` decoded), in stored order; only ``keys`` if
