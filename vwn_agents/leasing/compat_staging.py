@@ -276,14 +276,12 @@ def copied(st, lease, res) -> None:
     st.set(lease, "migrated", (len(lease.segments), tuple(disk), tuple(memory)))
 
 
-def vnode_pairs(lease, mapping: tuple, vnodes: tuple = (), old: tuple | None = None) -> list:
+def vnode_pairs(lease, mapping: tuple, vnodes: tuple, old: tuple) -> list:
     """Rule 18: (origin, destination) node per virtual node of a migration to ``mapping``:
-    virtual node i moves from ``old[i]`` (default: its disk image's node, :func:`image_nodes`)
+    virtual node i moves from ``old[i]`` (its disk or memory image's node, :func:`image_nodes`)
     to ``vnodes[i]``, the i-th node of the mapper's order (``GreedyMapper.map`` gives the
     best-scored node the first virtual node). Without a recorded order (a lease placed in
     vgrid's own mode) the nodes in index order."""
-    if old is None:
-        old = image_nodes(lease)[0]
     new = vnodes if vnodes and sorted(vnodes) == sorted(mapping) else mapping
     if len(old) != len(new):
         return list(zip(sorted(lease.mapping), sorted(mapping)))
