@@ -205,3 +205,97 @@ def test_events_the_broker_had_not_taken_survive_a_kill_9_of_the_ce_agent(tmp_pa
         group.start("ce", "ce5", ce_toml(tmp_path / "ce-state", [node_list[0][0]], port=port))
         assert receiver.wait_event(key, "done", timeout_s=60)["exit_code"] == 0
         assert [e["event"] for e in receiver.events_for(key) if e["event"] != "caps"] == ["running", "done"]
+
+
+def test_a_start_the_silent_node_agent_never_received_is_made_again_when_it_answers(tmp_path, receiver):
+    """The CE agent writes a start attempt (``lease_attempts``, ``lease_node``) before its
+    ``POST /vwns``; here the node agent is down, so the VWN never exists. The CE agent restarts
+    while the node agent is still down: the recovery adopts the job as running there
+    (unverified). When the node agent comes up without that VWN, the job starts again in VWN
+    ``<key>-r2`` and ends Done (CI, session 13: such a job stayed Scheduled for good)."""
+    import socket
+    with socket.socket() as s:                 # a port where nothing listens yet
+        s.bind(("127.0.0.1", 0))
+        node_port = s.getsockname()[1]
+    node_url = f"http://127.0.0.1:{node_port}"
+    cfg = CEAgentConfig.from_dict({"ce_id": "ce5.vgrid.local:8443/vgrid-vwn-long", "host": "ce5", "site": "T",
+                                   "queue": "q", "nodes": [node_url], "state_dir": str(tmp_path / "ce"),
+                                   "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+                                   "heartbeat_s": 0, "node_lost_s": 600})
+    srv = BackgroundServer(create_app(cfg))
+    key = f"rv{next(_n)}"
+    jdl, gate = gated_jdl(tmp_path, key)
+    srv2 = node = None
+    try:
+        submit(srv.url, receiver, jdl, key)
+        agent = srv.app.config["VGRID_AGENT"]
+        wait_until(lambda: agent.jobs[key].lease_attempts >= 1 and agent.jobs[key].lease_node == node_url,
+                   "the start attempt written before its POST /vwns")
+        port = int(srv.url.rsplit(":", 1)[1])
+        srv.close()
+        srv2 = BackgroundServer(create_app(cfg), port=port)
+        agent2 = srv2.app.config["VGRID_AGENT"]
+        wait_until(lambda: agent2.ready.is_set(), "the recovery")
+        assert key in agent2.unverified and agent2.jobs[key].vwn is None     # adopted on the silent node
+        assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Scheduled"
+        node = BackgroundServer(create_node_app(NodeAgentConfig.from_dict(
+            {"node": f"rsn{next(_n)}", "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+             "work_dir": str(tmp_path / "node")})), port=node_port)
+        running = receiver.wait_event(key, "running", timeout_s=30)
+        node_agent = node.app.config["VGRID_AGENT"]
+        attempts = agent2.jobs[key].lease_attempts
+        assert attempts >= 2 and node_agent.vwns[running["vwn"]].request.key == f"{key}-r{attempts}"
+        assert key not in agent2.unverified
+        release(gate)
+        done = receiver.wait_event(key, "done", timeout_s=30)
+        assert done["exit_code"] == 0
+        assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Done"
+    finally:
+        release(gate)
+        for s in (srv2, node):
+            if s is not None:
+                s.close()
+
+
+def test_a_vwn_the_silent_node_agent_no_longer_knows_when_it_answers_ends_node_lost(tmp_path, receiver):
+    """A job runs; the CE agent stops, then its node agent; the CE agent restarts while the node
+    agent is down (the job is adopted, unverified); a node agent comes up at the same URL with
+    another work directory (a reinstalled worker node): the job ends Aborted, node lost, with
+    a reason naming the VWN, not Scheduled or Running for good."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        node_port = s.getsockname()[1]
+
+    def node_app(name):
+        return create_node_app(NodeAgentConfig.from_dict(
+            {"node": name, "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+             "work_dir": str(tmp_path / name)}))
+    node = BackgroundServer(node_app(f"rsn{next(_n)}"), port=node_port)
+    cfg = CEAgentConfig.from_dict({"ce_id": "ce4.vgrid.local:8443/vgrid-vwn-long", "host": "ce4", "site": "T",
+                                   "queue": "q", "nodes": [node.url], "state_dir": str(tmp_path / "ce"),
+                                   "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+                                   "heartbeat_s": 0, "node_lost_s": 600})
+    srv = BackgroundServer(create_app(cfg))
+    key = f"rw{next(_n)}"
+    jdl, gate = gated_jdl(tmp_path, key)
+    srv2 = node2 = None
+    try:
+        submit(srv.url, receiver, jdl, key)
+        vwn = receiver.wait_event(key, "running")["vwn"]
+        port = int(srv.url.rsplit(":", 1)[1])
+        srv.close()
+        node.close()
+        srv2 = BackgroundServer(create_app(cfg), port=port)
+        agent2 = srv2.app.config["VGRID_AGENT"]
+        wait_until(lambda: agent2.ready.is_set(), "the recovery")
+        assert key in agent2.unverified and agent2.jobs[key].vwn == vwn
+        node2 = BackgroundServer(node_app(f"rsn{next(_n)}"), port=node_port)
+        aborted = receiver.wait_event(key, "aborted", timeout_s=30)
+        assert aborted["outcome"] == "node-lost" and vwn in aborted["reason"], aborted
+        assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Aborted"
+    finally:
+        release(gate)
+        for s in (srv2, node2):
+            if s is not None:
+                s.close()

@@ -42,7 +42,7 @@ from .ce_heartbeats import CEHeartbeats, loopback
 from .api_models import CE_SPEC, install_openapi
 from .ce_metrics import install_ce_metrics
 from .ce_publish import CEPublishing
-from .ce_recovery import recover
+from .ce_recovery import recover, verify_unverified
 from .ce_store import CEStore, open_outbox
 from .ce_jobs import ENDED, EVENT_STATE, CEJob, CEJobState, JobRequest, parse_job_jdl  # noqa: F401  (re-exported)
 from .ce_leases import LeaseScheduling
@@ -80,6 +80,7 @@ class CEAgent(CEPublishing):
         self._stop = threading.Event()
         self.ready = threading.Event()  # set once the restart's recovery is over
         self.beats = CEHeartbeats(self)
+        self.unverified: dict[str, tuple[str, float]] = {}   # ce_recovery: adopted, node silent then
         for job in self.store.load(lambda r: parse_job_jdl(r.jdl, r.filename)):
             self.jobs[job.request.key] = job
         self.leases = (LeaseScheduling(config, self.clock, self.nodes, self.http, self._lease_started)
@@ -140,11 +141,22 @@ class CEAgent(CEPublishing):
             if self.voc:
                 self.voc.start()
 
+    def _verify(self) -> None:
+        """Resolve the jobs adopted while their node agent did not answer, once it is heard
+        again (``ce_recovery.verify_unverified``)."""
+        if not self.unverified:
+            return
+        try:
+            verify_unverified(self)
+        except Exception:       # the loop must go on; the jobs stay unverified and are retried
+            log.exception("verifying the jobs adopted after the restart")
+
     def _place_loop(self) -> None:
         self._recover()
         while not self._stop.is_set():
             self._wake.wait(self.config.retry_s)
             self._wake.clear()
+            self._verify()
             with self._lock:
                 pending = [j for j in self.jobs.values() if j.state is CEJobState.SCHEDULED and not j.vwn]
             for job in pending:
@@ -162,6 +174,7 @@ class CEAgent(CEPublishing):
         while not self._stop.is_set():
             self._wake.wait(self.config.lease_tick_s)
             self._wake.clear()
+            self._verify()
             with self._lock:
                 new = [j for j in self.jobs.values() if j.state is CEJobState.SCHEDULED and not j.in_engine]
                 if self.leases.engine is None:

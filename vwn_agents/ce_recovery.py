@@ -20,6 +20,12 @@ have not ended is parsed again). Then, in its placer thread and before it schedu
    code, reason and outcome of the VWN record (events to the broker); a VWN id the node agent no
    longer knows -> Aborted, ``Outcome.NODE_LOST``. A node agent that does not answer is left to
    the lost-node rule (``ce_heartbeats``): it may come back and report.
+4. its jobs adopted so are *unverified* (``agent.unverified``): once their node agent is heard
+   again, :func:`verify_unverified` (the placer loop, every tick) lists its VWNs and applies
+   steps 1-3 to them: a job whose start never reached the node (no VWN id, its key not listed)
+   is started again (``LeaseEngine.forget_job``, then submitted with a new VWN key; fair-share:
+   placed again), a VWN id it no longer knows is Aborted (node lost). Without this a start that
+   the old process wrote but the node never took would wait for a VWN that does not exist.
 
 Nothing running is killed by a restart. Node agents' events that arrive meanwhile wait for the
 end of ``recover`` (``CEAgent.ready``) and are then applied as usual.
@@ -69,6 +75,8 @@ def recover(agent) -> dict:
         attempt = job.lease_attempts or 1
         if listing is None:
             _adopt(agent, job, url, job.vwn, attempt, None)
+            with agent._lock:
+                agent.unverified[job.request.key] = (url, agent.clock.now())
             counts["unreachable"] += 1
             continue
         rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
@@ -87,6 +95,70 @@ def recover(agent) -> dict:
         counts["ended"] += _apply(agent, job, url, rec)
     log.info("recovery of %d active jobs: %s", len(active), counts)
     return counts
+
+
+def verify_unverified(agent) -> dict:
+    """Step 4 of the module doc: for each job adopted while its node agent did not answer
+    (``agent.unverified``: key -> (node URL, clock s of the adoption)) whose node agent has
+    been heard of since (``agent.beats.node_heard``), list the node's VWNs and resolve the job;
+    returns counts ``{"adopted", "ended", "lost", "restarted"}``. Jobs that ended meanwhile (an
+    event, node lost) are dropped; a node that still does not answer is asked again later."""
+    counts = {"adopted": 0, "ended": 0, "lost": 0, "restarted": 0}
+    with agent._lock:
+        due = [(key, url) for key, (url, since) in agent.unverified.items()
+               if agent.beats.node_heard.get(url, since) > since]
+    listings: dict[str, dict | None] = {}
+    for key, url in due:
+        with agent._lock:
+            job = agent.jobs.get(key)
+            if job is None or job.state in ENDED or job.node_url != url:
+                agent.unverified.pop(key, None)
+                continue
+        listing = _listing(agent, listings, url)
+        if listing is None:
+            continue
+        with agent._lock:
+            agent.unverified.pop(key, None)
+        rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
+        rec = rec or listing["by_key"].get(_vwn_key(agent, job))
+        if rec is None and job.vwn:
+            _lost(agent, job, url, "when it answered again after the CE agent's restart")
+            if agent.leases:
+                agent._cancel_lease(key)
+            counts["lost"] += 1
+        elif rec is None or (rec.get("state") == "cancelled" and job.state is CEJobState.SCHEDULED):
+            _restart(agent, job, url)
+            counts["restarted"] += 1
+        else:
+            if not job.vwn and rec.get("vwn"):
+                with agent._lock:
+                    job.vwn = rec["vwn"]
+                    agent._save(job)
+                if agent.leases and agent.leases.engine is not None:
+                    agent.leases.engine.note_vwn(key, rec["vwn"])
+            counts["adopted"] += 1
+            counts["ended"] += _apply(agent, job, url, rec)
+    if due:
+        log.info("verified %d job(s) adopted while their node agent did not answer: %s", len(due), counts)
+    return counts
+
+
+def _restart(agent, job, url: str) -> None:
+    """The job's start never reached node agent ``url``: drop the adopted lease and let the
+    placer loop start it again (a new VWN key: its attempts are kept)."""
+    key = job.request.key
+    attempts = 0
+    if agent.leases and agent.leases.engine is not None:
+        attempts = agent.leases.engine.forget_job(key)
+    with agent._lock:
+        job.node_url, job.vwn, job.lease_start, job.lease_node = None, None, None, None
+        job.lease_attempts = max(job.lease_attempts or 0, attempts)
+        job.in_engine = False
+        job.note(Outcome.NOT_STARTED, f"not started yet: node agent {url}, back after the CE agent's "
+                                      f"restart, never received start attempt {job.lease_attempts or 1}; "
+                                      "started again")
+        agent._save(job)
+    agent._wake.set()
 
 
 def _listing(agent, listings: dict, url: str) -> dict | None:
@@ -141,11 +213,11 @@ def _adopt(agent, job, url: str, vwn: str | None, attempt: int, created: float |
             job.in_engine = True
 
 
-def _lost(agent, job, url: str) -> None:
+def _lost(agent, job, url: str, when: str = "when the CE agent restarted") -> None:
     with agent._lock:
         job.to(CEJobState.ABORTED)
         job.note(Outcome.NODE_LOST, f"node lost: node agent {url} no longer knows VWN {job.vwn} "
-                                    "(found when the CE agent restarted)")
+                                    f"(found {when})")
         agent._save(job)
         agent._forward(job, "aborted", agent.clock.now())
 

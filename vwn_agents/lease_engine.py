@@ -161,7 +161,9 @@ class LeaseEngine:
             if found is None:
                 return None
             job_key, attempt = found
-            lease = self._by_key[job_key]
+            lease = self._by_key.get(job_key)
+            if lease is None:             # forgotten (forget_job) and not submitted again yet
+                return job_key, False
             current = (attempt == self.enactment.attempts.get(lease.id, 0)
                        and (lease.state not in (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED)
                             or self.enactment.keeps_vms(lease.id)))
@@ -254,6 +256,21 @@ class LeaseEngine:
                 else:
                     self.scheduler.adopt(lease, (node,), start_s)
             return self.status(key)
+
+    def forget_job(self, key: str) -> int:
+        """Drop job ``key``'s lease, adopted as running by a restarted CE agent whose node agent
+        did not answer then and, answering now, does not list the VWN of its last start attempt:
+        the start never reached the node. The lease is cancelled (no VWN to delete; its slots
+        are free) and forgotten, so ``submit_job(key, ..., attempts=N)`` makes it anew; returns
+        N, the start attempts it made (the next VWN key is attempt N + 1). 0 for an unknown key."""
+        with self._lock:
+            lease = self._by_key.get(key)
+            if lease is None:
+                return 0
+            attempts = self.enactment.attempts.get(lease.id, 0)
+            self.scheduler.cancel(lease.id)
+            del self._by_key[key]
+            return attempts
 
     def ran_s(self, key: str) -> float | None:
         """Seconds job ``key``'s lease has run so far (its ended VM reservations), or None."""
