@@ -6,6 +6,9 @@ Our measurement driver (issue 16, session 10), not part of vgrid: Haizea 1.1 its
 vendored; extract it outside the repository (benchmarks/haizea11/README.md). Writes OUT.csv (one
 line per completed lease, first line Haizea's wall and CPU s) and OUT.place.csv (every
 ``__schedule_lease`` call: decision time, lease, its last VM reservation's start, end, nodes).
+While it runs, each call is also appended to OUT.live (one ``time|lease|start|end|nodes`` line,
+flushed), so a run's progress and a partial record can be read before it ends (session 13).
+Runs under CPython 2.7 or PyPy 2.7 (README.md, step 2).
 """
 import os
 import sys
@@ -19,7 +22,20 @@ from haizea.core.manager import Manager
 from haizea.core.leases import Lease
 
 
-PLACE = []
+class _LivePlace(list):
+    """The record of ``__schedule_lease`` calls, each also written to a file as it happens."""
+
+    def __init__(self):
+        list.__init__(self)
+        self.f = None
+
+    def append(self, x):
+        list.append(self, x)
+        if self.f is not None:
+            self.f.write("%r|%d|%r|%r|%r\n" % x)
+
+
+PLACE = _LivePlace()
 
 
 def _wrap_schedule():
@@ -48,6 +64,7 @@ def _wrap_schedule():
 
 def main(conf, out):
     t0, c0 = time.time(), os.times()
+    PLACE.f = open(out.replace(".csv", "") + ".live", "w", 1)     # line-buffered
     _wrap_schedule()
     config = HaizeaConfig.from_file(conf)
     manager = Manager(config, False, None)
