@@ -207,27 +207,50 @@ def test_events_the_broker_had_not_taken_survive_a_kill_9_of_the_ce_agent(tmp_pa
         assert [e["event"] for e in receiver.events_for(key) if e["event"] != "caps"] == ["running", "done"]
 
 
+def _free_port() -> int:
+    """A loopback port where nothing listens (yet)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _silent_node_ce(tmp_path, name: str, node_url: str) -> CEAgentConfig:
+    """A leases CE on one node agent, no broker heartbeats, a node lost only after 600 s (so
+    these tests see the verification after a restart, not the lost-node rule)."""
+    return CEAgentConfig.from_dict({"ce_id": f"{name}.vgrid.local:8443/vgrid-vwn-long", "host": name, "site": "T",
+                                    "queue": "q", "nodes": [node_url], "state_dir": str(tmp_path / "ce"),
+                                    "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+                                    "heartbeat_s": 0, "node_lost_s": 600})
+
+
+def _ce_with_a_gated_job(tmp_path, receiver, cfg, prefix: str):
+    """Serve a CE agent and submit one job that runs until its gate is released: (server, key, gate)."""
+    srv = BackgroundServer(create_app(cfg))
+    key = f"{prefix}{next(_n)}"
+    jdl, gate = gated_jdl(tmp_path, key)
+    submit(srv.url, receiver, jdl, key)
+    return srv, key, gate
+
+
+def _node_app(tmp_path, name: str):
+    return create_node_app(NodeAgentConfig.from_dict(
+        {"node": name, "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
+         "work_dir": str(tmp_path / name)}))
+
+
 def test_a_start_the_silent_node_agent_never_received_is_made_again_when_it_answers(tmp_path, receiver):
     """The CE agent writes a start attempt (``lease_attempts``, ``lease_node``) before its
     ``POST /vwns``; here the node agent is down, so the VWN never exists. The CE agent restarts
     while the node agent is still down: the recovery adopts the job as running there
     (unverified). When the node agent comes up without that VWN, the job starts again in VWN
     ``<key>-r2`` and ends Done (CI, session 13: such a job stayed Scheduled for good)."""
-    import socket
-    with socket.socket() as s:                 # a port where nothing listens yet
-        s.bind(("127.0.0.1", 0))
-        node_port = s.getsockname()[1]
+    node_port = _free_port()
     node_url = f"http://127.0.0.1:{node_port}"
-    cfg = CEAgentConfig.from_dict({"ce_id": "ce5.vgrid.local:8443/vgrid-vwn-long", "host": "ce5", "site": "T",
-                                   "queue": "q", "nodes": [node_url], "state_dir": str(tmp_path / "ce"),
-                                   "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3,
-                                   "heartbeat_s": 0, "node_lost_s": 600})
-    srv = BackgroundServer(create_app(cfg))
-    key = f"rv{next(_n)}"
-    jdl, gate = gated_jdl(tmp_path, key)
+    cfg = _silent_node_ce(tmp_path, "ce5", node_url)
+    srv, key, gate = _ce_with_a_gated_job(tmp_path, receiver, cfg, "rv")
     srv2 = node = None
     try:
-        submit(srv.url, receiver, jdl, key)
         agent = srv.app.config["VGRID_AGENT"]
         wait_until(lambda: agent.jobs[key].lease_attempts >= 1 and agent.jobs[key].lease_node == node_url,
                    "the start attempt written before its POST /vwns")
@@ -238,9 +261,7 @@ def test_a_start_the_silent_node_agent_never_received_is_made_again_when_it_answ
         wait_until(lambda: agent2.ready.is_set(), "the recovery")
         assert key in agent2.unverified and agent2.jobs[key].vwn is None     # adopted on the silent node
         assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Scheduled"
-        node = BackgroundServer(create_node_app(NodeAgentConfig.from_dict(
-            {"node": f"rsn{next(_n)}", "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
-             "work_dir": str(tmp_path / "node")})), port=node_port)
+        node = BackgroundServer(_node_app(tmp_path, f"rsn{next(_n)}"), port=node_port)
         running = receiver.wait_event(key, "running", timeout_s=30)
         node_agent = node.app.config["VGRID_AGENT"]
         attempts = agent2.jobs[key].lease_attempts
@@ -262,26 +283,12 @@ def test_a_vwn_the_silent_node_agent_no_longer_knows_when_it_answers_ends_node_l
     agent is down (the job is adopted, unverified); a node agent comes up at the same URL with
     another work directory (a reinstalled worker node): the job ends Aborted, node lost, with
     a reason naming the VWN, not Scheduled or Running for good."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        node_port = s.getsockname()[1]
-
-    def node_app(name):
-        return create_node_app(NodeAgentConfig.from_dict(
-            {"node": name, "capacity": 1.0, "retry_initial_s": 0.05, "retry_max_s": 0.3,
-             "work_dir": str(tmp_path / name)}))
-    node = BackgroundServer(node_app(f"rsn{next(_n)}"), port=node_port)
-    cfg = CEAgentConfig.from_dict({"ce_id": "ce4.vgrid.local:8443/vgrid-vwn-long", "host": "ce4", "site": "T",
-                                   "queue": "q", "nodes": [node.url], "state_dir": str(tmp_path / "ce"),
-                                   "lease_tick_s": 0.1, "retry_initial_s": 0.05, "retry_max_s": 0.3,
-                                   "heartbeat_s": 0, "node_lost_s": 600})
-    srv = BackgroundServer(create_app(cfg))
-    key = f"rw{next(_n)}"
-    jdl, gate = gated_jdl(tmp_path, key)
+    node_port = _free_port()
+    node = BackgroundServer(_node_app(tmp_path, f"rsn{next(_n)}"), port=node_port)
+    cfg = _silent_node_ce(tmp_path, "ce4", node.url)
+    srv, key, gate = _ce_with_a_gated_job(tmp_path, receiver, cfg, "rw")
     srv2 = node2 = None
     try:
-        submit(srv.url, receiver, jdl, key)
         vwn = receiver.wait_event(key, "running")["vwn"]
         port = int(srv.url.rsplit(":", 1)[1])
         srv.close()
@@ -290,7 +297,7 @@ def test_a_vwn_the_silent_node_agent_no_longer_knows_when_it_answers_ends_node_l
         agent2 = srv2.app.config["VGRID_AGENT"]
         wait_until(lambda: agent2.ready.is_set(), "the recovery")
         assert key in agent2.unverified and agent2.jobs[key].vwn == vwn
-        node2 = BackgroundServer(node_app(f"rsn{next(_n)}"), port=node_port)
+        node2 = BackgroundServer(_node_app(tmp_path, f"rsn{next(_n)}"), port=node_port)
         aborted = receiver.wait_event(key, "aborted", timeout_s=30)
         assert aborted["outcome"] == "node-lost" and vwn in aborted["reason"], aborted
         assert requests.get(f"{srv2.url}/jobs/{key}", timeout=5).json()["state"] == "Aborted"
