@@ -45,7 +45,9 @@ NOTES = """## Differences explained
   VM-REUSE in compat mode add Haizea 1.1's image-transfer and reuse rules (docs/leasing.md, "Image
   transfers, lease for lease"; 3 days: every lease as Haizea 1.1 on all five image inputs, VM-MULT
   and VM-REUSE 527 / 527, VM-MULT + 20 % ARs 553 / 553, VM-MULT and VM-REUSE + 30 % ARs 567 / 567,
-  and the first 6 days of VM-MULT + 30 % ARs, 1,348 / 1,348, after rules 23-26, session 12), with
+  and the first 6 days of VM-MULT + 30 % ARs, 1,348 / 1,348, after rules 23-26, session 12; on
+  30 days every placement of the first 17.5 days of VM-MULT + 30 % ARs and 11.1 days of + 20 %,
+  Haizea under PyPy, session 13), with
   Haizea's runtime-slowdown rule and one transfer list; they
   cost 65-360 CPU s a run (sessions 9-12).
 
@@ -195,13 +197,17 @@ _REUSE = ("VM-PREDEPLOY's suspension gap plus the pool model: with 37 uniform (o
           "pool rarely hits, so reuse gains less over VM-MULT than in the paper (below); the "
           "Haizea-compatible rows, with Haizea's transfer and reuse rules, are within 1 pp at 10 % (and "
           "skewed 20 %) and 1.1-2.1 pp below the paper at uniform 20 % and at 30 % (their own sentences below).")
-_PREFIX = ("Haizea 1.1 was not run on 30 days for an image-transfer configuration (its image runs slow down to "
-           "about 1,200 CPU s per simulated day: many hours of one core). On 3 days compat mode reproduces its "
+_PREFIX = ("Haizea 1.1 was not run to the end of 30 days for an image-transfer configuration (its image runs slow "
+           "down to about 1,200 CPU s per simulated day: many hours of one core). On 3 days compat mode reproduces its "
            "schedule lease for lease on every image input (VM-MULT 527 / 527, with the 20 % ARs 553 / 553, with "
            "the 30 % ARs 567 / 567; VM-REUSE 527 / 527, with the 30 % ARs 567 / 567; all AR decisions and "
            "all-best-effort times equal; rules 23-25, session 12, docs/leasing.md), and so are all 1,348 leases "
            "Haizea 1.1 completed in the first 6 days of 15 days of VM-MULT with the 30 % ARs (57 / 57 AR "
-           "decisions; rule 26, session 12). ")
+           "decisions; rule 26, session 12). On the 30-day inputs (Haizea 1.1 under PyPy 2.7, whose output is "
+           "CPython's on VM-MULT but not on VM-REUSE; session 13) every placement Haizea made in the first "
+           "17.5 days of VM-MULT with the 30 % ARs (8,305) is compat mode's, node for node, and in the first "
+           "11.1 days with the 20 % ARs (4,691; then lease 3627 starts 2,484 s later in vgrid, not explained "
+           "yet). ")
 _VM_MULT_COMPAT = ("not explained by a known difference from Haizea 1.1. " + _PREFIX +
                    "So this row is most likely near Haizea 1.1's own value, below the paper as Haizea 1.1 is 3 pp "
                    "above it for NOVM-NOSR 20 %; only a 30-day Haizea 1.1 run would show it.")
