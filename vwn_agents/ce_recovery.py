@@ -115,7 +115,9 @@ def verify_unverified(agent) -> dict:
                 agent.unverified.pop(key, None)
                 continue
         listing = _listing(agent, listings, url)
-        if listing is None:
+        if listing is None:                  # asked again once the node is heard of again
+            with agent._lock:
+                agent.unverified[key] = (url, agent.clock.now())
             continue
         with agent._lock:
             agent.unverified.pop(key, None)
