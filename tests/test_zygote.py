@@ -72,7 +72,7 @@ def test_a_zygote_child_runs_as_the_pool_account_in_the_vwns_cgroups(start_node,
     assert st["Groups"] == "" and st["NoNewPrivs"] == "1" and uid != 0
     assert st["PPid"] == str(agent.zygote.proc.pid)          # forked by the zygote, not exec'd
     assert os.getsid(wrapper) == wrapper                     # its own session
-    fds = {n: os.readlink(f"/proc/{wrapper}/fd/{n}") for n in os.listdir(f"/proc/{wrapper}/fd")}
+    fds = _fds(wrapper)
     assert sorted(fds) == ["0", "1", "2", "3"] and fds["3"].startswith("pipe:"), fds   # 3: the doorbell
     assert os.readlink(f"/proc/{wrapper}/fd/1") == str(v.jail.vdir / "wrapper.out")
     cgroups = Path(f"/proc/{wrapper}/cgroup").read_text()

@@ -79,15 +79,12 @@ def recover(agent) -> dict:
                 agent.unverified[job.request.key] = (url, agent.clock.now())
             counts["unreachable"] += 1
             continue
-        rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
-        rec = rec or listing["by_key"].get(_vwn_key(agent, job))
-        if rec is None and job.vwn:
+        verdict, rec = _verdict(agent, job, listing)
+        if verdict == "lost":
             _lost(agent, job, url)
             counts["lost"] += 1
             continue
-        if rec is None or (rec.get("state") == "cancelled" and job.state is CEJobState.SCHEDULED):
-            # the start never reached the node agent, or its VWN was deleted when the lease was
-            # preempted (requeued): start again, in a VWN with a new key
+        if verdict == "again":
             counts["requeued"] += _forget_start(agent, job)
             continue
         _adopt(agent, job, url, rec.get("vwn"), attempt, rec.get("created"), rec.get("state") == "suspended")
@@ -121,14 +118,13 @@ def verify_unverified(agent) -> dict:
             continue
         with agent._lock:
             agent.unverified.pop(key, None)
-        rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
-        rec = rec or listing["by_key"].get(_vwn_key(agent, job))
-        if rec is None and job.vwn:
+        verdict, rec = _verdict(agent, job, listing)
+        if verdict == "lost":
             _lost(agent, job, url, "when it answered again after the CE agent's restart")
             if agent.leases:
                 agent._cancel_lease(key)
             counts["lost"] += 1
-        elif rec is None or (rec.get("state") == "cancelled" and job.state is CEJobState.SCHEDULED):
+        elif verdict == "again":
             _restart(agent, job, url)
             counts["restarted"] += 1
         else:
@@ -145,16 +141,28 @@ def verify_unverified(agent) -> dict:
     return counts
 
 
+def _verdict(agent, job, listing: dict) -> tuple[str, dict | None]:
+    """What a node agent's listing says of ``job``: ``("lost", None)`` -- its VWN id is not
+    listed; ``("again", rec or None)`` -- the start never reached the node, or its VWN was
+    deleted when the lease was preempted (requeued): start again, in a VWN with a new key;
+    ``("found", rec)`` -- the VWN record to apply."""
+    rec = listing["by_vwn"].get(job.vwn) if job.vwn else None
+    rec = rec or listing["by_key"].get(_vwn_key(agent, job))
+    if rec is None and job.vwn:
+        return "lost", None
+    if rec is None or (rec.get("state") == "cancelled" and job.state is CEJobState.SCHEDULED):
+        return "again", rec
+    return "found", rec
+
+
 def _restart(agent, job, url: str) -> None:
     """The job's start never reached node agent ``url``: drop the adopted lease and let the
     placer loop start it again (a new VWN key: its attempts are kept)."""
-    key = job.request.key
-    attempts = 0
     if agent.leases and agent.leases.engine is not None:
-        attempts = agent.leases.engine.forget_job(key)
+        agent.leases.engine.forget_job(job.request.key)
     with agent._lock:
         job.node_url, job.vwn, job.lease_start, job.lease_node = None, None, None, None
-        job.lease_attempts = max(job.lease_attempts or 0, attempts)
+        job.lease_attempts = job.lease_attempts or 1     # the unlisted key's attempt: the next is new
         job.in_engine = False
         job.note(Outcome.NOT_STARTED, f"not started yet: node agent {url}, back after the CE agent's "
                                       f"restart, never received start attempt {job.lease_attempts or 1}; "

@@ -257,20 +257,16 @@ class LeaseEngine:
                     self.scheduler.adopt(lease, (node,), start_s)
             return self.status(key)
 
-    def forget_job(self, key: str) -> int:
+    def forget_job(self, key: str) -> None:
         """Drop job ``key``'s lease, adopted as running by a restarted CE agent whose node agent
-        did not answer then and, answering now, does not list the VWN of its last start attempt:
-        the start never reached the node. The lease is cancelled (no VWN to delete; its slots
-        are free) and forgotten, so ``submit_job(key, ..., attempts=N)`` makes it anew; returns
-        N, the start attempts it made (the next VWN key is attempt N + 1). 0 for an unknown key."""
+        did not answer then and, answering now, does not list the VWN of its last start attempt
+        N: the start never reached the node. The lease is cancelled (no VWN to delete; its slots
+        are free) and forgotten, so ``submit_job(key, ..., attempts=N)`` makes it anew (its next
+        VWN key is attempt N + 1). Nothing happens for an unknown key."""
         with self._lock:
-            lease = self._by_key.get(key)
-            if lease is None:
-                return 0
-            attempts = self.enactment.attempts.get(lease.id, 0)
-            self.scheduler.cancel(lease.id)
-            del self._by_key[key]
-            return attempts
+            lease = self._by_key.pop(key, None)
+            if lease is not None:
+                self.scheduler.cancel(lease.id)
 
     def ran_s(self, key: str) -> float | None:
         """Seconds job ``key``'s lease has run so far (its ended VM reservations), or None."""
